@@ -1,0 +1,24 @@
+"""seglog: Kafka's partition log as an embeddable, in-process library.
+
+    import seglog
+    with seglog.Log.open("events") as log:
+        off = log.append(b"hello")
+        for m in log.iter(off):
+            print(m.offset, m.value)
+"""
+
+from .config import LogConfig
+from .errors import (CorruptRecordError, InvalidConfigError, LogClosedError, LogLockedError,
+                     MessageTooLargeError, OffsetOutOfRangeError, ReadOnlyError, SeglogError,
+                     StorageError)
+from .index import OffsetIndex, TimeIndex
+from .log import Log
+from .message import Message, MessageSet, Record
+from .segment import Segment
+
+__all__ = [
+    "Log", "LogConfig", "Record", "Message", "MessageSet", "Segment", "OffsetIndex", "TimeIndex",
+    "SeglogError", "OffsetOutOfRangeError", "MessageTooLargeError", "CorruptRecordError",
+    "LogLockedError", "LogClosedError", "InvalidConfigError", "StorageError", "ReadOnlyError",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,373 @@
+"""Batch codec: pure functions between records and bytes, with no file handling.
+
+The layout (docs/FORMAT.md has it byte by byte) is columnar so that a batch of N
+records encodes and decodes with a handful of C-level calls: the lengths of all
+values are one ``array``, the values are one ``b"".join``, the CRC is one
+``zlib.crc32``. Keys, per-record timestamps and headers cost nothing when a batch
+has none of them.
+
+All integers are little-endian.
+"""
+
+from __future__ import annotations
+
+import sys
+import zlib
+from array import array
+from io import BytesIO
+from bisect import bisect_left
+from itertools import chain, islice, repeat
+from operator import add
+from struct import Struct
+from typing import Iterable, Iterator, Sequence
+
+import lz4.block
+
+from .errors import CorruptRecordError
+
+MAGIC = 1
+
+# base_offset q, batch_length I, magic B, crc I, attributes H,
+# last_offset_delta I, record_count I, base_timestamp q, max_timestamp q
+HEADER = Struct("<qIBIHIIqq")
+HEADER_SIZE = HEADER.size                 # 43
+LENGTH_END = 12                           # batch_length counts the bytes after this
+CRC_FROM = 17                             # the CRC covers bytes [17, end of batch)
+MIN_BATCH_LENGTH = HEADER_SIZE - LENGTH_END
+FRAME = Struct("<qI")                     # the two fields every scanner reads first
+_HEAD = Struct("<qIBI")
+_TAIL = Struct("<HIIqq")
+_TAIL_1H = Struct("<HIIqqH")              # single record, short length
+_TAIL_1I = Struct("<HIIqqI")              # single record, wide length
+_U32 = Struct("<I")
+_I64 = Struct("<q")
+
+# attribute bits
+CODEC_MASK = 0x7
+CODEC_NONE = 0
+CODEC_LZ4 = 1
+F_KEYS = 1 << 3
+F_HEADERS = 1 << 4
+F_TIMESTAMPS = 1 << 5
+F_WIDE = 1 << 6
+F_OFFSETS = 1 << 7
+F_WIDE_TS = 1 << 8
+F_NULL_VALUES = 1 << 9
+F_HORIZON = 1 << 10
+_KNOWN_ATTRS = (CODEC_MASK | F_KEYS | F_HEADERS | F_TIMESTAMPS | F_WIDE | F_OFFSETS
+                | F_WIDE_TS | F_NULL_VALUES | F_HORIZON)
+
+_NULL_H = 0xFFFF
+_NULL_I = 0xFFFFFFFF
+_BIG = sys.byteorder == "big"
+# lz4 cannot expand data by more than this factor; a larger claim is a bomb
+_LZ4_MAX_RATIO = 255
+DEFAULT_MAX_UNCOMPRESSED = 1 << 30
+
+crc32 = zlib.crc32
+
+
+def _le(arr: array) -> bytes:
+    if _BIG:
+        arr = array(arr.typecode, arr)
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def _array(typecode: str, data: bytes | memoryview) -> array:
+    arr = array(typecode)
+    arr.frombytes(data)
+    if _BIG:
+        arr.byteswap()
+    return arr
+
+
+def _lengths(items: Sequence[bytes | None], wide: bool, null: int) -> array:
+    """Lengths of items, ``null`` standing for None."""
+    typecode = "I" if wide else "H"
+    if None in items:
+        return array(typecode, [null if x is None else len(x) for x in items])
+    return array(typecode, map(len, items))
+
+
+def encode_single(base_offset: int, value: bytes, timestamp: int) -> bytes:
+    """One keyless, headerless record: the hot path of ``Log.append``."""
+    n = len(value)
+    if n < _NULL_H:
+        tail = _TAIL_1H.pack(0, 0, 1, timestamp, timestamp, n)
+    else:
+        tail = _TAIL_1I.pack(F_WIDE, 0, 1, timestamp, timestamp, n)
+    crc = crc32(value, crc32(tail))
+    return _HEAD.pack(base_offset, 5 + len(tail) + n, MAGIC, crc) + tail + value
+
+
+def value_lengths(values: Sequence[bytes]) -> array:
+    """The length array of non-None values: 16-bit if all fit, else 32-bit."""
+    try:
+        lens = array("H", map(len, values))
+        if _NULL_H not in lens:
+            return lens
+    except OverflowError:
+        pass
+    return array("I", map(len, values))
+
+
+def encode_values(base_offset: int, values: Sequence[bytes], lengths: array, timestamp: int,
+                  codec: int = CODEC_NONE) -> bytes:
+    """Encode keyless, headerless values sharing one timestamp (``append_batch``'s hot path).
+
+    ``lengths`` comes from ``value_lengths(values)``.
+    """
+    if codec != CODEC_NONE:
+        return encode_batch(base_offset, values, timestamp, codec=codec)
+    attrs = F_WIDE if lengths.typecode == "I" else 0
+    n = len(values)
+    tail = _TAIL.pack(attrs, n - 1, n, timestamp, timestamp)
+    lens = _le(lengths)
+    body = b"".join(values)
+    crc = crc32(body, crc32(lens, crc32(tail)))
+    return b"".join((_HEAD.pack(base_offset, 5 + len(tail) + len(lens) + len(body), MAGIC, crc),
+                     tail, lens, body))
+
+
+def encode_batch(base_offset: int, values: Sequence[bytes | None],
+                 timestamps: int | Sequence[int],
+                 keys: Sequence[bytes | None] | None = None,
+                 headers: Sequence[Sequence[tuple[bytes, bytes]]] | None = None,
+                 codec: int = CODEC_NONE,
+                 offset_deltas: Sequence[int] | None = None,
+                 last_offset_delta: int | None = None,
+                 delete_horizon: int | None = None) -> bytes:
+    """Encode one batch. Inputs must already be validated (bytes, ints in range).
+
+    ``timestamps`` is one int for all records or one per record. ``headers`` holds,
+    per record, (utf-8 key bytes, value bytes) pairs. ``offset_deltas`` (with
+    ``last_offset_delta``) describes a compacted batch whose offsets have holes.
+    """
+    n = len(values)
+    attrs = 0
+    if keys is not None and keys.count(None) == n:
+        keys = None
+    maxlen = max(map(len, filter(None, chain(values, keys or ()))), default=0)
+    wide = maxlen >= _NULL_H
+    null = _NULL_I if wide else _NULL_H
+    if wide:
+        attrs |= F_WIDE
+    parts: list[bytes] = []
+    if offset_deltas is not None:
+        attrs |= F_OFFSETS
+        parts.append(_le(array("I", offset_deltas)))
+        last_delta = last_offset_delta if last_offset_delta is not None else offset_deltas[-1]
+    else:
+        last_delta = n - 1
+    if isinstance(timestamps, int):
+        base_ts = max_ts = timestamps
+    else:
+        base_ts = min(timestamps)
+        max_ts = max(timestamps)
+        if base_ts != max_ts:
+            attrs |= F_TIMESTAMPS
+            deltas = map(add, timestamps, repeat(-base_ts))
+            if max_ts - base_ts <= _NULL_I:
+                parts.append(_le(array("I", deltas)))
+            else:
+                attrs |= F_WIDE_TS
+                parts.append(_le(array("q", deltas)))
+    if keys is not None:
+        attrs |= F_KEYS
+        parts.append(_le(_lengths(keys, wide, null)))
+    vlens = _lengths(values, wide, null)
+    if null in vlens:
+        attrs |= F_NULL_VALUES
+    parts.append(_le(vlens))
+    hdr_data = b""
+    if headers is not None and any(headers):
+        attrs |= F_HEADERS
+        parts.append(_le(array("H", map(len, headers))))
+        flat = list(chain.from_iterable(headers))
+        parts.append(_le(array("I", chain.from_iterable((len(k), len(v)) for k, v in flat))))
+        hdr_data = b"".join(chain.from_iterable(flat))
+    if keys is not None:
+        parts.append(b"".join(filter(None, keys)))
+    parts.append(b"".join(filter(None, values)) if attrs & F_NULL_VALUES else b"".join(values))
+    parts.append(hdr_data)
+    records = b"".join(parts)
+    if codec == CODEC_LZ4:
+        packed = lz4.block.compress(records, store_size=False)
+        if len(packed) + 4 < len(records):
+            attrs |= CODEC_LZ4
+            records = _U32.pack(len(records)) + packed
+    if delete_horizon is not None:
+        attrs |= F_HORIZON
+        records = _I64.pack(delete_horizon) + records
+    tail = _TAIL.pack(attrs, last_delta, n, base_ts, max_ts)
+    crc = crc32(records, crc32(tail))
+    return b"".join((_HEAD.pack(base_offset, 5 + len(tail) + len(records), MAGIC, crc),
+                     tail, records))
+
+
+BatchHeader = tuple[int, int, int, int, int, int, int, int, int]
+
+
+def read_header(data: bytes | memoryview, pos: int, end: int) -> BatchHeader | None:
+    """The header of the batch at ``pos`` if the whole batch lies before ``end``.
+
+    Returns None when the bytes stop short (a partial batch, or the end). Raises
+    CorruptRecordError when the framing is impossible (bad magic, bad length,
+    zero-filled space). The CRC is not checked here; see ``check_crc``.
+    """
+    if pos + HEADER_SIZE > end:
+        return None
+    hdr = HEADER.unpack_from(data, pos)
+    length = hdr[1]
+    if hdr[2] != MAGIC or length < MIN_BATCH_LENGTH or hdr[0] < 0 or hdr[4] & ~_KNOWN_ATTRS:
+        raise CorruptRecordError(
+            f"bad batch framing (magic {hdr[2]}, length {length}, base offset {hdr[0]})",
+            position=pos)
+    if pos + LENGTH_END + length > end:
+        return None
+    return hdr
+
+
+def check_crc(data: bytes | memoryview, pos: int, hdr: BatchHeader) -> bool:
+    """True when the batch at ``pos`` matches its CRC32."""
+    with memoryview(data) as mv:
+        return crc32(mv[pos + CRC_FROM: pos + LENGTH_END + hdr[1]]) == hdr[3]
+
+
+def last_offset(hdr: BatchHeader) -> int:
+    return hdr[0] + hdr[5]
+
+
+def batch_size(hdr: BatchHeader) -> int:
+    return LENGTH_END + hdr[1]
+
+
+class _Bad(Exception):
+    pass
+
+
+def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
+                 min_offset: int = 0, max_offset: int | None = None,
+                 max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
+                 message_type: type | None = None) -> Iterator[tuple]:
+    """Messages of the (CRC-checked) batch at ``pos`` with min <= offset < max.
+
+    Returns an iterator of ``message_type`` (a 5-tuple type: offset, timestamp, key,
+    value, headers). Raises CorruptRecordError if the records do not add up.
+    """
+    try:
+        return _decode(data, pos, hdr, min_offset, max_offset, max_uncompressed,
+                       message_type or tuple)
+    except (_Bad, lz4.block.LZ4BlockError, ValueError, OverflowError, UnicodeDecodeError) as e:
+        raise CorruptRecordError(f"undecodable batch: {e}", position=pos, offset=hdr[0]) from None
+
+
+def _decode(data: bytes, pos: int, hdr: BatchHeader, min_offset: int,
+            max_offset: int | None, max_uncompressed: int, mtype: type) -> Iterator[tuple]:
+    base, length, _, _, attrs, last_delta, count, base_ts, _ = hdr
+    end = pos + LENGTH_END + length
+    p = pos + HEADER_SIZE
+    if attrs & F_HORIZON:
+        p += 8
+    if attrs & CODEC_MASK:
+        if attrs & CODEC_MASK != CODEC_LZ4:
+            raise _Bad(f"unknown codec {attrs & CODEC_MASK}")
+        (usize,) = _U32.unpack_from(data, p)
+        clen = end - p - 4
+        if usize > min(max_uncompressed, clen * _LZ4_MAX_RATIO + 64):
+            raise _Bad(f"claimed uncompressed size {usize} exceeds the bound")
+        with memoryview(data) as mv:
+            data = lz4.block.decompress(mv[p + 4:end], uncompressed_size=usize)
+        if len(data) != usize:
+            raise _Bad("uncompressed size mismatch")
+        p, end = 0, usize
+    elif type(data) is not bytes:
+        data = bytes(data[p:end])
+        p, end = 0, len(data)
+    wide = attrs & F_WIDE
+    lw = 4 if wide else 2
+    ltype = "I" if wide else "H"
+    null = _NULL_I if wide else _NULL_H
+
+    def take(typecode: str, size: int, n: int) -> array:
+        nonlocal p
+        q = p + size * n
+        if q > end:
+            raise _Bad("arrays run past the batch")
+        arr = _array(typecode, data[p:q])
+        p = q
+        return arr
+
+    if attrs & F_OFFSETS:
+        deltas = take("I", 4, count)
+        if count and (deltas[-1] > last_delta or any(map(int.__ge__, deltas, deltas[1:]))):
+            raise _Bad("offset deltas not increasing")
+        offsets: Iterable[int] = list(map(add, deltas, repeat(base)))
+    else:
+        if count != last_delta + 1:
+            raise _Bad("record count does not match offset span")
+        offsets = range(base, base + count)
+    timestamps: Iterable[int]
+    if attrs & F_TIMESTAMPS:
+        wide_ts = attrs & F_WIDE_TS
+        timestamps = list(map(add, take("q" if wide_ts else "I", 8 if wide_ts else 4, count),
+                              repeat(base_ts)))
+    else:
+        timestamps = repeat(base_ts)
+    klens = take(ltype, lw, count) if attrs & F_KEYS else None
+    vlens = take(ltype, lw, count)
+    hcounts = hlens = None
+    if attrs & F_HEADERS:
+        hcounts = take("H", 2, count)
+        hlens = take("I", 4, 2 * sum(hcounts))
+    knulls = _nulls(klens, null) if klens is not None else None
+    vnulls = _nulls(vlens, null) if attrs & F_NULL_VALUES else None
+    if knulls:
+        klens = _zero_nulls(klens, null)  # type: ignore[arg-type]
+    if vnulls:
+        vlens = _zero_nulls(vlens, null)
+    total = sum(vlens) + (sum(klens) if klens is not None else 0) + (sum(hlens) if hlens else 0)
+    if p + total != end:
+        raise _Bad(f"record lengths add up to {total}, batch holds {end - p}")
+    bio = BytesIO(data)
+    bio.seek(p)
+    read = bio.read
+    keys: Iterable[bytes | None]
+    if klens is not None:
+        keys = _read_all(read, klens, knulls)
+    else:
+        keys = repeat(None)
+    values: Iterable[bytes | None]
+    if vnulls or hcounts is not None:
+        values = _read_all(read, vlens, vnulls)
+    else:
+        values = map(read, vlens)
+    headers: Iterable[tuple]
+    if hcounts is not None and hlens is not None:
+        blobs = list(map(read, hlens))
+        pairs = iter(list(zip(map(bytes.decode, blobs[0::2]), blobs[1::2])))
+        headers = [tuple(islice(pairs, c)) for c in hcounts]
+    else:
+        headers = repeat(())
+    it: Iterator[tuple] = map(mtype, zip(offsets, timestamps, keys, values, headers))
+    if min_offset > base or (max_offset is not None and max_offset <= base + last_delta):
+        lo = bisect_left(offsets, min_offset)  # type: ignore[arg-type]
+        hi = count if max_offset is None else bisect_left(offsets, max_offset)  # type: ignore[arg-type]
+        it = islice(it, lo, max(lo, hi))
+    return it
+
+
+def _nulls(lengths: array, null: int) -> list[int]:
+    return [i for i, x in enumerate(lengths) if x == null] if null in lengths else []
+
+
+def _zero_nulls(lengths: array, null: int) -> array:
+    return array(lengths.typecode, [0 if x == null else x for x in lengths])
+
+
+def _read_all(read, lengths: array, nulls: list[int] | None) -> list[bytes | None]:
+    out: list[bytes | None] = list(map(read, lengths))
+    for i in nulls or ():
+        out[i] = None
+    return out

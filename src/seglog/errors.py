@@ -1,0 +1,56 @@
+"""Exception hierarchy. Every error seglog raises on purpose derives from SeglogError."""
+
+from __future__ import annotations
+
+
+class SeglogError(Exception):
+    """Base class of all seglog errors."""
+
+
+class OffsetOutOfRangeError(SeglogError, IndexError):
+    """The offset is below ``start_offset`` or above ``end_offset``."""
+
+
+class MessageTooLargeError(SeglogError, ValueError):
+    """A record is larger than ``max_message_bytes``; nothing was written."""
+
+
+class CorruptRecordError(SeglogError):
+    """A batch failed validation (framing, length, CRC or offsets).
+
+    ``path``, ``position`` and ``offset`` say where, when known.
+    """
+
+    def __init__(self, message: str, path: str | None = None,
+                 position: int | None = None, offset: int | None = None) -> None:
+        where = []
+        if path is not None:
+            where.append(f"file {path}")
+        if position is not None:
+            where.append(f"position {position}")
+        if offset is not None:
+            where.append(f"offset {offset}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        self.path = path
+        self.position = position
+        self.offset = offset
+
+
+class LogLockedError(SeglogError):
+    """Another writer (this or another process) holds the log directory's lock."""
+
+
+class LogClosedError(SeglogError):
+    """The log was closed."""
+
+
+class InvalidConfigError(SeglogError, ValueError):
+    """An unknown option or an out-of-range value was given."""
+
+
+class StorageError(SeglogError, OSError):
+    """A write or fsync failed; the log refuses further writes until reopened."""
+
+
+class ReadOnlyError(SeglogError):
+    """A write was attempted on a log opened with ``readonly=True``."""

@@ -1,0 +1,238 @@
+"""Sparse, memory-mapped segment indexes: ``OffsetIndex`` and ``TimeIndex``.
+
+An index is a hint, never the truth: every entry points at the start of a batch in
+the segment's ``.log`` file, lookups are floor lookups that the caller finishes by
+scanning, and an index can always be rebuilt from the log.
+
+Three ways to hold one, chosen by the segment:
+
+* ``writable``: the writer's index of its active segment, preallocated to
+  ``max_index_bytes`` and mapped read-write; the entry count lives in memory.
+* read-only and final (a rolled segment): mapped read-only; entries = size / entry.
+* ``live``: another process's active index. It is read with ``os.pread`` and never
+  mapped, because its writer trims the file on roll and a mapping beyond the new end
+  would raise SIGBUS (rule R8). Unwritten (zero) slots end the entries.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from struct import Struct
+from typing import Callable
+
+from ._fs import fsync_file
+
+
+class _Index:
+    ENTRY: Struct
+    SIZE: int
+
+    def __init__(self, path: str, base_offset: int, max_bytes: int = 10 << 20, *,
+                 writable: bool = False, live: bool = False, entries: int | None = None) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_bytes = max_bytes - max_bytes % self.SIZE
+        self._writable = writable
+        self._live = live and not writable
+        self._mm: mmap.mmap | None = None
+        self._fd = -1
+        if writable:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            size = os.fstat(self._fd).st_size
+            self._entries = size // self.SIZE if entries is None else entries
+            self._entries = min(self._entries, self.max_bytes // self.SIZE)
+            if size < self.max_bytes:
+                os.ftruncate(self._fd, self.max_bytes)
+            self._mm = mmap.mmap(self._fd, self.max_bytes)
+        else:
+            self._fd = os.open(path, os.O_RDONLY)
+            size = os.fstat(self._fd).st_size
+            self._entries = size // self.SIZE
+            if not self._live and self._entries:
+                self._mm = mmap.mmap(self._fd, self._entries * self.SIZE, access=mmap.ACCESS_READ)
+
+    # -- reading ---------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._entries
+
+    def _reader(self) -> tuple[int, Callable[[int], tuple | None]]:
+        """(slot count, entry(i) returning the unpacked entry or None if empty)."""
+        mm = self._mm
+        unpack = self.ENTRY.unpack_from
+        size = self.SIZE
+        if mm is not None:
+            return self._entries, lambda i: unpack(mm, i * size)
+        if not self._live:
+            return 0, lambda i: None
+        fd = self._fd
+        slots = os.fstat(fd).st_size // size
+
+        def entry(i: int) -> tuple | None:
+            b = os.pread(fd, size, i * size)
+            if len(b) < size or not any(b):
+                return None
+            return unpack(b)
+        return slots, entry
+
+    def _floor(self, key: int, field: int) -> tuple | None:
+        """The last entry whose ``field`` is <= key (entries ascend in it)."""
+        n, entry = self._reader()
+        lo, hi = 0, n
+        found = None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = entry(mid)
+            if e is not None and e[field] <= key:
+                found = e
+                lo = mid + 1
+            else:
+                hi = mid
+        return found
+
+    def entries(self) -> list[tuple]:
+        """All entries, oldest first."""
+        n, entry = self._reader()
+        out = []
+        for i in range(n):
+            e = entry(i)
+            if e is None:
+                break
+            out.append(e)
+        return out
+
+    @property
+    def is_full(self) -> bool:
+        return self._entries >= self.max_bytes // self.SIZE
+
+    # -- writing ---------------------------------------------------------------
+    def _append(self, *fields: int) -> None:
+        mm = self._mm
+        if not self._writable or mm is None:
+            raise ValueError(f"index {self.path} is not writable")
+        if self.is_full:
+            raise ValueError(f"index {self.path} is full")
+        self.ENTRY.pack_into(mm, self._entries * self.SIZE, *fields)
+        self._entries += 1
+
+    def truncate_entries(self, n: int) -> None:
+        """Keep the first ``n`` entries (recovery drops entries past a truncation)."""
+        if not self._writable or self._mm is None:
+            raise ValueError(f"index {self.path} is not writable")
+        n = min(n, self._entries)
+        self._mm[n * self.SIZE:self._entries * self.SIZE] = bytes((self._entries - n) * self.SIZE)
+        self._entries = n
+
+    def trim(self) -> None:
+        """Shrink the file to its entries, make it durable and map it read-only.
+
+        Lookups in flight keep the old mapping object alive; they touch only
+        entries below the count, which the shrunk file still holds.
+        """
+        if not self._writable:
+            return
+        size = self._entries * self.SIZE
+        os.ftruncate(self._fd, size)
+        fsync_file(self._fd)
+        self._writable = False
+        self._mm = (mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) if size else None)
+
+    def flush(self) -> None:
+        if self._fd >= 0:
+            fsync_file(self._fd)
+
+    def close(self) -> None:
+        """Release the file. A writable index is trimmed first."""
+        if self._fd < 0:
+            return
+        if self._writable:
+            self.trim()
+        self._mm = None
+        os.close(self._fd)
+        self._fd = -1
+
+    def sanity_check(self) -> bool:
+        """Cheap check: entries ascend and start after the base offset."""
+        es = self.entries()
+        keys = [e[self._KEY] for e in es]
+        return all(a < b for a, b in zip(keys, keys[1:])) and self._extra_check(es)
+
+    _KEY = 0
+
+    def _extra_check(self, entries: list[tuple]) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.path} entries={self._entries}>"
+
+
+class OffsetIndex(_Index):
+    """Sparse map from offset to file position of a batch start in one segment.
+
+    Entries are (offset - base_offset: uint32, position: uint32), little-endian,
+    strictly ascending in both, one per ``index_interval_bytes`` of log data. No entry
+    points at position 0 (the segment start needs none), so a zero slot is empty.
+    """
+
+    ENTRY = Struct("<II")
+    SIZE = 8
+
+    def append(self, offset: int, position: int) -> None:
+        """Add an entry for the batch starting at ``position`` with base ``offset``."""
+        self._append(offset - self.base_offset, position)
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """(offset, position) of the last entry at or before ``offset``.
+
+        Falls back to (base_offset, 0), the segment start.
+        """
+        e = self._floor(offset - self.base_offset, 0)
+        if e is None:
+            return self.base_offset, 0
+        return self.base_offset + e[0], e[1]
+
+    def last_entry(self) -> tuple[int, int]:
+        n, entry = self._reader()
+        e = entry(self._entries - 1) if self._entries else None
+        if e is None:
+            return self.base_offset, 0
+        return self.base_offset + e[0], e[1]
+
+    def _extra_check(self, entries: list[tuple]) -> bool:
+        pos = [e[1] for e in entries]
+        return all(p > 0 for p in pos[:1]) and all(a < b for a, b in zip(pos, pos[1:]))
+
+
+class TimeIndex(_Index):
+    """Sparse map from timestamp to offset: (timestamp: int64, offset - base: uint32).
+
+    Timestamps ascend strictly; an entry is added with an offset-index entry when the
+    segment's largest timestamp has grown, and once more when the segment is rolled,
+    so the last entry holds the segment's largest timestamp.
+    """
+
+    ENTRY = Struct("<qI")
+    SIZE = 12
+
+    def append(self, timestamp: int, offset: int) -> None:
+        """Add (timestamp, offset) if ``timestamp`` is above the last entry's."""
+        if self._entries:
+            last_ts = self.ENTRY.unpack_from(self._mm, (self._entries - 1) * self.SIZE)[0]  # type: ignore[arg-type]
+            if timestamp <= last_ts:
+                return
+        self._append(timestamp, offset - self.base_offset)
+
+    def lookup(self, timestamp: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the last entry with timestamp <= ``timestamp``."""
+        e = self._floor(timestamp, 0)
+        if e is None:
+            return None
+        return e[0], self.base_offset + e[1]
+
+    def last_entry(self) -> tuple[int, int] | None:
+        es = self.entries()[-1:] if self._live else None
+        if es is not None:
+            return (es[0][0], self.base_offset + es[0][1]) if es else None
+        n, entry = self._reader()
+        e = entry(self._entries - 1) if self._entries else None
+        return None if e is None else (e[0], self.base_offset + e[1])

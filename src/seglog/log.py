@@ -1,0 +1,758 @@
+"""``Log``: the policy over a directory of segments.
+
+Offsets, rolling, the flush policy, locking, readers in other processes. The
+mechanism (bytes in files) is in ``segment``, ``index`` and ``codec``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+import zlib
+from struct import Struct
+from bisect import bisect_right
+from operator import attrgetter
+from itertools import chain, islice
+from typing import Any, Iterable, Iterator, Sequence
+
+from . import codec, recovery
+from .config import LogConfig
+from .errors import (CorruptRecordError, LogClosedError, LogLockedError, MessageTooLargeError,
+                     OffsetOutOfRangeError, ReadOnlyError, SeglogError, StorageError)
+from .message import Headers, Message, MessageSet, Record
+from .segment import Segment
+
+_LOCK_FILE = ".lock"
+_BASE = attrgetter("base_offset")
+_MAX_TS = (1 << 63) - 1
+_MAX_DELTA = (1 << 32) - 2
+# per-record bookkeeping bytes counted against max_message_bytes when cutting batches
+_RECORD_OVERHEAD = 24
+_ITER_CHUNK = 1 << 20
+_NEVER = 1 << 63
+_BYTES_ONLY = {bytes}
+_ONE = Struct("<qIBIHIIqqH")   # a whole batch header plus the length of its one short value
+_ONE_SIZE = _ONE.size
+_TAIL_1H = Struct("<HIIqqH")
+_crc32 = zlib.crc32
+_time_ns = time.time_ns
+_CHECKPOINT_EVERY_S = 5.0
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _check_ts(ts: Any) -> int:
+    if type(ts) is not int:
+        if isinstance(ts, bool) or not isinstance(ts, int):
+            raise TypeError(f"timestamp must be an int (ms since the epoch), not {type(ts).__name__}")
+        ts = int(ts)
+    if not 0 <= ts <= _MAX_TS:
+        raise ValueError(f"timestamp must be in [0, 2**63), not {ts}")
+    return ts
+
+
+def _as_bytes(x: Any, what: str) -> bytes | None:
+    if x is None or type(x) is bytes:
+        return x
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    raise TypeError(f"{what} must be bytes-like or None, not {type(x).__name__}")
+
+
+def _check_headers(headers: Any) -> tuple[tuple[bytes, bytes], ...]:
+    """Validate (str, bytes) pairs; keys come back utf-8 encoded."""
+    if not headers:
+        if headers is None or isinstance(headers, (tuple, list)):
+            return ()
+    if isinstance(headers, (str, bytes, dict)) or not isinstance(headers, Iterable):
+        raise TypeError("headers must be a sequence of (str, bytes) pairs")
+    out = []
+    for pair in headers:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TypeError("each header must be a (str, bytes) pair")
+        k, v = pair
+        if not isinstance(k, str):
+            raise TypeError(f"header key must be str, not {type(k).__name__}")
+        v = _as_bytes(v, "header value")
+        if v is None:
+            raise TypeError("header value must be bytes-like, not None")
+        out.append((k.encode("utf-8"), v))
+    if len(out) > 0xFFFF:
+        raise ValueError("at most 65535 headers per record")
+    return tuple(out)
+
+
+def _prepare(items: Sequence[Any], now: int, max_bytes: int | None
+             ) -> tuple[list[bytes | None], list[bytes | None] | None, int | list[int],
+                        list[tuple[tuple[bytes, bytes], ...]] | None]:
+    """Validate append_batch input: (values, keys or None, timestamps, headers or None).
+
+    Raises TypeError/ValueError/MessageTooLargeError before anything is written.
+    """
+    if set(map(type, items)) <= {bytes}:
+        values: list[bytes | None] = list(items)
+        if max_bytes is not None and values and max(map(len, values)) > max_bytes:  # type: ignore[arg-type]
+            size = max(map(len, values))  # type: ignore[arg-type]
+            raise MessageTooLargeError(f"record of {size} bytes exceeds max_message_bytes={max_bytes}")
+        return values, None, now, None
+    values = []
+    keys: list[bytes | None] = []
+    stamps: list[int] = []
+    headers: list[tuple[tuple[bytes, bytes], ...]] = []
+    for item in items:
+        if isinstance(item, Record):
+            v, k, t, h = item
+            v = _as_bytes(v, "value")
+            k = _as_bytes(k, "key")
+            t = now if t is None else _check_ts(t)
+            hs = _check_headers(h)
+        elif isinstance(item, (bytes, bytearray, memoryview)):
+            v, k, t, hs = bytes(item), None, now, ()
+        else:
+            raise TypeError(f"append_batch items must be bytes or Record, not {type(item).__name__}")
+        if max_bytes is not None:
+            size = (len(v) if v else 0) + (len(k) if k else 0) + sum(len(a) + len(b) for a, b in hs)
+            if size > max_bytes:
+                raise MessageTooLargeError(
+                    f"record of {size} bytes exceeds max_message_bytes={max_bytes}")
+        values.append(v)
+        keys.append(k)
+        stamps.append(t)
+        headers.append(hs)
+    return (values, keys if keys.count(None) != len(keys) else None,
+            stamps if stamps.count(stamps[0]) != len(stamps) else (stamps[0] if stamps else now),
+            headers if any(headers) else None)
+
+
+class Log:
+    """An append-only log of messages with contiguous offsets, in one directory.
+
+    Open with ``Log.open``. One writer per directory (``LogLockedError`` for a
+    second); any number of ``readonly=True`` readers in any process. Safe to share
+    between threads; readers never block the writer.
+
+    Durability: when ``append`` returns, the message is readable by every reader and
+    survives a crash of this process. When ``flush`` returns, everything appended
+    before survives power loss. ``flush_ms`` (default 1000) and ``flush_messages``
+    bound how much un-flushed data a power loss can take.
+    """
+
+    def __init__(self, path: str, config: LogConfig, readonly: bool) -> None:
+        self.path = path
+        self.config = config
+        self.readonly = readonly
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._waiters = 0
+        self._closed = False
+        self._failed: BaseException | None = None
+        self._segs: tuple[Segment, ...] = ()
+        self._start = 0
+        self._end = 0
+        self._flushed = 0
+        self._checkpointed = -1
+        self._checkpoint_time = 0.0
+        self._lock_fd = -1
+        self._flusher: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._compress = codec.CODEC_LZ4 if config.compression == "lz4" else codec.CODEC_NONE
+        self._max_msg = config.max_message_bytes
+        self._capacity = config.segment_bytes + config.max_message_bytes + 65536
+        self._dir_mtime = 0
+        self._ok = not readonly   # False once closed or failed: one test on the hot path
+        self._fast = self._compress == codec.CODEC_NONE
+        self._fast_max = min(self._max_msg, 0xFFFE)
+        self._crc_ts = -1
+        self._crc_cache: dict[int, int] = {}
+        self._roll_size = self._roll_ts = self._roll_off = _NEVER
+        self._flush_at = _NEVER if config.flush_messages is None else config.flush_messages - 1
+
+    # -- opening and closing ------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], readonly: bool = False, **config: Any) -> "Log":
+        """Open (and for a writer, create) the log in directory ``path``.
+
+        A writer takes an exclusive ``flock`` on ``<path>/.lock``
+        (``LogLockedError`` at once if held) and recovers from a crash. A
+        ``readonly`` reader takes no lock and never writes. Unknown or
+        out-of-range options raise ``InvalidConfigError``.
+        """
+        cfg = LogConfig.from_kwargs(config)
+        path = os.path.abspath(os.fspath(path))
+        log = cls(path, cfg, readonly)
+        if readonly:
+            if not os.path.isdir(path):
+                raise FileNotFoundError(f"no log directory at {path}")
+            log._refresh(force=True)
+            return log
+        os.makedirs(path, exist_ok=True)
+        log._lock_fd = os.open(os.path.join(path, _LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(log._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(log._lock_fd)
+            raise LogLockedError(f"another writer holds {path}") from None
+        try:
+            loaded = recovery.load_for_writer(path, log._capacity, cfg.index_interval_bytes,
+                                              cfg.max_index_bytes)
+        except BaseException:
+            os.close(log._lock_fd)
+            raise
+        log._set_segments(loaded.segments)
+        log._start = loaded.start_offset
+        log._end = loaded.end_offset
+        log._flushed = loaded.end_offset
+        log._checkpointed = loaded.recovery_point
+        log._update_flush_at()
+        log._set_roll_limits(loaded.segments[-1])
+        if cfg.flush_ms is not None:
+            log._flusher = threading.Thread(target=log._flush_loop, name=f"seglog-flush {path}",
+                                            daemon=True)
+            log._flusher.start()
+        return log
+
+    def __enter__(self) -> "Log":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Flush, seal the active segment, mark a clean shutdown, release the lock.
+
+        Idempotent. Pending ``wait`` calls raise ``LogClosedError``.
+        """
+        if self._closed:
+            return
+        self._stop.set()
+        if self._flusher is not None and self._flusher is not threading.current_thread():
+            self._flusher.join()
+        with self._flush_lock, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._ok = False
+            try:
+                if not self.readonly and self._failed is None:
+                    active = self._segs[-1]
+                    active.seal()
+                    recovery.write_checkpoint(self.path, recovery.RECOVERY_POINT, self._end)
+                    recovery.write_marker(self.path, active, self._end)
+                    self._flushed = self._end
+            finally:
+                for seg in self._segs:
+                    seg.close()
+                if self._lock_fd >= 0:
+                    os.close(self._lock_fd)  # releases the flock
+                    self._lock_fd = -1
+        with self._cond:
+            self._cond.notify_all()
+
+    def __del__(self) -> None:
+        if getattr(self, "_lock_fd", -1) >= 0 and not self._closed:
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    # -- state ----------------------------------------------------------------------
+    @property
+    def start_offset(self) -> int:
+        """The first offset still in the log."""
+        if self.readonly:
+            self._refresh()
+        return self._start
+
+    @property
+    def end_offset(self) -> int:
+        """The next offset to assign (one past the last message)."""
+        if self.readonly:
+            self._refresh()
+        return self._end
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every offset below this survives power loss."""
+        return self._flushed
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The segments, oldest first; the last one is active."""
+        if self.readonly:
+            self._refresh()
+        return self._segs
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _set_segments(self, segs: Sequence[Segment]) -> None:
+        self._segs = tuple(segs)
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.path} is closed")
+        if self.readonly:
+            raise ReadOnlyError(f"log {self.path} was opened readonly")
+        if self._failed is not None:
+            raise StorageError(f"log {self.path} refuses writes after an I/O error: "
+                               f"{self._failed}; reopen it") from self._failed
+
+    def _fail(self, e: BaseException) -> StorageError:
+        self._failed = e
+        self._ok = False
+        return StorageError(f"write to {self.path} failed: {e}")
+
+    # -- appending ------------------------------------------------------------------
+    def append(self, value: bytes | None, key: bytes | None = None, timestamp: int | None = None,
+               headers: Headers = ()) -> int:
+        """Append one message; return its offset.
+
+        On return it is readable by all readers and survives a crash of this
+        process (R1); ``flush`` makes it survive power loss. ``value=None`` with a
+        key is a tombstone. Bad input raises TypeError, ValueError or
+        MessageTooLargeError and writes nothing.
+        """
+        if type(value) is bytes and key is None and not headers and self._fast:
+            # the hot path: one short keyless record, written straight into the map
+            n = len(value)
+            ts = _time_ns() // 1_000_000 if timestamp is None else _check_ts(timestamp)
+            if n <= self._fast_max:
+                if ts != self._crc_ts:
+                    self._crc_ts = ts
+                    self._crc_cache = {}
+                tail_crc = self._crc_cache.get(n)
+                if tail_crc is None:
+                    tail_crc = self._crc_cache[n] = _crc32(_TAIL_1H.pack(0, 0, 1, ts, ts, n))
+                crc = _crc32(value, tail_crc)
+                size = _ONE_SIZE + n
+                with self._lock:
+                    if not self._ok:
+                        self._check_writable()
+                    off = self._end
+                    seg = self._segs[-1]
+                    pos = seg._size
+                    end = pos + size
+                    if end > self._roll_size or ts > self._roll_ts or off > self._roll_off:
+                        seg = self._roll(seg, size, ts)
+                        pos = seg._size
+                        end = pos + size
+                    mm = seg._mm
+                    try:
+                        if end > seg._alloc_end:
+                            seg.allocate(end)
+                        _ONE.pack_into(mm, pos, off, size - 12, 1, crc, 0, 0, 1, ts, ts, n)
+                        mm[pos + _ONE_SIZE:end] = value
+                    except OSError as e:
+                        raise self._fail(e) from e
+                    if pos >= seg._next_index_pos or ts > seg._max_ts or not pos:
+                        seg.appended(pos, end, off, off + 1, ts)
+                        self._set_roll_limits(seg)
+                    else:
+                        seg._size = end
+                    self._end = off + 1
+                if self._waiters:
+                    self._notify()
+                if off >= self._flush_at:
+                    self.flush()
+                return off
+            if n > self._max_msg:
+                raise MessageTooLargeError(
+                    f"record of {n} bytes exceeds max_message_bytes={self._max_msg}")
+        return self.append_batch((Record(value, key, timestamp, headers),)).start
+
+    def append_batch(self, items: Iterable[bytes | Record]) -> range:
+        """Append many messages; return the range of their contiguous offsets.
+
+        ``items`` are bytes or ``Record``. All items are validated before anything
+        is written; a rejected call writes nothing. Large inputs are cut into
+        batches of at most ``max_message_bytes``; each batch is atomic on recovery.
+        """
+        items = items if isinstance(items, (list, tuple)) else list(items)
+        if not items:
+            with self._lock:
+                self._check_writable()
+                return range(self._end, self._end)
+        now = _now_ms()
+        batches = None
+        if set(map(type, items)) <= _BYTES_ONLY:
+            # keyless bytes: one length array serves the checks and the batch
+            lens = codec.value_lengths(items)  # type: ignore[arg-type]
+            if max(lens) > self._max_msg:
+                raise MessageTooLargeError(f"record of {max(lens)} bytes exceeds "
+                                           f"max_message_bytes={self._max_msg}")
+            if sum(lens) + _RECORD_OVERHEAD * len(items) <= self._max_msg:
+                batches = [(codec.encode_values(0, items, lens, now, self._compress),  # type: ignore[arg-type]
+                            len(items), now)]
+        if batches is None:
+            values, keys, stamps, headers = _prepare(items, now, self._max_msg)
+            batches = self._encode(values, keys, stamps, headers)
+        with self._lock:
+            self._check_writable()
+            first = off = self._end
+            for data, n, max_ts in batches:
+                seg = self._segs[-1]
+                if (seg._size + len(data) > self._roll_size or max_ts > self._roll_ts  # type: ignore[operator]
+                        or off + n - 1 > self._roll_off):
+                    seg = self._roll(seg, len(data), max_ts)
+                try:
+                    seg.append(data, off, off + n, max_ts)
+                except OSError as e:
+                    raise self._fail(e) from e
+                self._set_roll_limits(seg)
+                off += n
+                self._end = off
+        if self._waiters:
+            self._notify()
+        if off - 1 >= self._flush_at:
+            self.flush()
+        return range(first, off)
+
+    def _encode(self, values: list[bytes | None], keys: list[bytes | None] | None,
+                stamps: int | list[int], headers: list | None) -> list[tuple[bytes, int, int]]:
+        """Encode into batches of at most max_message_bytes: (bytes, count, max_ts)."""
+        n = len(values)
+        cuts = [0]
+        sizes = [len(v) if v else 0 for v in values] if None in values else list(map(len, values))  # type: ignore[arg-type]
+        if keys is not None or headers is not None:
+            for i in range(n):
+                if keys is not None and keys[i]:
+                    sizes[i] += len(keys[i])  # type: ignore[arg-type]
+                if headers is not None:
+                    sizes[i] += sum(len(a) + len(b) + 8 for a, b in headers[i])
+        limit = self._max_msg
+        if sum(sizes) + _RECORD_OVERHEAD * n > limit:
+            acc = 0
+            for i, s in enumerate(sizes):
+                s += _RECORD_OVERHEAD
+                if acc and acc + s > limit:
+                    cuts.append(i)
+                    acc = 0
+                acc += s
+        cuts.append(n)
+        out = []
+        for a, b in zip(cuts, cuts[1:]):
+            ts = stamps if isinstance(stamps, int) else stamps[a:b]
+            out.append((codec.encode_batch(0, values[a:b], ts,
+                                           keys[a:b] if keys is not None else None,
+                                           headers[a:b] if headers is not None else None,
+                                           self._compress),
+                        b - a, ts if isinstance(ts, int) else max(ts)))
+        return out
+
+    def _set_roll_limits(self, seg: Segment) -> None:
+        """Precompute when the active segment must roll, so appends compare three ints.
+
+        Kafka's conditions: the next batch would pass ``segment_bytes``; its
+        timestamp is ``segment_ms`` past the segment's first; an offset would not fit
+        the index's 32-bit relative offset; an index is full. An empty segment never
+        rolls.
+        """
+        if not seg._size:
+            self._roll_size = self._roll_ts = self._roll_off = _NEVER
+            return
+        self._roll_size = 0 if seg.index_full else self.config.segment_bytes
+        ms = self.config.segment_ms
+        self._roll_ts = (seg.first_timestamp + ms if ms is not None and seg.first_timestamp is not None
+                         else _NEVER)
+        self._roll_off = seg.base_offset + _MAX_DELTA
+
+    def _roll(self, old: Segment, nbytes: int, ts: int) -> Segment:
+        """Seal the active segment and start a new one at the end offset (lock held)."""
+        if not old.size:
+            return old
+        old.next_offset = self._end
+        try:
+            old.seal()
+            new = Segment.create(self.path, self._end, self._capacity,
+                                 self.config.index_interval_bytes, self.config.max_index_bytes)
+        except OSError as e:
+            raise self._fail(e) from e
+        self._set_segments(self._segs + (new,))
+        self._set_roll_limits(new)
+        # the sealed segment was fsynced: everything before the new base is durable
+        if self._flushed < self._end:
+            self._flushed = self._end
+            self._update_flush_at()
+        self._write_recovery_point(self._end)
+        return new
+
+    # -- flushing -----------------------------------------------------------------
+    def flush(self) -> int:
+        """fsync what was appended; return the offset below which all survives power loss."""
+        with self._flush_lock:
+            with self._lock:
+                self._check_writable()
+                target = self._end
+                seg = self._segs[-1]
+            if target > self._flushed:
+                try:
+                    seg.fsync()
+                except (OSError, ValueError) as e:
+                    if self._closed:
+                        raise LogClosedError(f"log {self.path} is closed") from e
+                    raise self._fail(e) from e
+                self._flushed = max(self._flushed, target)
+                self._update_flush_at()
+            if (self._flushed != self._checkpointed
+                    and time.monotonic() - self._checkpoint_time > _CHECKPOINT_EVERY_S):
+                self._write_recovery_point(self._flushed)
+            return self._flushed
+
+    def _update_flush_at(self) -> None:
+        every = self.config.flush_messages
+        if every is not None:
+            self._flush_at = self._flushed + every - 1
+
+    def _write_recovery_point(self, offset: int) -> None:
+        try:
+            recovery.write_checkpoint(self.path, recovery.RECOVERY_POINT, offset)
+        except OSError as e:
+            raise self._fail(e) from e
+        self._checkpointed = offset
+        self._checkpoint_time = time.monotonic()
+
+    def _flush_loop(self) -> None:
+        period = (self.config.flush_ms or 1000) / 1000.0
+        while not self._stop.wait(period):
+            if self._end > self._flushed and self._failed is None:
+                try:
+                    self.flush()
+                except SeglogError:
+                    pass  # the log is poisoned or closed; appends report it
+
+    # -- reading ----------------------------------------------------------------
+    def _check_readable(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.path} is closed")
+
+    def _locate(self, offset: int) -> tuple[tuple[Segment, ...], int]:
+        segs = self._segs
+        return segs, max(0, bisect_right(segs, offset, key=_BASE) - 1)
+
+    def read(self, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
+        """Whole batches holding messages from ``offset`` on, up to about ``max_bytes``.
+
+        ``OffsetOutOfRangeError`` unless ``start_offset <= offset <= end_offset``;
+        ``offset == end_offset`` gives an empty set. At least one whole message is
+        returned when one exists, however large.
+        """
+        self._check_readable()
+        if type(offset) is not int or type(max_bytes) is not int:
+            if not isinstance(offset, int) or isinstance(offset, bool):
+                raise TypeError("offset must be an int")
+            if not isinstance(max_bytes, int) or isinstance(max_bytes, bool):
+                raise TypeError("max_bytes must be an int")
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be >= 1")
+        if self.readonly:
+            self._refresh()
+        start, end = self._start, self._end
+        if not start <= offset <= end:
+            raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}]")
+        if offset == end:
+            return MessageSet(b"", min_offset=offset, next_offset=offset)
+        segs, i = self._locate(offset)
+        for seg in segs[i:]:
+            ms = seg.read(max(offset, seg.base_offset), max_bytes)
+            if ms:
+                return ms
+        return MessageSet(b"", min_offset=offset, next_offset=end)
+
+    def iter(self, start: int | None = None, end: int | None = None) -> Iterator[Message]:
+        """Messages with ``start <= offset < end``, in order.
+
+        ``start`` defaults to ``start_offset``; ``end`` to the end of the log as the
+        iteration reaches it (it does not wait for more: see ``wait``).
+        """
+        self._check_readable()
+        if self.readonly:
+            self._refresh()
+        lo = self._start if start is None else start
+        if not isinstance(lo, int) or isinstance(lo, bool):
+            raise TypeError("start must be an int")
+        if end is not None and (not isinstance(end, int) or isinstance(end, bool)):
+            raise TypeError("end must be an int or None")
+        if not self._start <= lo <= self._end:
+            raise OffsetOutOfRangeError(f"offset {lo} is outside [{self._start}, {self._end}]")
+        return chain.from_iterable(self._batch_iters(lo, end))
+
+    def __iter__(self) -> Iterator[Message]:
+        return self.iter()
+
+    def _batch_iters(self, offset: int, end: int | None) -> Iterator[Iterator[Message]]:
+        segs, i = self._locate(offset)
+        seg = segs[i]
+        pos, hdr = seg.find_position(offset)
+        while True:
+            if end is not None and offset >= end:
+                return
+            if self._closed:
+                raise LogClosedError(f"log {self.path} is closed")
+            seg_end = seg.size
+            if pos >= seg_end:
+                if self.readonly:
+                    self._refresh()
+                    seg_end = seg.size
+                if pos >= seg_end:
+                    segs = self._segs
+                    k = _index_of(segs, seg)
+                    if k is None or k + 1 >= len(segs):
+                        return
+                    seg = segs[k + 1]
+                    pos = 0
+                    continue
+            ms = seg.read_at(pos, offset, _ITER_CHUNK, seg_end, end)
+            yield from ms._batch_iters()
+            pos += ms.size_in_bytes
+            offset = max(offset, ms.next_offset)
+
+    def offset_for_time(self, timestamp: int) -> int | None:
+        """The first offset whose message timestamp is >= ``timestamp``, or None."""
+        self._check_readable()
+        ts = _check_ts(timestamp)
+        if self.readonly:
+            self._refresh()
+        lo = self._start
+        for seg in self._segs:
+            if seg.max_timestamp < ts or not seg.size:
+                continue
+            entry = seg.time_index.lookup(ts)
+            pos = seg.index.lookup(entry[1])[1] if entry is not None else 0
+            end = seg.size
+            for p, hdr in seg.batches(pos, end):
+                if hdr[8] < ts or codec.last_offset(hdr) < lo:
+                    continue
+                ms = seg.read_at(p, lo, 1, end)
+                for m in ms:
+                    if m[1] >= ts:
+                        return m[0]
+        return None
+
+    def wait(self, offset: int, timeout: float | None = None) -> bool:
+        """Block until ``end_offset > offset``; True if so, False on timeout.
+
+        Readers in other processes poll the files (sub-millisecond at first,
+        backing off to 20 ms). Raises ``LogClosedError`` if the log is closed.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self.readonly:
+            delay = 0.0005
+            while True:
+                self._check_readable()
+                if self.end_offset > offset:
+                    return True
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                time.sleep(delay if left is None else min(delay, left))
+                delay = min(delay * 2, 0.02)
+        with self._cond:
+            self._waiters += 1
+            try:
+                while self._end <= offset:
+                    self._check_readable()
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._cond.wait(left)
+                return True
+            finally:
+                self._waiters -= 1
+
+    def _notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    # -- readers in other processes --------------------------------------------
+    def _refresh(self, force: bool = False) -> None:
+        """Pick up new data and new or deleted segments written by another process."""
+        if self._closed:
+            return
+        try:
+            mtime = os.stat(self.path).st_mtime_ns
+        except FileNotFoundError:
+            raise LogClosedError(f"log directory {self.path} is gone") from None
+        segs = self._segs
+        if force or mtime != self._dir_mtime or not segs:
+            self._dir_mtime = mtime
+            bases = recovery.list_segments(self.path)
+            known = {s.base_offset: s for s in segs}
+            new = []
+            for b in bases:
+                s = known.get(b)
+                if s is None:
+                    s = Segment(self.path, b, max_index_bytes=self.config.max_index_bytes)
+                new.append(s)
+            for s in new[:-1]:
+                if s._live:
+                    # it has a successor now, so its writer sealed it: finish it as a file
+                    recovery.refresh_live(s)
+                    s._live = False
+                    s._index = s._timeindex = None
+            if new and new[-1] is not (segs[-1] if segs else None):
+                new[-1] = _live_segment(new[-1], self.config.max_index_bytes)
+            self._set_segments(new)
+            start = recovery.read_checkpoint(self.path, recovery.LOG_START)
+            self._start = max(start or 0, new[0].base_offset if new else 0)
+        if self._segs:
+            last = self._segs[-1]
+            try:
+                recovery.refresh_live(last)
+            except FileNotFoundError:
+                return
+            self._end = last.next_offset if last.next_offset is not None else last.base_offset
+
+    # -- retention ---------------------------------------------------------------
+    def enforce_retention(self, now_ms: int | None = None) -> list[int]:
+        """Delete whole segments past ``retention_ms`` or ``retention_bytes``.
+
+        Oldest first, never the active segment; the new log start offset is
+        checkpointed before any file is removed. Returns the deleted base offsets.
+        """
+        from .retention import enforce
+        return enforce(self, _now_ms() if now_ms is None else _check_ts(now_ms))
+
+    def compact(self) -> Any:
+        """Key-based cleaning of the sealed segments; returns statistics."""
+        from .cleaner import compact
+        return compact(self)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("readonly" if self.readonly else "writer")
+        return (f"<seglog.Log {self.path} [{self._start}, {self._end}) "
+                f"{len(self._segs)} segment(s) {state}>")
+
+
+def _live_segment(seg: Segment, max_index_bytes: int) -> Segment:
+    """A reader's view of another process's active segment, sized by scanning.
+
+    The scan starts at the last offset-index entry, so opening a reader does not
+    read the whole segment.
+    """
+    live = Segment(seg.directory, seg.base_offset, size=0, next_offset=seg.base_offset,
+                   max_index_bytes=max_index_bytes, live=True)
+    try:
+        off, pos = live.index.lookup(1 << 62)
+        last_ts = live.time_index.last_entry()
+    except FileNotFoundError:
+        off, pos, last_ts = seg.base_offset, 0, None
+    live._size = pos
+    live.next_offset = off
+    live._max_ts = last_ts[0] if last_ts is not None else -1
+    return live
+
+
+def _index_of(segs: Sequence[Segment], seg: Segment) -> int | None:
+    for i in range(len(segs) - 1, -1, -1):
+        if segs[i] is seg:
+            return i
+    for i, s in enumerate(segs):
+        if s.base_offset > seg.base_offset:
+            return i - 1
+    return None

@@ -1,0 +1,295 @@
+"""Loading a log directory: checkpoints, the clean-shutdown marker and the tail scan.
+
+A clean open (marker present and consistent) reads no segment data. Otherwise only
+the segments from the recovery point on are scanned: every batch's framing, CRC and
+offsets are checked, the indexes of scanned segments are rebuilt, and the log is cut
+at the first batch that fails (a torn tail from a crash).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from . import codec
+from ._fs import atomic_write, fsync_dir, remove
+from .errors import CorruptRecordError
+from .segment import Segment, parse_name
+
+CLEAN_MARKER = ".clean-shutdown"
+RECOVERY_POINT = "recovery-point"
+LOG_START = "log-start-offset"
+_CHECKPOINT_MAGIC = "seglog-checkpoint 1"
+_SCAN_CHUNK = 1 << 20
+
+
+def read_checkpoint(directory: str, name: str) -> int | None:
+    """The offset stored in a checkpoint file, None if absent or unreadable."""
+    try:
+        with open(os.path.join(directory, name), "r", encoding="ascii") as f:
+            magic, value = f.read().split("\n")[:2]
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if magic != _CHECKPOINT_MAGIC or not value.isdigit():
+        return None
+    return int(value)
+
+
+def write_checkpoint(directory: str, name: str, offset: int) -> None:
+    """Durably replace a checkpoint (temp + fsync + rename + fsync dir, rule R3)."""
+    atomic_write(os.path.join(directory, name), f"{_CHECKPOINT_MAGIC}\n{offset}\n".encode())
+
+
+def list_segments(directory: str) -> list[int]:
+    """Base offsets of the ``.log`` files in ``directory``, ascending."""
+    bases = []
+    for name in os.listdir(directory):
+        if name.endswith(".log"):
+            base = parse_name(name)
+            if base is not None and name == f"{base:020d}.log":
+                bases.append(base)
+    bases.sort()
+    return bases
+
+
+@dataclass
+class ScanResult:
+    """What a scan of one segment found."""
+
+    end: int                       # position after the last good batch
+    next_offset: int               # offset after the last good batch
+    max_timestamp: int = -1
+    max_ts_offset: int = 0
+    first_timestamp: int | None = None
+    stop: str = "end"              # "end", "partial", "zeros", "framing", "crc", "offsets"
+    index: list[tuple[int, int]] = field(default_factory=list)       # (offset, position)
+    time_index: list[tuple[int, int]] = field(default_factory=list)  # (timestamp, offset)
+    batches: int = 0
+
+
+def scan(seg: Segment, start: int, end: int, next_offset: int | None,
+         interval: int | None = None, max_timestamp: int = -1) -> ScanResult:
+    """Validate batches of ``seg`` from file position ``start`` to ``end``.
+
+    ``next_offset`` is the offset the first batch must start at (None: the first
+    batch sets it; later batches must follow contiguously or, after compaction,
+    ascending). With ``interval`` the index entries are rebuilt as the writer would
+    have made them. Never raises for bad data: the result says where and why it
+    stopped.
+    """
+    fd = seg.fileno()
+    res = ScanResult(end=start, next_offset=next_offset if next_offset is not None else seg.base_offset,
+                     max_timestamp=max_timestamp, max_ts_offset=seg.base_offset)
+    expected = next_offset
+    since_index = 0
+    pos = start
+    want = _SCAN_CHUNK
+    header_size = codec.HEADER_SIZE
+    while pos < end:
+        buf = os.pread(fd, min(want, end - pos), pos)
+        want = _SCAN_CHUNK
+        grow = False
+        n = len(buf)
+        p = 0
+        mv = memoryview(buf)
+        while p + header_size <= n:
+            try:
+                hdr = codec.read_header(buf, p, 1 << 62)
+            except CorruptRecordError:
+                res.stop = "zeros" if not any(mv[p:p + header_size]) else "framing"
+                return res
+            assert hdr is not None
+            size = codec.LENGTH_END + hdr[1]
+            if p + size > n:
+                if pos + p + size > end:
+                    res.stop = "partial"
+                    return res
+                if p == 0:
+                    want, grow = size, True
+                break
+            if codec.crc32(mv[p + codec.CRC_FROM:p + size]) != hdr[3]:
+                res.stop = "crc"
+                return res
+            base = hdr[0]
+            if expected is not None and (base < expected or (base != expected
+                                                              and not hdr[4] & codec.F_OFFSETS)):
+                res.stop = "offsets"
+                return res
+            if hdr[8] < hdr[7] or hdr[7] < 0:
+                res.stop = "framing"
+                return res
+            if interval is not None:
+                if since_index >= interval:
+                    res.index.append((base, pos + p))
+                    if res.max_timestamp >= 0 and (not res.time_index
+                                                   or res.time_index[-1][0] < res.max_timestamp):
+                        res.time_index.append((res.max_timestamp, res.max_ts_offset))
+                    since_index = 0
+                since_index += size
+            if hdr[8] > res.max_timestamp:
+                res.max_timestamp = hdr[8]
+                res.max_ts_offset = base
+            if res.first_timestamp is None:
+                res.first_timestamp = hdr[8]
+            expected = base + hdr[5] + 1
+            res.next_offset = expected
+            res.batches += 1
+            p += size
+            res.end = pos + p
+        if p == 0 and not grow:
+            res.stop = "partial"
+            return res
+        pos += p
+    return res
+
+
+@dataclass
+class Loaded:
+    """The state a writer opens with."""
+
+    segments: list[Segment]
+    start_offset: int
+    end_offset: int
+    recovery_point: int
+    clean: bool
+    truncated_bytes: int = 0
+
+
+def load_for_writer(directory: str, capacity: int, interval: int, max_index_bytes: int) -> Loaded:
+    """Open every segment of ``directory`` for a writer, recovering after a crash."""
+    for name in os.listdir(directory):
+        if name.endswith(".tmp"):
+            remove(os.path.join(directory, name))
+    bases = list_segments(directory)
+    start = read_checkpoint(directory, LOG_START)
+    marker = _read_marker(directory)
+    if not bases:
+        base = start or 0
+        seg = Segment.create(directory, base, capacity, interval, max_index_bytes)
+        _remove_marker(directory, marker)
+        return Loaded([seg], base, base, base, clean=marker is not None)
+    if start is None or start < bases[0]:
+        start = bases[0]
+    segs = [Segment(directory, b, max_index_bytes=max_index_bytes) for b in bases]
+    for prev, nxt in zip(segs, segs[1:]):
+        prev.next_offset = nxt.base_offset
+    active = segs[-1]
+    if marker is not None and _marker_matches(marker, active):
+        _remove_marker(directory, marker)
+        active.next_offset = marker["end_offset"]
+        active.make_active(capacity, interval, None, marker["max_timestamp"],
+                           marker["max_ts_offset"], marker.get("first_timestamp"))
+        return Loaded(segs, start, marker["end_offset"], marker["end_offset"], clean=True)
+    _remove_marker(directory, marker)
+    rp = read_checkpoint(directory, RECOVERY_POINT) or 0
+    first = 0
+    for i, s in enumerate(segs):
+        if s.base_offset <= rp:
+            first = i
+    truncated = 0
+    keep = len(segs)
+    for i in range(first, len(segs)):
+        seg = segs[i]
+        last = i == len(segs) - 1
+        file_size = os.stat(seg.path).st_size
+        res = scan(seg, 0, file_size, seg.base_offset, interval)
+        if res.batches == 0 and i > 0 and res.end == 0:
+            res.next_offset = seg.base_offset
+        _rebuild_indexes(seg, res, max_index_bytes, keep_writable=last or res.stop != "end")
+        if res.end < file_size:
+            truncated += file_size - res.end
+        seg._size = res.end
+        seg.next_offset = res.next_offset
+        seg._max_ts = res.max_timestamp
+        if res.stop != "end" or last:
+            # the torn tail ends the log: later segments hold only unacknowledged data
+            for later in segs[i + 1:]:
+                later.delete()
+            if len(segs) > i + 1:
+                fsync_dir(directory)
+            keep = i + 1
+            seg.make_active(capacity, interval, (len(res.index), len(res.time_index)),
+                            res.max_timestamp, res.max_ts_offset, res.first_timestamp)
+            if res.end < file_size:
+                # zero the torn bytes in place; the file keeps its preallocated size
+                seg._mm[res.end:min(file_size, seg._capacity)] = bytes(  # type: ignore[index]
+                    min(file_size, seg._capacity) - res.end)
+                seg.fsync()
+            break
+        seg._size = res.end
+        os.truncate(seg.path, res.end) if res.end < file_size else None
+    segs = segs[:keep]
+    end = segs[-1].next_offset
+    assert end is not None
+    return Loaded(segs, start, end, rp, clean=False, truncated_bytes=truncated)
+
+
+def _rebuild_indexes(seg: Segment, res: ScanResult, max_index_bytes: int, keep_writable: bool) -> None:
+    from .index import OffsetIndex, TimeIndex
+    for path, cls, entries in ((seg.index_path, OffsetIndex, res.index),
+                               (seg.timeindex_path, TimeIndex, res.time_index)):
+        tmp = path + ".tmp"
+        remove(tmp)
+        ix = cls(tmp, seg.base_offset, max_index_bytes, writable=True, entries=0)
+        for a, b in entries[: ix.max_bytes // ix.SIZE]:
+            ix.append(a, b)
+        if not keep_writable and cls is TimeIndex and res.max_timestamp >= 0 and not ix.is_full:
+            ix.append(res.max_timestamp, res.max_ts_offset)
+        ix.close()
+        os.rename(tmp, path)
+    seg._index = seg._timeindex = None
+    fsync_dir(seg.directory)
+
+
+def _read_marker(directory: str) -> dict | None:
+    try:
+        with open(os.path.join(directory, CLEAN_MARKER), "rb") as f:
+            m = json.loads(f.read())
+        if m.get("version") == 1:
+            return m
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        pass
+    return {}
+
+
+def _marker_matches(marker: dict, active: Segment) -> bool:
+    try:
+        return (marker["active_base"] == active.base_offset
+                and marker["active_size"] == os.stat(active.path).st_size
+                and isinstance(marker["end_offset"], int))
+    except (KeyError, OSError):
+        return False
+
+
+def _remove_marker(directory: str, marker: dict | None) -> None:
+    if marker is not None and remove(os.path.join(directory, CLEAN_MARKER)):
+        fsync_dir(directory)
+
+
+def write_marker(directory: str, active: Segment, end_offset: int) -> None:
+    """Record a clean shutdown: the state a clean open needs without reading data."""
+    data = {"version": 1, "end_offset": end_offset, "active_base": active.base_offset,
+            "active_size": active.size, "max_timestamp": active.max_timestamp,
+            "max_ts_offset": active._max_ts_offset, "first_timestamp": active.first_timestamp}
+    atomic_write(os.path.join(directory, CLEAN_MARKER), json.dumps(data).encode())
+
+
+def refresh_live(seg: Segment) -> None:
+    """Advance a reader's view of a segment another process appends to.
+
+    Scans forward from the known end, checking CRCs: a batch caught half-written
+    ends the visible data until the next refresh.
+    """
+    start = seg._size or 0
+    file_size = os.fstat(seg.fileno()).st_size
+    if file_size <= start:
+        return
+    res = scan(seg, start, file_size, seg.next_offset if start else None,
+               max_timestamp=seg._max_ts if seg._max_ts is not None else -1)
+    if res.end > start:
+        seg._size = res.end
+        seg.next_offset = res.next_offset
+        seg._max_ts = res.max_timestamp

@@ -1,0 +1,59 @@
+"""Delete policy: whole segments by age (``retention_ms``) and total size (``retention_bytes``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import recovery
+from ._fs import fsync_dir
+
+if TYPE_CHECKING:
+    from .log import Log
+    from .segment import Segment
+
+
+def expired_prefix(segments: tuple["Segment", ...], now_ms: int, retention_ms: int | None,
+                   retention_bytes: int | None) -> int:
+    """How many of the oldest sealed segments are due for deletion.
+
+    A segment is due when its largest timestamp is more than ``retention_ms`` old,
+    or while the log without it still holds at least ``retention_bytes``. Only a
+    prefix of the segments is deleted, and never the last (active) one.
+    """
+    total = sum(s.size for s in segments) if retention_bytes is not None else 0
+    n = 0
+    for seg in segments[:-1]:
+        by_time = retention_ms is not None and now_ms - seg.max_timestamp > retention_ms
+        by_size = retention_bytes is not None and total - seg.size >= retention_bytes
+        if not (by_time or by_size):
+            break
+        total -= seg.size
+        n += 1
+    return n
+
+
+def enforce(log: "Log", now_ms: int) -> list[int]:
+    """Apply the delete policy to ``log``; return the deleted segments' base offsets.
+
+    The new log start offset is checkpointed (durably) before any file is removed,
+    so a crash in between leaves segments below the start offset, which the next
+    pass deletes, and never a start offset pointing at deleted data.
+    """
+    cfg = log.config
+    if not cfg.deletes:
+        return []
+    with log._lock:
+        log._check_writable()
+        segs = log._segs
+        n = expired_prefix(segs, now_ms, cfg.retention_ms, cfg.retention_bytes)
+        if not n:
+            return []
+        doomed = segs[:n]
+        new_start = segs[n].base_offset
+        recovery.write_checkpoint(log.path, recovery.LOG_START, new_start)
+        log._start = max(log._start, new_start)
+        log._set_segments(segs[n:])
+    for seg in doomed:
+        seg.delete()
+    fsync_dir(log.path)
+    return [s.base_offset for s in doomed]

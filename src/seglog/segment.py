@@ -1,0 +1,359 @@
+"""``Segment``: one ``.log`` file of whole batches plus its two indexes.
+
+The mechanism only: appending bytes, finding and reading batches, rolling. Policy
+(when to roll, flush or delete) lives in ``Log``.
+
+Writing: the active segment's file is extended to its capacity (``segment_bytes``
+plus room for one largest batch) as a sparse file and mapped read-write; an append
+is a copy into the page cache (no system call), so it survives a crash of the
+process the moment it returns (rule R1). Disk blocks are reserved ahead of the
+write position with ``posix_fallocate`` so that a full disk is an ``OSError`` on a
+system call, never a SIGBUS on a page fault. On roll and close the file is cut back
+to its data, so a clean segment file holds exactly its batches.
+
+Reading: always ``os.pread`` into bytes, never a mapping, in every process: a file
+cut back under a mapping would raise SIGBUS in the reader (rule R8).
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+from struct import Struct
+from typing import Iterator
+
+from . import codec
+from ._fs import fsync_dir, fsync_file
+from .errors import CorruptRecordError
+from .index import OffsetIndex, TimeIndex
+from .message import MessageSet
+
+_ALLOC_CHUNK = 4 << 20
+_OFFSET = Struct("<q")
+_SCAN_CHUNK = 1 << 16
+NO_TIMESTAMP = -1
+
+
+def segment_name(base_offset: int) -> str:
+    """The 20-digit, zero-padded file stem of a segment."""
+    return f"{base_offset:020d}"
+
+
+def parse_name(name: str) -> int | None:
+    stem, dot, ext = name.partition(".")
+    if len(stem) == 20 and stem.isdigit() and dot:
+        return int(stem)
+    return None
+
+
+class Segment:
+    """One segment: ``<base>.log``, ``<base>.index`` and ``<base>.timeindex``.
+
+    ``size`` is the number of bytes of whole batches; ``next_offset`` the offset
+    after its last batch (None until known); ``max_timestamp`` its largest record
+    timestamp (-1 when empty).
+    """
+
+    def __init__(self, directory: str, base_offset: int, *, size: int | None = None,
+                 next_offset: int | None = None, max_index_bytes: int = 10 << 20,
+                 live: bool = False) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        stem = os.path.join(directory, segment_name(base_offset))
+        self.path = stem + ".log"
+        self.index_path = stem + ".index"
+        self.timeindex_path = stem + ".timeindex"
+        self._size = size
+        self.next_offset = next_offset
+        self._max_index_bytes = max_index_bytes
+        self._live = live          # another process may still append to it
+        self._file: io.FileIO | None = None
+        self._index: OffsetIndex | None = None
+        self._timeindex: TimeIndex | None = None
+        self._max_ts: int | None = None
+        # writer state, set by make_active()
+        self._mm: mmap.mmap | None = None
+        self._capacity = 0
+        self._alloc_end = 0
+        self._interval = 4096
+        self._next_index_pos = 1 << 62
+        self._max_ts_offset = base_offset
+        self.first_timestamp: int | None = None
+        self.deleted = False
+
+    # -- creation and activation (writer) ---------------------------------------
+    @classmethod
+    def create(cls, directory: str, base_offset: int, capacity: int,
+               index_interval_bytes: int, max_index_bytes: int) -> "Segment":
+        """Create a new empty active segment; files and directory entry made durable (R2)."""
+        seg = cls(directory, base_offset, size=0, next_offset=base_offset,
+                  max_index_bytes=max_index_bytes)
+        fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        os.close(fd)
+        for p in (seg.index_path, seg.timeindex_path):
+            os.close(os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
+        seg.make_active(capacity, index_interval_bytes, index_entries=(0, 0), max_timestamp=-1,
+                        max_ts_offset=base_offset, first_timestamp=None)
+        seg._fsync_all()
+        fsync_dir(directory)
+        return seg
+
+    def make_active(self, capacity: int, index_interval_bytes: int,
+                    index_entries: tuple[int, int] | None, max_timestamp: int,
+                    max_ts_offset: int, first_timestamp: int | None) -> None:
+        """Open this segment for appends at ``size`` (known) with its indexes.
+
+        ``index_entries`` gives the valid entry counts of (offset, time) index,
+        None to take them from the file sizes (a clean segment).
+        """
+        self._size = self.size
+        self._file = io.FileIO(self.path, "r+")
+        fd = self._file.fileno()
+        self._capacity = max(capacity, self._size)
+        if os.fstat(fd).st_size != self._capacity:
+            os.ftruncate(fd, self._capacity)
+        self._alloc_end = self._size
+        self._mm = mmap.mmap(fd, self._capacity)
+        ie, te = index_entries if index_entries is not None else (None, None)
+        self._index = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes,
+                                  writable=True, entries=ie)
+        self._timeindex = TimeIndex(self.timeindex_path, self.base_offset,
+                                    self._max_index_bytes, writable=True, entries=te)
+        self._interval = index_interval_bytes
+        # Kafka's rule: an entry for the first batch at least an interval past the last
+        self._next_index_pos = self._index.last_entry()[1] + index_interval_bytes
+        self._max_ts = max_timestamp
+        self._max_ts_offset = max_ts_offset
+        self.first_timestamp = first_timestamp
+        self._live = False
+
+    @property
+    def is_active(self) -> bool:
+        """True while this process appends to it."""
+        return self._mm is not None
+
+    # -- properties ---------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """Bytes of whole batches in the segment."""
+        if self._size is None:
+            self._size = os.stat(self.path).st_size
+        return self._size
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest record timestamp in the segment, -1 if it has none."""
+        if self._max_ts is None:
+            last = self.time_index.last_entry()
+            self._max_ts = last[0] if last is not None else NO_TIMESTAMP
+            if last is None and self.size:
+                # no entry (a segment rolled before its first index entry): scan
+                self._max_ts = max((h[8] for _, h in self.batches()), default=NO_TIMESTAMP)
+        return self._max_ts
+
+    @property
+    def index(self) -> OffsetIndex:
+        if self._index is None:
+            self._index = OffsetIndex(self.index_path, self.base_offset,
+                                      self._max_index_bytes, live=self._live)
+        return self._index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._timeindex is None:
+            self._timeindex = TimeIndex(self.timeindex_path, self.base_offset,
+                                        self._max_index_bytes, live=self._live)
+        return self._timeindex
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+    @property
+    def file(self) -> io.FileIO:
+        if self._file is None:
+            self._file = io.FileIO(self.path, "r")
+        return self._file
+
+    # -- writing --------------------------------------------------------------------
+    def fits(self, nbytes: int) -> bool:
+        return self.size + nbytes <= self._capacity
+
+    def append(self, data: bytes, base_offset: int, next_offset: int, max_timestamp: int) -> None:
+        """Copy one encoded batch to the end, stamping its base offset field.
+
+        The CRC does not cover the base offset, so a batch can be encoded before its
+        offset is known (outside the log's lock).
+        """
+        mm = self._mm
+        assert mm is not None and self._size is not None
+        pos = self._size
+        end = pos + len(data)
+        if end > self._alloc_end:
+            self.allocate(end)
+        mm[pos:end] = data
+        _OFFSET.pack_into(mm, pos, base_offset)
+        self.appended(pos, end, base_offset, next_offset, max_timestamp)
+
+    def appended(self, pos: int, end: int, base_offset: int, next_offset: int,
+                 max_timestamp: int) -> None:
+        """Account for a batch written at [pos, end): indexes, timestamps, size."""
+        if pos >= self._next_index_pos:
+            self._add_index_entry(base_offset, pos)
+        if max_timestamp > self._max_ts:  # type: ignore[operator]
+            self._max_ts = max_timestamp
+            self._max_ts_offset = base_offset
+        if self.first_timestamp is None:
+            self.first_timestamp = max_timestamp
+        self._size = end
+        self.next_offset = next_offset
+
+    def _add_index_entry(self, offset: int, pos: int) -> None:
+        ix, tix = self._index, self._timeindex
+        assert ix is not None and tix is not None
+        if ix.is_full or tix.is_full:
+            self._next_index_pos = 1 << 62
+            return
+        ix.append(offset, pos)
+        tix.append(self._max_ts, self._max_ts_offset)  # type: ignore[arg-type]
+        self._next_index_pos = pos + self._interval
+
+    def allocate(self, end: int) -> None:
+        new_end = min(self._capacity, max(end, self._alloc_end + _ALLOC_CHUNK))
+        os.posix_fallocate(self.file.fileno(), self._alloc_end, new_end - self._alloc_end)
+        self._alloc_end = new_end
+
+    @property
+    def index_full(self) -> bool:
+        return self._index is not None and (self._index.is_full or self.time_index.is_full)
+
+    def fsync(self) -> None:
+        """Make the log data durable (indexes are rebuilt by recovery, not synced)."""
+        if self._file is not None:
+            fsync_file(self._file.fileno())
+
+    def _fsync_all(self) -> None:
+        self.fsync()
+        self.index.flush()
+        self.time_index.flush()
+
+    def seal(self) -> None:
+        """Stop appending: cut the file back to its data, trim the indexes, fsync all."""
+        if self._mm is None:
+            return
+        assert self._size is not None and self._timeindex is not None and self._index is not None
+        if self._size and not self._timeindex.is_full:
+            self._timeindex.append(self._max_ts, self._max_ts_offset)  # type: ignore[arg-type]
+        self._mm.close()
+        self._mm = None
+        os.ftruncate(self.file.fileno(), self._size)
+        fsync_file(self.file.fileno())
+        self._index.trim()
+        self._timeindex.trim()
+
+    def close(self) -> None:
+        """Seal if active and release files. Readers holding batches keep their bytes."""
+        self.seal()
+        for ix in (self._index, self._timeindex):
+            if ix is not None:
+                ix.close()
+        self._index = self._timeindex = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def delete(self) -> None:
+        """Unlink the files. Open descriptors (other readers') stay readable."""
+        from ._fs import remove
+        for p in (self.path, self.index_path, self.timeindex_path):
+            remove(p)
+        self.deleted = True
+
+    # -- reading -----------------------------------------------------------------
+    def pread(self, n: int, pos: int) -> bytes:
+        return os.pread(self.fileno(), n, pos)
+
+    def batches(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, codec.BatchHeader]]:
+        """(position, header) of each whole batch from ``start`` up to ``end``.
+
+        Framing only; CRCs are not checked. Stops at a partial batch.
+        """
+        end = self.size if end is None else end
+        pos = start
+        fd = self.fileno()
+        while pos < end:
+            buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+            n = len(buf)
+            p = 0
+            while True:
+                hdr = codec.read_header(buf, p, n)
+                if hdr is None:
+                    break
+                yield pos + p, hdr
+                p += codec.LENGTH_END + hdr[1]
+            if p == 0:
+                if n < codec.HEADER_SIZE:
+                    return
+                hdr = codec.read_header(buf, 0, 1 << 62)
+                assert hdr is not None
+                if pos + codec.batch_size(hdr) > end:
+                    return
+                yield pos, hdr
+                p = codec.batch_size(hdr)
+            pos += p
+
+    def find_position(self, offset: int, end: int | None = None) -> tuple[int, codec.BatchHeader | None]:
+        """Position of the first batch whose last offset is >= ``offset``.
+
+        Returns (position, header), or (end, None) if no such batch.
+        """
+        end = self.size if end is None else end
+        _, pos = self.index.lookup(offset)
+        if pos > end:
+            pos = 0
+        for p, hdr in self.batches(pos, end):
+            if codec.last_offset(hdr) >= offset:
+                return p, hdr
+        return end, None
+
+    def read(self, offset: int, max_bytes: int, end: int | None = None,
+             max_offset: int | None = None) -> MessageSet:
+        """Whole batches holding messages from ``offset``, up to about ``max_bytes``.
+
+        At least one whole batch is returned if one exists, however large.
+        """
+        end = self.size if end is None else end
+        start, hdr = self.find_position(offset, end)
+        if hdr is None:
+            return MessageSet(b"", min_offset=offset, next_offset=offset)
+        return self.read_at(start, offset, max_bytes, end, max_offset)
+
+    def read_at(self, start: int, min_offset: int, max_bytes: int, end: int,
+                max_offset: int | None = None) -> MessageSet:
+        """Whole batches from file position ``start`` (a batch start)."""
+        want = max(min(max_bytes, end - start), codec.HEADER_SIZE)
+        buf = self.pread(want, start)
+        n = len(buf)
+        p = 0
+        while True:
+            hdr = codec.read_header(buf, p, n)
+            if hdr is None:
+                break
+            p += codec.batch_size(hdr)
+        if p == 0 and n >= codec.HEADER_SIZE:
+            first = codec.read_header(buf, 0, 1 << 62)
+            assert first is not None
+            size = codec.batch_size(first)
+            if start + size > end:
+                raise CorruptRecordError("batch runs past the end of the segment",
+                                         self.path, start, first[0])
+            buf = self.pread(size, start)
+            p = len(buf)
+            if p != size:
+                raise CorruptRecordError("short read of a batch", self.path, start, first[0])
+        return MessageSet(buf, 0, p, min_offset=min_offset, max_offset=max_offset,
+                          file=self.file, file_position=start, path=self.path)
+
+    def __repr__(self) -> str:
+        return (f"<Segment base={self.base_offset} size={self._size} "
+                f"{'active' if self.is_active else 'sealed'}>")
