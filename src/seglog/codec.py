@@ -247,6 +247,59 @@ class _Bad(Exception):
     pass
 
 
+def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
+                 max_offset: int | None = None,
+                 max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
+                 message_type: type = tuple) -> Iterator[Iterator[tuple]]:
+    """Per whole batch in ``data[start:end]``, an iterator of its messages.
+
+    Checks framing and CRC of each batch before decoding it and raises
+    CorruptRecordError (with ``position`` relative to ``data``) on the first bad
+    one. Messages below ``min_offset`` or at/after ``max_offset`` are skipped.
+    This is the read path's inner loop: a plain batch (no keys, headers, nulls,
+    per-record timestamps or compression) decodes with a few C-level calls.
+    """
+    mv = memoryview(data)
+    bio = BytesIO(data) if type(data) is bytes else None
+    unpack = HEADER.unpack_from
+    pos = start
+    while pos < end:
+        if pos + HEADER_SIZE > end:
+            raise CorruptRecordError("partial batch header", position=pos)
+        hdr = unpack(data, pos)
+        base, length, magic, crc, attrs, last_delta, count, base_ts, _ = hdr
+        nxt = pos + LENGTH_END + length
+        if magic != MAGIC or length < MIN_BATCH_LENGTH or nxt > end:
+            raise CorruptRecordError(
+                f"bad batch framing (magic {magic}, length {length})", position=pos, offset=base)
+        if max_offset is not None and base >= max_offset:
+            return
+        if base + last_delta < min_offset:
+            pos = nxt
+            continue
+        if crc32(mv[pos + CRC_FROM:nxt]) != crc:
+            raise CorruptRecordError("CRC mismatch", position=pos, offset=base)
+        if (attrs & ~F_WIDE) or bio is None or count != last_delta + 1:
+            yield decode_batch(data, pos, hdr, min_offset, max_offset, max_uncompressed,
+                               message_type)
+        else:
+            p = pos + HEADER_SIZE
+            q = p + (4 if attrs else 2) * count
+            lens = _array("I" if attrs else "H", mv[p:q])
+            if q + sum(lens) != nxt:
+                raise CorruptRecordError("record lengths do not add up", position=pos, offset=base)
+            bio.seek(q)
+            it: Iterator[tuple] = map(message_type, zip(range(base, base + count), repeat(base_ts),
+                                                        repeat(None), map(bio.read, lens),
+                                                        repeat(())))
+            if min_offset > base or (max_offset is not None and max_offset <= base + last_delta):
+                lo = max(0, min_offset - base)
+                hi = count if max_offset is None else min(count, max_offset - base)
+                it = islice(it, lo, max(lo, hi))
+            yield it
+        pos = nxt
+
+
 def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
                  min_offset: int = 0, max_offset: int | None = None,
                  max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,

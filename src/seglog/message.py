@@ -102,16 +102,12 @@ class MessageSet:
             pos += codec.LENGTH_END + hdr[1]
 
     def _batch_iters(self) -> Iterator[Iterator[Message]]:
-        data = self._data
-        for pos, hdr in self._headers():
-            if self._max is not None and hdr[0] >= self._max:
-                return
-            if codec.last_offset(hdr) < self._min:
-                continue
-            if not codec.check_crc(data, pos, hdr):
-                raise CorruptRecordError("CRC mismatch", self._path, self._pos(pos), hdr[0])
-            yield codec.decode_batch(data, pos, hdr, self._min, self._max,
-                                     self._max_uncompressed, Message)
+        try:
+            yield from codec.iter_batches(self._data, self._start, self._end, self._min, self._max,
+                                          self._max_uncompressed, Message)
+        except CorruptRecordError as e:
+            pos = self._pos(e.position) if e.position is not None else None
+            raise CorruptRecordError(str(e).split(" (")[0], self._path, pos, e.offset) from None
 
     def _pos(self, pos: int) -> int:
         return pos - self._start + (self._file_pos or 0)
@@ -151,6 +147,8 @@ class MessageSet:
     @property
     def next_offset(self) -> int:
         """The offset to read next: one past the set's last batch."""
+        if self._next is not None:
+            return self._next
         last = None
         for _, hdr in self._headers():
             last = hdr
