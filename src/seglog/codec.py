@@ -19,6 +19,7 @@ from bisect import bisect_left
 from itertools import chain, islice, repeat
 from operator import add
 from struct import Struct
+from struct import error as struct_error
 from typing import Iterable, Iterator, Sequence
 
 import lz4.block
@@ -285,6 +286,8 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
         else:
             p = pos + HEADER_SIZE
             q = p + (4 if attrs else 2) * count
+            if q > nxt:
+                raise CorruptRecordError("length array runs past the batch", position=pos, offset=base)
             lens = _array("I" if attrs else "H", mv[p:q])
             if q + sum(lens) != nxt:
                 raise CorruptRecordError("record lengths do not add up", position=pos, offset=base)
@@ -312,7 +315,8 @@ def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
     try:
         return _decode(data, pos, hdr, min_offset, max_offset, max_uncompressed,
                        message_type or tuple)
-    except (_Bad, lz4.block.LZ4BlockError, ValueError, OverflowError, UnicodeDecodeError) as e:
+    except (_Bad, lz4.block.LZ4BlockError, ValueError, OverflowError, UnicodeDecodeError,
+            struct_error) as e:
         raise CorruptRecordError(f"undecodable batch: {e}", position=pos, offset=hdr[0]) from None
 
 
@@ -323,6 +327,8 @@ def _decode(data: bytes, pos: int, hdr: BatchHeader, min_offset: int,
     p = pos + HEADER_SIZE
     if attrs & F_HORIZON:
         p += 8
+    if p > end:
+        raise _Bad("batch too short for its attributes")
     if attrs & CODEC_MASK:
         if attrs & CODEC_MASK != CODEC_LZ4:
             raise _Bad(f"unknown codec {attrs & CODEC_MASK}")

@@ -192,6 +192,9 @@ class OffsetIndex(_Index):
         return self.base_offset + e[0], e[1]
 
     def last_entry(self) -> tuple[int, int]:
+        """The last entry, or (base_offset, 0) if there is none."""
+        if self._live:
+            return self.lookup(self.base_offset + (1 << 40))
         n, entry = self._reader()
         e = entry(self._entries - 1) if self._entries else None
         if e is None:
@@ -230,9 +233,9 @@ class TimeIndex(_Index):
         return e[0], self.base_offset + e[1]
 
     def last_entry(self) -> tuple[int, int] | None:
-        es = self.entries()[-1:] if self._live else None
-        if es is not None:
-            return (es[0][0], self.base_offset + es[0][1]) if es else None
+        """The last (timestamp, offset) entry: the segment's largest timestamp once rolled."""
+        if self._live:
+            return self.lookup((1 << 63) - 1)
         n, entry = self._reader()
         e = entry(self._entries - 1) if self._entries else None
         return None if e is None else (e[0], self.base_offset + e[1])

@@ -556,6 +556,7 @@ class Log:
         if not start <= offset <= end:
             raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}]")
         if offset == end:
+            self._raise_corruption()
             return MessageSet(b"", min_offset=offset, next_offset=offset)
         segs, i = self._locate(offset)
         for seg in segs[i:]:
@@ -603,6 +604,7 @@ class Log:
                     segs = self._segs
                     k = _index_of(segs, seg)
                     if k is None or k + 1 >= len(segs):
+                        self._raise_corruption()
                         return
                     seg = segs[k + 1]
                     pos = 0
@@ -664,6 +666,11 @@ class Log:
                 return True
             finally:
                 self._waiters -= 1
+
+    def _raise_corruption(self) -> None:
+        """A reader at the visible end: raise damage found there (R6), if any."""
+        if self.readonly and self._segs and self._segs[-1].corruption is not None:
+            raise self._segs[-1].corruption
 
     def _notify(self) -> None:
         with self._cond:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 
 from . import codec
@@ -194,8 +195,8 @@ def load_for_writer(directory: str, capacity: int, interval: int, max_index_byte
         last = i == len(segs) - 1
         file_size = os.stat(seg.path).st_size
         res = scan(seg, 0, file_size, seg.base_offset, interval)
-        if res.batches == 0 and i > 0 and res.end == 0:
-            res.next_offset = seg.base_offset
+        if is_corruption(seg, res, file_size, rp):
+            raise corruption_error(seg, res)
         _rebuild_indexes(seg, res, max_index_bytes, keep_writable=last or res.stop != "end")
         if res.end < file_size:
             truncated += file_size - res.end
@@ -277,11 +278,56 @@ def write_marker(directory: str, active: Segment, end_offset: int) -> None:
     atomic_write(os.path.join(directory, CLEAN_MARKER), json.dumps(data).encode())
 
 
+def continuing_batch_after(seg: Segment, pos: int, file_size: int, next_offset: int) -> int | None:
+    """Position of a valid batch after ``pos`` that continues the log, if any.
+
+    A batch with a good CRC and a base offset at or past ``next_offset`` beyond a
+    damaged spot proves the damage is inside written data, not a torn tail. A stale
+    copy of an earlier batch (base offset too low) proves nothing. Zero-filled
+    stretches are skipped at C speed.
+    """
+    chunk = 1 << 20
+    p = pos + 1
+    while p + codec.HEADER_SIZE <= file_size:
+        buf = os.pread(seg.fileno(), min(chunk + codec.HEADER_SIZE, file_size - p), p)
+        limit = min(chunk, len(buf) - codec.HEADER_SIZE + 1)
+        i = buf.find(codec.MAGIC.to_bytes(1, "little"), codec.LENGTH_END)
+        while 0 <= i - codec.LENGTH_END < limit:
+            q = i - codec.LENGTH_END
+            hdr = codec.HEADER.unpack_from(buf, q)
+            size = codec.LENGTH_END + hdr[1]
+            if (hdr[1] >= codec.MIN_BATCH_LENGTH and hdr[0] >= next_offset
+                    and p + q + size <= file_size):
+                data = buf if q + size <= len(buf) else os.pread(seg.fileno(), size, p + q)
+                start = q if data is buf else 0
+                if codec.check_crc(data, start, hdr):
+                    return p + q
+            i = buf.find(codec.MAGIC.to_bytes(1, "little"), i + 1)
+        p += limit
+    return None
+
+
+def is_corruption(seg: Segment, res: ScanResult, file_size: int, durable_offset: int) -> bool:
+    """Rule R6: damage inside the durable prefix, or followed by data, is corruption."""
+    if res.stop == "end":
+        return False
+    if res.next_offset < durable_offset:
+        return True
+    return continuing_batch_after(seg, res.end, file_size, res.next_offset) is not None
+
+
+def corruption_error(seg: Segment, res: ScanResult) -> CorruptRecordError:
+    return CorruptRecordError(f"bad batch ({res.stop}) inside written data", seg.path,
+                              res.end, res.next_offset)
+
+
 def refresh_live(seg: Segment) -> None:
     """Advance a reader's view of a segment another process appends to.
 
     Scans forward from the known end, checking CRCs: a batch caught half-written
-    ends the visible data until the next refresh.
+    ends the visible data until the next refresh. Damage that cannot be a write
+    in progress (valid data follows it, or the writer shut down cleanly past it)
+    is recorded in ``seg.corruption`` and raised to whoever reads that far.
     """
     start = seg._size or 0
     file_size = os.fstat(seg.fileno()).st_size
@@ -293,3 +339,23 @@ def refresh_live(seg: Segment) -> None:
         seg._size = res.end
         seg.next_offset = res.next_offset
         seg._max_ts = res.max_timestamp
+        seg.corruption = None
+    elif seg.corruption is not None:
+        return
+    if res.stop in ("crc", "framing", "offsets"):
+        marker = _read_marker(seg.directory) or {}
+        clean_past = (marker.get("active_base") == seg.base_offset
+                      and isinstance(marker.get("active_size"), int)
+                      and marker["active_size"] > res.end)
+        if clean_past or is_corruption(seg, res, file_size, -1):
+            # a live writer may be finishing that batch: look again before saying so
+            for delay in (0.0, 0.002, 0.02):
+                time.sleep(delay)
+                again = scan(seg, res.end, os.fstat(seg.fileno()).st_size, res.next_offset,
+                             max_timestamp=res.max_timestamp)
+                if again.end > res.end:
+                    seg._size = again.end
+                    seg.next_offset = again.next_offset
+                    seg._max_ts = again.max_timestamp
+                    return
+            seg.corruption = corruption_error(seg, res)

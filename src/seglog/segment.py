@@ -89,6 +89,8 @@ class Segment:
         self._max_ts_offset = base_offset
         self.first_timestamp: int | None = None
         self.deleted = False
+        # set by a reader's scan that found damage which cannot be a torn tail
+        self.corruption: CorruptRecordError | None = None
 
     # -- creation and activation (writer) ---------------------------------------
     @classmethod

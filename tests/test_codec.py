@@ -1,0 +1,184 @@
+"""The batch codec is pure: bytes in, bytes out. Round trips, edge cases, and fuzzing."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seglog import codec
+from seglog.errors import CorruptRecordError
+
+
+def decode_all(data: bytes, **kw) -> list[tuple]:
+    out = []
+    for it in codec.iter_batches(data, 0, len(data), **kw):
+        out.extend(it)
+    return out
+
+
+maybe_bytes = st.one_of(st.none(), st.binary(max_size=64))
+headers_st = st.lists(st.tuples(st.text(max_size=8), st.binary(max_size=16)), max_size=3)
+
+
+@st.composite
+def batches(draw):
+    n = draw(st.integers(1, 30))
+    values = draw(st.lists(maybe_bytes, min_size=n, max_size=n))
+    keys = draw(st.one_of(st.none(), st.lists(maybe_bytes, min_size=n, max_size=n)))
+    if draw(st.booleans()):
+        stamps = draw(st.integers(0, 2**40))
+    else:
+        stamps = draw(st.lists(st.integers(0, 2**62), min_size=n, max_size=n))
+    headers = draw(st.one_of(st.none(), st.lists(headers_st, min_size=n, max_size=n)))
+    base = draw(st.integers(0, 2**50))
+    lz4 = draw(st.booleans())
+    return base, values, keys, stamps, headers, lz4
+
+
+@given(batches())
+@settings(max_examples=300, deadline=None)
+def test_round_trip(batch):
+    base, values, keys, stamps, headers, lz4 = batch
+    enc_headers = None if headers is None else [[(k.encode(), v) for k, v in h] for h in headers]
+    data = codec.encode_batch(base, values, stamps, keys, enc_headers,
+                              codec.CODEC_LZ4 if lz4 else codec.CODEC_NONE)
+    msgs = decode_all(data)
+    n = len(values)
+    assert [m[0] for m in msgs] == list(range(base, base + n))
+    assert [m[3] for m in msgs] == values
+    assert [m[2] for m in msgs] == (keys if keys is not None else [None] * n)
+    assert [m[1] for m in msgs] == (stamps if isinstance(stamps, list) else [stamps] * n)
+    want_h = [tuple(h) for h in headers] if headers is not None else [()] * n
+    assert [m[4] for m in msgs] == want_h
+
+
+def test_none_and_empty_are_different():
+    data = codec.encode_batch(0, [None, b"", b"x"], 5, [b"k", None, b""])
+    msgs = decode_all(data)
+    assert [m[3] for m in msgs] == [None, b"", b"x"]
+    assert [m[2] for m in msgs] == [b"k", None, b""]
+
+
+def test_plain_batch_overhead_is_small():
+    values = [os.urandom(200) for _ in range(50)]
+    data = codec.encode_batch(0, values, 1234)
+    overhead = (len(data) - 200 * 50) / 50
+    assert overhead < 3.0  # 43-byte header + 2-byte length per record
+    assert codec.encode_values(0, values, codec.value_lengths(values), 1234) == data
+
+
+def test_single_matches_general_encoder():
+    for v in (b"", b"abc", os.urandom(70000)):
+        assert codec.encode_single(7, v, 99) == codec.encode_batch(7, [v], 99)
+
+
+def test_wide_values_and_timestamps():
+    big = os.urandom(0x10000)
+    data = codec.encode_batch(3, [big, b"s"], [0, 2**62])
+    hdr = codec.HEADER.unpack_from(data)
+    assert hdr[4] & codec.F_WIDE and hdr[4] & codec.F_WIDE_TS
+    assert [(m[1], m[3]) for m in decode_all(data)] == [(0, big), (2**62, b"s")]
+
+
+def test_value_of_0xffff_bytes_is_not_mistaken_for_null():
+    v = b"a" * 0xFFFF
+    assert decode_all(codec.encode_batch(0, [v], 1))[0][3] == v
+    assert decode_all(codec.encode_single(0, v, 1))[0][3] == v
+
+
+def test_compacted_batch_with_offset_holes():
+    data = codec.encode_batch(100, [b"a", b"b"], 1, offset_deltas=[2, 7], last_offset_delta=9)
+    hdr = codec.HEADER.unpack_from(data)
+    assert codec.last_offset(hdr) == 109
+    assert [m[0] for m in decode_all(data)] == [102, 107]
+    assert [m[0] for m in decode_all(data, min_offset=103)] == [107]
+    assert [m[0] for m in decode_all(data, max_offset=107)] == [102]
+
+
+def test_min_and_max_offset_filter():
+    data = codec.encode_batch(10, [bytes([i]) for i in range(10)], 1)
+    assert [m[0] for m in decode_all(data, min_offset=13, max_offset=16)] == [13, 14, 15]
+    assert decode_all(data, min_offset=25) == []
+
+
+def test_lz4_compresses_repetitive_data_and_skips_incompressible():
+    lines = [b'{"path": "/api/v1/items", "status": 200, "n": %d}' % i for i in range(50)]
+    packed = codec.encode_batch(0, lines, 1, codec=codec.CODEC_LZ4)
+    assert codec.HEADER.unpack_from(packed)[4] & codec.CODEC_MASK == codec.CODEC_LZ4
+    assert len(packed) < 0.5 * sum(map(len, lines))
+    noise = [os.urandom(100) for _ in range(5)]
+    raw = codec.encode_batch(0, noise, 1, codec=codec.CODEC_LZ4)
+    assert codec.HEADER.unpack_from(raw)[4] & codec.CODEC_MASK == codec.CODEC_NONE
+    assert [m[3] for m in decode_all(raw)] == noise
+
+
+def _recrc(data: bytearray) -> bytes:
+    struct.pack_into("<I", data, 13, codec.crc32(bytes(data[codec.CRC_FROM:])))
+    return bytes(data)
+
+
+def test_decompression_bomb_is_refused():
+    lines = [b"x" * 1000] * 10
+    data = bytearray(codec.encode_batch(0, lines, 1, codec=codec.CODEC_LZ4))
+    # claim a huge uncompressed size (with a valid CRC, as a forger would)
+    struct.pack_into("<I", data, codec.HEADER_SIZE, 2**31)
+    with pytest.raises(CorruptRecordError, match="uncompressed size"):
+        decode_all(_recrc(data))
+    with pytest.raises(CorruptRecordError):
+        decode_all(codec.encode_batch(0, lines, 1, codec=codec.CODEC_LZ4), max_uncompressed=100)
+
+
+def test_crc_mismatch_and_bad_framing():
+    data = bytearray(codec.encode_batch(0, [b"hello", b"world"], 1))
+    data[-1] ^= 1
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        decode_all(bytes(data))
+    with pytest.raises(CorruptRecordError, match="framing"):
+        decode_all(bytes(64))
+    with pytest.raises(CorruptRecordError):
+        decode_all(codec.encode_batch(0, [b"a"], 1)[:-1])
+
+
+def test_lengths_that_do_not_add_up_are_corrupt():
+    data = bytearray(codec.encode_batch(0, [b"abc", b"de"], 1))
+    struct.pack_into("<H", data, codec.HEADER_SIZE, 4)   # first length 3 -> 4
+    with pytest.raises(CorruptRecordError, match="add up"):
+        decode_all(_recrc(data))
+
+
+def test_read_header_partial_and_framing():
+    data = codec.encode_batch(5, [b"abc"], 1)
+    assert codec.read_header(data, 0, len(data)) is not None
+    assert codec.read_header(data, 0, len(data) - 1) is None
+    assert codec.read_header(data, 0, 10) is None
+    with pytest.raises(CorruptRecordError):
+        codec.read_header(bytes(100), 0, 100)
+
+
+@given(st.binary(min_size=0, max_size=400), st.integers(0, 2**32 - 1))
+@settings(max_examples=400, deadline=None)
+def test_fuzz_decoding_garbage_raises_only_corrupt_record(junk, seed):
+    # a valid CRC over garbage, so decoding goes past the checksum
+    for attrs in (0, seed & 0x7FF):
+        body = struct.pack("<HIIqq", attrs, seed % 7, seed % 9, 1, 1) + junk
+        data = bytearray(struct.pack("<qIBI", 0, 5 + len(body), codec.MAGIC, 0) + body)
+        try:
+            msgs = decode_all(_recrc(data))
+        except CorruptRecordError:
+            continue
+        assert all(len(m) == 5 for m in msgs)
+
+
+@given(st.binary(max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_fuzz_flipped_bytes_never_decode_silently(payload):
+    data = bytearray(codec.encode_batch(0, [payload, b"tail"], 1))
+    for i in range(codec.CRC_FROM, len(data), max(1, len(data) // 16)):
+        bad = bytearray(data)
+        bad[i] ^= 0x10
+        with pytest.raises(CorruptRecordError):
+            decode_all(bytes(bad))

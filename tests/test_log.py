@@ -1,0 +1,357 @@
+"""The Log API of SPEC section 2, behaviour by behaviour."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+import seglog
+from seglog import Log, Record
+
+
+def values(log: Log, start: int | None = None, end: int | None = None) -> list:
+    return [m.value for m in log.iter(start, end)]
+
+
+def test_open_creates_directory_and_context_manager_closes(logdir):
+    with Log.open(logdir) as log:
+        assert os.path.isdir(logdir)
+        assert (log.start_offset, log.end_offset, log.flushed_offset) == (0, 0, 0)
+        assert len(log.segments) == 1
+    assert log.closed
+    with pytest.raises(seglog.LogClosedError):
+        log.append(b"x")
+    log.close()  # idempotent
+
+
+def test_append_returns_contiguous_offsets_and_reads_back(logdir):
+    with Log.open(logdir) as log:
+        assert [log.append(b"m%d" % i) for i in range(5)] == list(range(5))
+        r = log.append_batch([b"a", b"b", Record(b"c", key=b"k")])
+        assert r == range(5, 8)
+        assert log.end_offset == 8
+        assert values(log) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"a", b"b", b"c"]
+        assert [m.offset for m in log.iter()] == list(range(8))
+
+
+def test_append_batch_empty_and_generators(logdir):
+    with Log.open(logdir) as log:
+        assert log.append_batch([]) == range(0, 0)
+        assert log.append_batch(b"%d" % i for i in range(3)) == range(0, 3)
+        assert values(log) == [b"0", b"1", b"2"]
+
+
+def test_message_fields_round_trip(logdir):
+    with Log.open(logdir) as log:
+        log.append(b"v1", key=b"k1", timestamp=1234, headers=[("h", b"1"), ("h", b"2"), ("é", b"")])
+        log.append(None, key=b"k1", timestamp=1235)           # tombstone
+        log.append(b"", timestamp=1236)                        # empty, not None
+        log.append(bytearray(b"ba"), key=memoryview(b"mk"))    # bytes-like inputs
+        m0, m1, m2, m3 = log.iter()
+        assert (m0.offset, m0.timestamp, m0.key, m0.value) == (0, 1234, b"k1", b"v1")
+        assert m0.headers == (("h", b"1"), ("h", b"2"), ("é", b""))
+        assert m1.value is None and m1.key == b"k1"
+        assert m2.value == b"" and m2.key is None and m2.headers == ()
+        assert m3.value == b"ba" and m3.key == b"mk" and type(m3.value) is bytes
+        assert isinstance(m0, seglog.Message) and m0 == (0, 1234, b"k1", b"v1", m0.headers)
+        assert "offset=0" in repr(m0)
+
+
+def test_default_timestamp_is_now(logdir):
+    with Log.open(logdir) as log:
+        before = int(time.time() * 1000)
+        log.append(b"x")
+        log.append_batch([b"y", Record(b"z")])
+        after = int(time.time() * 1000)
+        assert all(before <= m.timestamp <= after + 1 for m in log.iter())
+
+
+def test_read_contract(logdir):
+    with Log.open(logdir) as log:
+        log.append_batch([b"%03d" % i for i in range(100)])
+        ms = log.read(0)
+        assert isinstance(ms, seglog.MessageSet)
+        assert len(ms) == 100 and ms.first_offset == 0 and ms.next_offset == 100
+        # the batch holding offset 40 starts at 0: messages below 40 are skipped
+        ms = log.read(40)
+        assert [m.offset for m in ms] == list(range(40, 100)) and len(ms) == 60
+        assert ms.values()[0] == b"040"
+        # at end_offset: empty
+        empty = log.read(100)
+        assert len(empty) == 0 and list(empty) == [] and empty.next_offset == 100
+        assert empty.first_offset is None and empty.size_in_bytes == 0
+        with pytest.raises(seglog.OffsetOutOfRangeError):
+            log.read(101)
+        with pytest.raises(seglog.OffsetOutOfRangeError):
+            log.read(-1)
+
+
+def test_read_returns_at_least_one_whole_message_and_respects_max_bytes(logdir):
+    with Log.open(logdir) as log:
+        big = os.urandom(50_000)
+        log.append(big)
+        for i in range(20):
+            log.append(b"x" * 100)
+        ms = log.read(0, max_bytes=10)
+        assert ms.values() == [big]
+        ms = log.read(1, max_bytes=500)
+        assert 1 <= len(ms) <= 4 and ms.first_offset == 1
+        assert ms.size_in_bytes <= 500
+        # paging with next_offset visits every message once
+        seen, off = [], 0
+        while off < log.end_offset:
+            ms = log.read(off, max_bytes=700)
+            seen.extend(m.offset for m in ms)
+            off = ms.next_offset
+        assert seen == list(range(21))
+
+
+def test_iter_ranges_and_validation(logdir):
+    with Log.open(logdir, segment_bytes=2048) as log:
+        log.append_batch([b"%d" % i for i in range(300)])
+        for i in range(300, 600):
+            log.append(b"%d" % i)
+        assert len(log.segments) > 3
+        assert values(log, 250, 260) == [b"%d" % i for i in range(250, 260)]
+        assert [m.offset for m in log.iter(590)] == list(range(590, 600))
+        assert values(log, 600) == []
+        assert values(log, 10, 10) == []
+        with pytest.raises(seglog.OffsetOutOfRangeError):
+            log.iter(601)
+        with pytest.raises(TypeError):
+            log.iter("0")  # type: ignore[arg-type]
+        assert [m.offset for m in log] == list(range(600))
+
+
+def test_roll_by_size_and_segment_names(logdir):
+    with Log.open(logdir, segment_bytes=4096) as log:
+        for i in range(200):
+            log.append(os.urandom(100))
+        segs = log.segments
+        assert len(segs) > 3
+        assert all(s.size <= 4096 for s in segs)
+        for s in segs:
+            assert os.path.basename(s.path) == f"{s.base_offset:020d}.log"
+        assert [s.base_offset for s in segs] == sorted(s.base_offset for s in segs)
+        # sealed segments are cut back to their data
+        for s in segs[:-1]:
+            assert os.path.getsize(s.path) == s.size
+        assert [m.offset for m in log.iter()] == list(range(200))
+
+
+def test_roll_by_time(logdir):
+    with Log.open(logdir, segment_ms=1000) as log:
+        log.append(b"a", timestamp=10_000)
+        log.append(b"b", timestamp=10_500)
+        assert len(log.segments) == 1
+        log.append(b"c", timestamp=11_001)
+        assert len(log.segments) == 2 and log.segments[-1].base_offset == 2
+
+
+def test_roll_when_index_full(logdir):
+    with Log.open(logdir, index_interval_bytes=64, max_index_bytes=24) as log:
+        for i in range(40):
+            log.append(os.urandom(50))
+        assert len(log.segments) > 2
+        assert [m.offset for m in log.iter()] == list(range(40))
+
+
+def test_append_batch_cuts_large_input_into_batches(logdir):
+    with Log.open(logdir, max_message_bytes=1000, segment_bytes=4096) as log:
+        r = log.append_batch([os.urandom(300) for _ in range(50)])
+        assert r == range(0, 50)
+        assert len(log.segments) > 2
+        assert [m.offset for m in log.iter()] == list(range(50))
+
+
+def test_offset_for_time(logdir):
+    with Log.open(logdir, segment_bytes=2048, index_interval_bytes=128) as log:
+        assert log.offset_for_time(0) is None
+        for i in range(500):
+            log.append(b"e%d" % i, timestamp=1000 + 10 * i)
+        assert log.offset_for_time(0) == 0
+        assert log.offset_for_time(1000) == 0
+        assert log.offset_for_time(1001) == 1
+        assert log.offset_for_time(3000) == 200
+        assert log.offset_for_time(1000 + 10 * 499) == 499
+        assert log.offset_for_time(10**12) is None
+        # timestamps that go backwards: the first offset whose timestamp is >= target
+        log.append(b"late", timestamp=500)
+        log.append(b"later", timestamp=10**6)
+        assert log.offset_for_time(10**6) == 501
+
+
+def test_offset_for_time_in_batches_with_per_record_timestamps(logdir):
+    with Log.open(logdir) as log:
+        log.append_batch([Record(b"a", timestamp=5), Record(b"b", timestamp=50),
+                          Record(b"c", timestamp=20)])
+        assert log.offset_for_time(6) == 1
+        assert log.offset_for_time(21) == 1
+        assert log.offset_for_time(51) is None
+
+
+def test_flush_returns_durable_offset(logdir):
+    with Log.open(logdir, flush_ms=None) as log:
+        assert log.flush() == 0
+        log.append_batch([b"a", b"b"])
+        assert log.flushed_offset == 0
+        assert log.flush() == 2 == log.flushed_offset
+
+
+def test_flush_messages_policy(logdir, monkeypatch):
+    with Log.open(logdir, flush_ms=None, flush_messages=3) as log:
+        log.append(b"1")
+        log.append(b"2")
+        assert log.flushed_offset == 0
+        log.append(b"3")
+        assert log.flushed_offset == 3
+        log.append_batch([b"4", b"5", b"6", b"7"])
+        assert log.flushed_offset == 7
+
+
+def test_flush_ms_is_honoured_when_the_writer_goes_idle(logdir):
+    with Log.open(logdir, flush_ms=50) as log:
+        log.append(b"x")
+        deadline = time.monotonic() + 5
+        while log.flushed_offset < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert log.flushed_offset == 1
+
+
+def test_wait_wakes_on_append_and_times_out(logdir):
+    with Log.open(logdir) as log:
+        assert log.wait(0, timeout=0.01) is False
+        got = []
+        t = threading.Thread(target=lambda: got.append(log.wait(0, timeout=10)))
+        t.start()
+        time.sleep(0.05)
+        log.append(b"x")
+        t.join(5)
+        assert got == [True]
+        assert log.wait(0) is True
+
+
+def test_wait_raises_when_log_closes(logdir):
+    log = Log.open(logdir)
+    errors = []
+
+    def waiter():
+        try:
+            log.wait(5, timeout=10)
+        except seglog.LogClosedError as e:
+            errors.append(e)
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.05)
+    log.close()
+    t.join(5)
+    assert len(errors) == 1
+
+
+def test_reopen_keeps_everything_and_continues_offsets(logdir):
+    with Log.open(logdir, segment_bytes=2048) as log:
+        log.append_batch([b"%d" % i for i in range(100)])
+        log.append(b"k", key=b"key", headers=[("a", b"b")])
+    with Log.open(logdir, segment_bytes=2048) as log:
+        assert log.end_offset == 101
+        assert log.append(b"next") == 101
+        assert values(log)[:3] == [b"0", b"1", b"2"] and values(log)[-2:] == [b"k", b"next"]
+
+
+def test_reopen_after_unclean_close_recovers(logdir):
+    log = Log.open(logdir, segment_bytes=2048)
+    log.append_batch([b"%d" % i for i in range(100)])
+    log.append(b"tail")
+    # drop it on the floor: no close(), as a crash would (the lock goes with the fd)
+    os.close(log._lock_fd)
+    log._lock_fd = -1
+    log._stop.set()
+    log._closed = True
+    with Log.open(logdir, segment_bytes=2048) as again:
+        assert again.end_offset == 101
+        assert values(again)[-1] == b"tail"
+
+
+def test_readonly_reader_sees_writer_progress(logdir):
+    with Log.open(logdir, segment_bytes=2048) as w:
+        w.append_batch([b"a%d" % i for i in range(10)])
+        r = Log.open(logdir, readonly=True)
+        assert r.end_offset == 10 and values(r)[0] == b"a0"
+        for i in range(200):
+            w.append(b"b%d" % i)
+        assert r.end_offset == 210
+        assert values(r)[-1] == b"b199"
+        assert len(r.segments) == len(w.segments)
+        with pytest.raises(seglog.ReadOnlyError):
+            r.append(b"no")
+        with pytest.raises(seglog.ReadOnlyError):
+            r.flush()
+        r.close()
+
+
+def test_readonly_open_of_missing_directory(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        Log.open(str(tmp_path / "nope"), readonly=True)
+
+
+def test_threads_append_and_read_concurrently(logdir):
+    with Log.open(logdir, segment_bytes=8192) as log:
+        n_threads, per = 4, 300
+        stop = threading.Event()
+        bad: list = []
+
+        def writer(t):
+            for i in range(per):
+                if i % 3:
+                    log.append(b"t%d-%d" % (t, i))
+                else:
+                    log.append_batch([b"t%d-%d" % (t, i)])
+
+        def reader():
+            while not stop.is_set():
+                end = log.end_offset
+                offs = [m.offset for m in log.iter(0, end)]
+                if offs != list(range(end)):
+                    bad.append((end, len(offs)))
+        readers = [threading.Thread(target=reader) for _ in range(2)]
+        writers = [threading.Thread(target=writer, args=(t,)) for t in range(n_threads)]
+        for t in readers + writers:
+            t.start()
+        for t in writers:
+            t.join()
+        stop.set()
+        for t in readers:
+            t.join()
+        assert not bad
+        got = values(log)
+        assert len(got) == n_threads * per
+        for t in range(n_threads):   # each thread's messages in its own order
+            mine = [v for v in got if v.startswith(b"t%d-" % t)]
+            assert mine == [b"t%d-%d" % (t, i) for i in range(per)]
+
+
+def test_segments_are_public_objects(logdir):
+    with Log.open(logdir, segment_bytes=2048) as log:
+        for i in range(100):
+            log.append(b"x" * 50, timestamp=1000 + i)
+        seg = log.segments[0]
+        assert isinstance(seg, seglog.Segment)
+        assert seg.max_timestamp >= 1000 and seg.size > 0
+        assert isinstance(seg.index, seglog.OffsetIndex)
+        assert isinstance(seg.time_index, seglog.TimeIndex)
+        ms = seg.read(seg.base_offset, 100)
+        assert ms.first_offset == seg.base_offset
+        assert "Segment" in repr(seg) and "seglog.Log" in repr(log)
+
+
+def test_compression_lz4_round_trip(logdir):
+    lines = [b'{"path":"/api/v1/items/%d","status":200}' % (i % 7) for i in range(1000)]
+    with Log.open(logdir, compression="lz4") as log:
+        log.append_batch(lines)
+        log.append(b"single")
+        log.append(b"keyed", key=b"k")
+        assert values(log) == lines + [b"single", b"keyed"]
+        assert sum(s.size for s in log.segments) < 0.5 * sum(map(len, lines))
