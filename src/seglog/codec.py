@@ -16,6 +16,7 @@ import zlib
 from array import array
 from io import BytesIO
 from bisect import bisect_left
+from functools import lru_cache
 from itertools import chain, islice, repeat
 from operator import add
 from struct import Struct
@@ -102,33 +103,44 @@ def encode_single(base_offset: int, value: bytes, timestamp: int) -> bytes:
     return _HEAD.pack(base_offset, 5 + len(tail) + n, MAGIC, crc) + tail + value
 
 
-def value_lengths(values: Sequence[bytes]) -> array:
-    """The length array of non-None values: 16-bit if all fit, else 32-bit."""
-    try:
-        lens = array("H", map(len, values))
-        if _NULL_H not in lens:
-            return lens
-    except OverflowError:
-        pass
-    return array("I", map(len, values))
+def value_lengths(values: Sequence[bytes]) -> list[int]:
+    """The lengths of non-None values (the input of ``encode_values_parts``)."""
+    return list(map(len, values))
+
+
+@lru_cache(maxsize=256)
+def _lengths_struct(n: int, wide: bool) -> Struct:
+    return Struct(f"<{n}{'I' if wide else 'H'}")
+
+
+def encode_values_parts(values: Sequence[bytes], lengths: list[int], timestamp: int,
+                        codec: int = CODEC_NONE) -> tuple[int, list[bytes]]:
+    """Encode keyless, headerless values sharing one timestamp (``append_batch``'s hot path).
+
+    Returns (size, parts): the batch is ``b"".join(parts)`` with base offset 0, left
+    in pieces so that the writer copies the values once, not twice. ``lengths``
+    comes from ``value_lengths(values)``.
+    """
+    if codec != CODEC_NONE:
+        data = encode_batch(0, values, timestamp, codec=codec)
+        return len(data), [data]
+    n = len(values)
+    wide = max(lengths, default=0) >= _NULL_H
+    tail = _TAIL.pack(F_WIDE if wide else 0, n - 1, n, timestamp, timestamp)
+    lens = _lengths_struct(n, wide).pack(*lengths)
+    body = b"".join(values)
+    crc = crc32(body, crc32(lens, crc32(tail)))
+    size = HEADER_SIZE + len(lens) + len(body)
+    return size, [_HEAD.pack(0, size - LENGTH_END, MAGIC, crc), tail, lens, body]
 
 
 def encode_values(base_offset: int, values: Sequence[bytes], lengths: array, timestamp: int,
                   codec: int = CODEC_NONE) -> bytes:
-    """Encode keyless, headerless values sharing one timestamp (``append_batch``'s hot path).
-
-    ``lengths`` comes from ``value_lengths(values)``.
-    """
-    if codec != CODEC_NONE:
-        return encode_batch(base_offset, values, timestamp, codec=codec)
-    attrs = F_WIDE if lengths.typecode == "I" else 0
-    n = len(values)
-    tail = _TAIL.pack(attrs, n - 1, n, timestamp, timestamp)
-    lens = _le(lengths)
-    body = b"".join(values)
-    crc = crc32(body, crc32(lens, crc32(tail)))
-    return b"".join((_HEAD.pack(base_offset, 5 + len(tail) + len(lens) + len(body), MAGIC, crc),
-                     tail, lens, body))
+    """``encode_values_parts`` joined, with ``base_offset`` set."""
+    size, parts = encode_values_parts(values, lengths, timestamp, codec)
+    data = bytearray(b"".join(parts))
+    _I64.pack_into(data, 0, base_offset)
+    return bytes(data)
 
 
 def encode_batch(base_offset: int, values: Sequence[bytes | None],

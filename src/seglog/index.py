@@ -122,6 +122,7 @@ class _Index:
         n = min(n, self._entries)
         self._mm[n * self.SIZE:self._entries * self.SIZE] = bytes((self._entries - n) * self.SIZE)
         self._entries = n
+        self._last_ts = None
 
     def trim(self) -> None:
         """Shrink the file to its entries, make it durable and map it read-only.
@@ -217,13 +218,16 @@ class TimeIndex(_Index):
     ENTRY = Struct("<qI")
     SIZE = 12
 
+    _last_ts: int | None = None
+
     def append(self, timestamp: int, offset: int) -> None:
         """Add (timestamp, offset) if ``timestamp`` is above the last entry's."""
-        if self._entries:
-            last_ts = self.ENTRY.unpack_from(self._mm, (self._entries - 1) * self.SIZE)[0]  # type: ignore[arg-type]
-            if timestamp <= last_ts:
-                return
+        if self._last_ts is None and self._entries:
+            self._last_ts = self.ENTRY.unpack_from(self._mm, (self._entries - 1) * self.SIZE)[0]  # type: ignore[arg-type]
+        if self._last_ts is not None and timestamp <= self._last_ts:
+            return
         self._append(timestamp, offset - self.base_offset)
+        self._last_ts = timestamp
 
     def lookup(self, timestamp: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the last entry with timestamp <= ``timestamp``."""

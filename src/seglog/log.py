@@ -99,6 +99,10 @@ def _prepare(items: Sequence[Any], now: int, max_bytes: int | None
             size = max(map(len, values))  # type: ignore[arg-type]
             raise MessageTooLargeError(f"record of {size} bytes exceeds max_message_bytes={max_bytes}")
         return values, None, now, None
+    if items and set(map(type, items)) == {Record}:
+        fast = _prepare_records(items, now, max_bytes)
+        if fast is not None:
+            return fast
     values = []
     keys: list[bytes | None] = []
     stamps: list[int] = []
@@ -126,6 +130,29 @@ def _prepare(items: Sequence[Any], now: int, max_bytes: int | None
     return (values, keys if keys.count(None) != len(keys) else None,
             stamps if stamps.count(stamps[0]) != len(stamps) else (stamps[0] if stamps else now),
             headers if any(headers) else None)
+
+
+_PLAIN = {bytes, type(None)}
+
+
+def _prepare_records(items: Sequence[Record], now: int, max_bytes: int | None):
+    """Column-wise validation of Records with C-level calls; None if a slow check is needed."""
+    vals, ks, ts, hs = zip(*items)
+    if not (set(map(type, vals)) <= _PLAIN and set(map(type, ks)) <= _PLAIN
+            and set(map(type, ts)) <= {int, type(None)}) or any(hs):
+        return None
+    stamps = [now if t is None else t for t in ts] if None in ts else list(ts)
+    if min(stamps) < 0 or max(stamps) > _MAX_TS:
+        return None
+    if max_bytes is not None:
+        vsize = [len(v) if v is not None else 0 for v in vals] if None in vals else list(map(len, vals))
+        if ks.count(None) != len(ks):
+            vsize = [a + (len(k) if k is not None else 0) for a, k in zip(vsize, ks)]
+        if max(vsize) > max_bytes:
+            return None
+    keys = list(ks) if ks.count(None) != len(ks) else None
+    first = stamps[0]
+    return (list(vals), keys, stamps if stamps.count(first) != len(stamps) else first, None)
 
 
 class Log:
@@ -209,6 +236,7 @@ class Log:
         log._flushed = loaded.end_offset
         log._checkpointed = loaded.recovery_point
         log._update_flush_at()
+        log._watch(loaded.segments[-1])
         log._set_roll_limits(loaded.segments[-1])
         if cfg.flush_ms is not None:
             log._flusher = threading.Thread(target=log._flush_loop, name=f"seglog-flush {path}",
@@ -352,7 +380,8 @@ class Log:
                         raise self._fail(e) from e
                     if pos >= seg._next_index_pos or ts > seg._max_ts or not pos:
                         seg.appended(pos, end, off, off + 1, ts)
-                        self._set_roll_limits(seg)
+                        if not pos:
+                            self._set_roll_limits(seg)
                     else:
                         seg._size = end
                     self._end = off + 1
@@ -383,28 +412,31 @@ class Log:
         if set(map(type, items)) <= _BYTES_ONLY:
             # keyless bytes: one length array serves the checks and the batch
             lens = codec.value_lengths(items)  # type: ignore[arg-type]
-            if max(lens) > self._max_msg:
-                raise MessageTooLargeError(f"record of {max(lens)} bytes exceeds "
+            biggest = max(lens)
+            if biggest > self._max_msg:
+                raise MessageTooLargeError(f"record of {biggest} bytes exceeds "
                                            f"max_message_bytes={self._max_msg}")
             if sum(lens) + _RECORD_OVERHEAD * len(items) <= self._max_msg:
-                batches = [(codec.encode_values(0, items, lens, now, self._compress),  # type: ignore[arg-type]
-                            len(items), now)]
+                size, parts = codec.encode_values_parts(items, lens, now, self._compress)  # type: ignore[arg-type]
+                batches = [(parts, len(items), now, size)]
         if batches is None:
             values, keys, stamps, headers = _prepare(items, now, self._max_msg)
             batches = self._encode(values, keys, stamps, headers)
         with self._lock:
             self._check_writable()
             first = off = self._end
-            for data, n, max_ts in batches:
+            for data, n, max_ts, size in batches:
                 seg = self._segs[-1]
-                if (seg._size + len(data) > self._roll_size or max_ts > self._roll_ts  # type: ignore[operator]
+                if (seg._size + size > self._roll_size or max_ts > self._roll_ts  # type: ignore[operator]
                         or off + n - 1 > self._roll_off):
-                    seg = self._roll(seg, len(data), max_ts)
+                    seg = self._roll(seg, size, max_ts)
+                fresh = not seg._size
                 try:
-                    seg.append(data, off, off + n, max_ts)
+                    seg.append(data, off, off + n, max_ts, size)
                 except OSError as e:
                     raise self._fail(e) from e
-                self._set_roll_limits(seg)
+                if fresh:
+                    self._set_roll_limits(seg)
                 off += n
                 self._end = off
         if self._waiters:
@@ -414,8 +446,8 @@ class Log:
         return range(first, off)
 
     def _encode(self, values: list[bytes | None], keys: list[bytes | None] | None,
-                stamps: int | list[int], headers: list | None) -> list[tuple[bytes, int, int]]:
-        """Encode into batches of at most max_message_bytes: (bytes, count, max_ts)."""
+                stamps: int | list[int], headers: list | None) -> list[tuple[Any, int, int, int]]:
+        """Encode into batches of at most max_message_bytes: (bytes, count, max_ts, size)."""
         n = len(values)
         cuts = [0]
         sizes = [len(v) if v else 0 for v in values] if None in values else list(map(len, values))  # type: ignore[arg-type]
@@ -438,12 +470,16 @@ class Log:
         out = []
         for a, b in zip(cuts, cuts[1:]):
             ts = stamps if isinstance(stamps, int) else stamps[a:b]
-            out.append((codec.encode_batch(0, values[a:b], ts,
-                                           keys[a:b] if keys is not None else None,
-                                           headers[a:b] if headers is not None else None,
-                                           self._compress),
-                        b - a, ts if isinstance(ts, int) else max(ts)))
+            data = codec.encode_batch(0, values[a:b], ts, keys[a:b] if keys is not None else None,
+                                      headers[a:b] if headers is not None else None, self._compress)
+            out.append((data, b - a, ts if isinstance(ts, int) else max(ts), len(data)))
         return out
+
+    def _watch(self, seg: Segment) -> None:
+        """Roll at the next append once the segment's index is full."""
+        def full() -> None:
+            self._roll_size = 0
+        seg.on_index_full = full  # type: ignore[method-assign]
 
     def _set_roll_limits(self, seg: Segment) -> None:
         """Precompute when the active segment must roll, so appends compare three ints.
@@ -474,6 +510,7 @@ class Log:
         except OSError as e:
             raise self._fail(e) from e
         self._set_segments(self._segs + (new,))
+        self._watch(new)
         self._set_roll_limits(new)
         # the sealed segment was fsynced: everything before the new base is durable
         if self._flushed < self._end:

@@ -189,21 +189,35 @@ class Segment:
     def fits(self, nbytes: int) -> bool:
         return self.size + nbytes <= self._capacity
 
-    def append(self, data: bytes, base_offset: int, next_offset: int, max_timestamp: int) -> None:
-        """Copy one encoded batch to the end, stamping its base offset field.
+    def append(self, data: bytes | list[bytes], base_offset: int, next_offset: int,
+               max_timestamp: int, size: int | None = None) -> None:
+        """Copy one encoded batch (bytes, or a list of its parts) to the end.
 
-        The CRC does not cover the base offset, so a batch can be encoded before its
-        offset is known (outside the log's lock).
+        Stamps the batch's base offset field: the CRC does not cover it, so a batch
+        can be encoded before its offset is known (outside the log's lock).
         """
         mm = self._mm
         assert mm is not None and self._size is not None
         pos = self._size
-        end = pos + len(data)
-        if end > self._alloc_end:
-            self.allocate(end)
-        mm[pos:end] = data
+        if type(data) is list:
+            end = pos + (size if size is not None else sum(map(len, data)))
+            if end > self._alloc_end:
+                self.allocate(end)
+            p = pos
+            for part in data:
+                q = p + len(part)
+                mm[p:q] = part
+                p = q
+        else:
+            end = pos + len(data)
+            if end > self._alloc_end:
+                self.allocate(end)
+            mm[pos:end] = data
         _OFFSET.pack_into(mm, pos, base_offset)
-        self.appended(pos, end, base_offset, next_offset, max_timestamp)
+        if pos >= self._next_index_pos or max_timestamp > self._max_ts or not pos:  # type: ignore[operator]
+            self.appended(pos, end, base_offset, next_offset, max_timestamp)
+        else:
+            self._size = end
 
     def appended(self, pos: int, end: int, base_offset: int, next_offset: int,
                  max_timestamp: int) -> None:
@@ -227,6 +241,11 @@ class Segment:
         ix.append(offset, pos)
         tix.append(self._max_ts, self._max_ts_offset)  # type: ignore[arg-type]
         self._next_index_pos = pos + self._interval
+        if ix.is_full or tix.is_full:
+            self.on_index_full()
+
+    def on_index_full(self) -> None:
+        """Called when an index fills; the log sets this to roll at the next append."""
 
     def allocate(self, end: int) -> None:
         """Reserve disk blocks and map the pages up to ``end`` (and a chunk beyond).
