@@ -29,6 +29,9 @@ class LogConfig:
     delete_retention_ms: how long compaction keeps tombstones.
     min_cleanable_dirty_ratio / min_compaction_lag_ms: when compaction may run.
     file_delete_delay_ms: how long deleted segments stay on disk, renamed aside.
+    cleaner_buffer_bytes: memory for compaction's offset map (24 bytes a key).
+    retention_check_ms: how often a background thread applies retention and
+        compaction (None: only when ``enforce_retention``/``compact`` are called).
     """
 
     segment_bytes: int = 1 << 30
@@ -46,6 +49,8 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     file_delete_delay_ms: int = 60_000
+    cleaner_buffer_bytes: int = 32 << 20
+    retention_check_ms: int | None = 300_000
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> "LogConfig":
@@ -71,6 +76,8 @@ class LogConfig:
         _int("delete_retention_ms", self.delete_retention_ms, 0, None)
         _int("min_compaction_lag_ms", self.min_compaction_lag_ms, 0, None)
         _int("file_delete_delay_ms", self.file_delete_delay_ms, 0, None)
+        _int("cleaner_buffer_bytes", self.cleaner_buffer_bytes, 1024, None)
+        _int("retention_check_ms", self.retention_check_ms, 1, None, optional=True)
         if self.cleanup_policy not in ("delete", "compact", "compact,delete", "delete,compact"):
             raise InvalidConfigError(
                 f"cleanup_policy must be 'delete', 'compact' or 'compact,delete', "

@@ -15,7 +15,7 @@ from struct import Struct
 from bisect import bisect_right
 from operator import attrgetter
 from itertools import chain, islice
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from . import codec, recovery
 from .config import LogConfig
@@ -23,6 +23,9 @@ from .errors import (CorruptRecordError, LogClosedError, LogLockedError, Message
                      OffsetOutOfRangeError, ReadOnlyError, SeglogError, StorageError)
 from .message import Headers, Message, MessageSet, Record
 from .segment import Segment
+
+if TYPE_CHECKING:
+    from .cleaner import CompactionStats
 
 _LOCK_FILE = ".lock"
 _BASE = attrgetter("base_offset")
@@ -174,6 +177,8 @@ class Log:
         self.readonly = readonly
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
+        # retention and compaction, one at a time, never holding the append lock long
+        self._maintenance = threading.RLock()
         self._cond = threading.Condition(threading.Lock())
         self._waiters = 0
         self._closed = False
@@ -730,6 +735,12 @@ class Log:
             new = []
             for b in bases:
                 s = known.get(b)
+                if s is not None and s._file is not None and not s._live:
+                    try:
+                        if os.stat(s.path).st_ino != s.inode:
+                            s = None        # compaction replaced it
+                    except FileNotFoundError:
+                        s = None
                 if s is None:
                     s = Segment(self.path, b, max_index_bytes=self.config.max_index_bytes)
                 new.append(s)
@@ -762,10 +773,16 @@ class Log:
         from .retention import enforce
         return enforce(self, _now_ms() if now_ms is None else _check_ts(now_ms))
 
-    def compact(self) -> Any:
-        """Key-based cleaning of the sealed segments; returns statistics."""
+    def compact(self, now_ms: int | None = None) -> "CompactionStats":
+        """One compaction pass (cleanup_policy "compact"): keep the latest record per key.
+
+        Only sealed segments are rewritten; offsets never change; appends and reads
+        go on meanwhile. Returns ``CompactionStats`` (``skipped`` says why a pass did
+        nothing). See ``seglog.cleaner``.
+        """
         from .cleaner import compact
-        return compact(self)
+        self._check_writable()
+        return compact(self, None if now_ms is None else _check_ts(now_ms))
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("readonly" if self.readonly else "writer")

@@ -159,9 +159,11 @@ class Loaded:
 
 def load_for_writer(directory: str, capacity: int, interval: int, max_index_bytes: int) -> Loaded:
     """Open every segment of ``directory`` for a writer, recovering after a crash."""
+    from .cleaner import resolve_interrupted
     for name in os.listdir(directory):
         if name.endswith(".tmp"):
             remove(os.path.join(directory, name))
+    resolve_interrupted(directory)
     bases = list_segments(directory)
     start = read_checkpoint(directory, LOG_START)
     marker = _read_marker(directory)
@@ -219,7 +221,9 @@ def load_for_writer(directory: str, capacity: int, interval: int, max_index_byte
                 seg.fsync()
             break
         seg._size = res.end
-        os.truncate(seg.path, res.end) if res.end < file_size else None
+        seg.next_offset = segs[i + 1].base_offset   # a sealed segment covers up to the next
+        if res.end < file_size:
+            os.truncate(seg.path, res.end)
     segs = segs[:keep]
     end = segs[-1].next_offset
     assert end is not None
@@ -227,20 +231,31 @@ def load_for_writer(directory: str, capacity: int, interval: int, max_index_byte
 
 
 def _rebuild_indexes(seg: Segment, res: ScanResult, max_index_bytes: int, keep_writable: bool) -> None:
-    from .index import OffsetIndex, TimeIndex
-    for path, cls, entries in ((seg.index_path, OffsetIndex, res.index),
-                               (seg.timeindex_path, TimeIndex, res.time_index)):
-        tmp = path + ".tmp"
-        remove(tmp)
-        ix = cls(tmp, seg.base_offset, max_index_bytes, writable=True, entries=0)
-        for a, b in entries[: ix.max_bytes // ix.SIZE]:
-            ix.append(a, b)
-        if not keep_writable and cls is TimeIndex and res.max_timestamp >= 0 and not ix.is_full:
-            ix.append(res.max_timestamp, res.max_ts_offset)
-        ix.close()
-        os.rename(tmp, path)
+    tmp_ix, tmp_tix = seg.index_path + ".tmp", seg.timeindex_path + ".tmp"
+    write_index_files(seg.base_offset, res, max_index_bytes, not keep_writable, tmp_ix, tmp_tix)
+    os.rename(tmp_ix, seg.index_path)
+    os.rename(tmp_tix, seg.timeindex_path)
     seg._index = seg._timeindex = None
     fsync_dir(seg.directory)
+
+
+def write_index_files(base_offset: int, res: ScanResult, max_index_bytes: int, final: bool,
+                      index_path: str, timeindex_path: str) -> None:
+    """Write fresh, fsynced index files from a scan's entries.
+
+    ``final`` (a sealed segment) adds the time index's last entry: the segment's
+    largest timestamp.
+    """
+    from .index import OffsetIndex, TimeIndex
+    for path, cls, entries in ((index_path, OffsetIndex, res.index),
+                               (timeindex_path, TimeIndex, res.time_index)):
+        remove(path)
+        ix = cls(path, base_offset, max_index_bytes, writable=True, entries=0)
+        for a, b in entries[: ix.max_bytes // ix.SIZE]:
+            ix.append(a, b)
+        if final and cls is TimeIndex and res.max_timestamp >= 0 and not ix.is_full:
+            ix.append(res.max_timestamp, res.max_ts_offset)
+        ix.close()
 
 
 def _read_marker(directory: str) -> dict | None:

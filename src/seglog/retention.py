@@ -42,7 +42,7 @@ def enforce(log: "Log", now_ms: int) -> list[int]:
     cfg = log.config
     if not cfg.deletes:
         return []
-    with log._lock:
+    with log._maintenance:
         log._check_writable()
         segs = log._segs
         n = expired_prefix(segs, now_ms, cfg.retention_ms, cfg.retention_bytes)
@@ -50,10 +50,13 @@ def enforce(log: "Log", now_ms: int) -> list[int]:
             return []
         doomed = segs[:n]
         new_start = segs[n].base_offset
+        for seg in doomed:
+            seg.pin()   # readers holding these objects keep reading after the unlink
         recovery.write_checkpoint(log.path, recovery.LOG_START, new_start)
-        log._start = max(log._start, new_start)
-        log._set_segments(segs[n:])
-    for seg in doomed:
-        seg.delete()
-    fsync_dir(log.path)
+        with log._lock:   # appends only add segments at the end: the prefix is ours
+            log._start = max(log._start, new_start)
+            log._set_segments(log._segs[n:])
+        for seg in doomed:
+            seg.delete()
+        fsync_dir(log.path)
     return [s.base_offset for s in doomed]

@@ -304,12 +304,29 @@ class Segment:
             self._file.close()
             self._file = None
 
+    def pin(self) -> None:
+        """Open the files now, so this object keeps reading them after they are
+        deleted or replaced (retention, compaction)."""
+        self.size
+        self.file
+        try:
+            self.index
+            self.time_index
+        except FileNotFoundError:
+            pass
+
     def delete(self) -> None:
-        """Unlink the files. Open descriptors (other readers') stay readable."""
+        """Unlink the files. This object, and open descriptors elsewhere, stay readable."""
         from ._fs import remove
+        self.pin()
         for p in (self.path, self.index_path, self.timeindex_path):
             remove(p)
         self.deleted = True
+
+    @property
+    def inode(self) -> int:
+        """The ``.log`` file's inode (a replaced segment has a new one)."""
+        return os.fstat(self.fileno()).st_ino
 
     # -- reading -----------------------------------------------------------------
     def pread(self, n: int, pos: int) -> bytes:
@@ -350,10 +367,25 @@ class Segment:
         Returns (position, header), or (end, None) if no such batch.
         """
         end = self.size if end is None else end
-        _, pos = self.index.lookup(offset)
+        try:
+            ix_off, pos = self.index.lookup(offset)
+        except (OSError, ValueError):
+            ix_off, pos = self.base_offset, 0
         if pos > end:
             pos = 0
-        for p, hdr in self.batches(pos, end):
+        try:
+            for p, hdr in self.batches(pos, end):
+                if p == pos and pos and hdr[0] != ix_off:
+                    break           # the entry does not point at its batch: distrust it
+                if codec.last_offset(hdr) >= offset:
+                    return p, hdr
+            else:
+                return end, None
+        except CorruptRecordError:
+            if not pos:
+                raise
+        # an index is a hint: scan from the segment start
+        for p, hdr in self.batches(0, end):
             if codec.last_offset(hdr) >= offset:
                 return p, hdr
         return end, None

@@ -1,0 +1,468 @@
+"""Log compaction: keep the latest record per key, as Kafka's log cleaner does.
+
+A pass:
+
+1. Picks the cleanable segments: sealed ones (never the active segment) whose
+   newest record is at least ``min_compaction_lag_ms`` old. The part after the
+   cleaner checkpoint is *dirty*; the pass runs only if the dirty share of the
+   cleanable bytes reaches ``min_cleanable_dirty_ratio``.
+2. Builds an ``OffsetMap`` (16-byte xxh3-128 of the key -> latest offset) over the
+   dirty segments, oldest first, as far as ``cleaner_buffer_bytes`` allows; what
+   does not fit waits for the next pass.
+3. Rewrites every cleanable segment up to the end of the mapped range, merging
+   neighbours up to ``segment_bytes``: a record is kept if it has a key and no
+   later record of that key is in the map; tombstones (value None) are kept until
+   ``delete_retention_ms`` after the pass that first cleaned them (the horizon is
+   stored in the batch). Offsets never change; holes are left where records went.
+4. Swaps each rewritten group in atomically (rule R4): the new files are written as
+   ``*.cleaned`` and fsynced; a manifest ``<base>.swap`` naming the replaced range
+   is written (temp, fsync, rename, fsync dir) -- the commit point; then the new
+   files are renamed over the first old segment, the others deleted, and the
+   manifest removed. Recovery rolls a swap with a manifest forward and deletes
+   ``*.cleaned`` files without one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from array import array
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator
+
+import xxhash
+
+from . import codec, recovery
+from ._fs import fsync_dir, fsync_file, remove
+from .errors import CorruptRecordError
+from .segment import Segment, segment_name
+
+if TYPE_CHECKING:
+    from .log import Log
+
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+# the earliest delete horizon of a tombstone kept in cleaned segments: a pass is due
+# then even if nothing new is dirty
+HORIZON_CHECKPOINT = "cleaner-horizon-checkpoint"
+SWAP_SUFFIX = ".swap"
+CLEANED_SUFFIX = ".cleaned"
+_M64 = (1 << 64) - 1
+_READ_CHUNK = 1 << 20
+
+
+def _is_prime(n: int) -> bool:
+    if n < 2:
+        return False
+    if n % 2 == 0:
+        return n == 2
+    f = 3
+    while f * f <= n:
+        if n % f == 0:
+            return False
+        f += 2
+    return True
+
+
+def _prime_at_least(n: int) -> int:
+    while not _is_prime(n):
+        n += 1
+    return n
+
+
+class OffsetMap:
+    """Key hash -> latest offset, in 24 bytes a slot (Kafka's SkimpyOffsetMap).
+
+    Open addressing with double hashing over three flat arrays (low and high 64 bits
+    of the key's xxh3-128 digest, offset). Grows by 1.2x at 90 % load, up to
+    ``max_bytes``, so it holds 24 / 0.75 = 32 bytes a key at most and 26.7 at best.
+    Two keys with the same 128-bit digest would be confused; the odds are about
+    n² / 2**129.
+    """
+
+    SLOT = 24
+    LOAD = 0.9
+    GROWTH = 1.2
+
+    def __init__(self, max_bytes: int, initial_slots: int = 1021) -> None:
+        self.max_slots = max(7, max_bytes // self.SLOT)
+        self.size = 0
+        self._alloc(_prime_at_least(min(initial_slots, self.max_slots)))
+
+    def _alloc(self, n: int) -> None:
+        self._n = n
+        self._lo = array("Q", bytes(8 * n))
+        self._hi = array("Q", bytes(8 * n))
+        self._off = array("q", [-1]) * n
+        self._limit = int(n * self.LOAD)
+
+    @property
+    def memory_bytes(self) -> int:
+        return self._n * self.SLOT
+
+    @property
+    def full(self) -> bool:
+        return self.size >= self._limit and self._n >= self.max_slots
+
+    def _slot(self, lo: int, hi: int) -> int:
+        n = self._n
+        i = lo % n
+        step = hi % (n - 1) + 1
+        lo_a, hi_a, off = self._lo, self._hi, self._off
+        while off[i] >= 0 and (lo_a[i] != lo or hi_a[i] != hi):
+            i = (i + step) % n
+        return i
+
+    def put(self, key: bytes, offset: int) -> bool:
+        """Record ``offset`` as the latest for ``key``; False if the map is full."""
+        d = xxhash.xxh3_128_intdigest(key)
+        lo, hi = d & _M64, d >> 64
+        i = self._slot(lo, hi)
+        if self._off[i] >= 0:
+            if offset > self._off[i]:
+                self._off[i] = offset
+            return True
+        if self.size >= self._limit:
+            if not self._grow():
+                return False
+            i = self._slot(lo, hi)
+        self._lo[i], self._hi[i], self._off[i] = lo, hi, offset
+        self.size += 1
+        return True
+
+    def get(self, key: bytes) -> int:
+        """The latest offset recorded for ``key``, -1 if none."""
+        d = xxhash.xxh3_128_intdigest(key)
+        return self._off[self._slot(d & _M64, d >> 64)]
+
+    def _grow(self) -> bool:
+        if self._n >= self.max_slots:
+            return False
+        old = (self._lo, self._hi, self._off)
+        self._alloc(_prime_at_least(min(self.max_slots, max(self._n + 1, int(self._n * self.GROWTH)))))
+        lo_a, hi_a, off_a = self._lo, self._hi, self._off
+        for lo, hi, o in zip(*old):
+            if o >= 0:
+                i = self._slot(lo, hi)
+                lo_a[i], hi_a[i], off_a[i] = lo, hi, o
+        return True
+
+
+@dataclass
+class CompactionStats:
+    """What a compaction pass did (``skipped`` says why it did nothing)."""
+
+    skipped: str | None = None
+    first_dirty_offset: int = 0
+    dirty_end_offset: int = 0
+    dirty_ratio: float = 0.0
+    segments_before: int = 0
+    segments_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    tombstones_dropped: int = 0
+    map_entries: int = 0
+    map_bytes: int = 0
+    next_horizon: int | None = None
+    seconds: float = 0.0
+    replaced: list[tuple[int, int]] = field(default_factory=list)   # (base, end) ranges
+
+
+def _batches(seg: Segment) -> Iterator[tuple[bytes, int, codec.BatchHeader]]:
+    """(buffer, position in it, header) of each batch, read in large chunks, CRC-checked."""
+    fd = seg.fileno()
+    end = seg.size
+    pos = 0
+    while pos < end:
+        buf = os.pread(fd, min(_READ_CHUNK, end - pos), pos)
+        p = 0
+        n = len(buf)
+        while True:
+            hdr = codec.read_header(buf, p, n)
+            if hdr is None:
+                break
+            if not codec.check_crc(buf, p, hdr):
+                raise CorruptRecordError("CRC mismatch during compaction", seg.path, pos + p, hdr[0])
+            yield buf, p, hdr
+            p += codec.batch_size(hdr)
+        if p == 0:
+            hdr = codec.read_header(buf, 0, 1 << 62)
+            assert hdr is not None
+            size = codec.batch_size(hdr)
+            if pos + size > end:
+                raise CorruptRecordError("batch runs past the segment end", seg.path, pos, hdr[0])
+            big = os.pread(fd, size, pos)
+            if not codec.check_crc(big, 0, hdr):
+                raise CorruptRecordError("CRC mismatch during compaction", seg.path, pos, hdr[0])
+            yield big, 0, hdr
+            p = size
+        pos += p
+
+
+def _horizon(buf: bytes, pos: int, hdr: codec.BatchHeader) -> int | None:
+    if hdr[4] & codec.F_HORIZON:
+        return int.from_bytes(buf[pos + codec.HEADER_SIZE:pos + codec.HEADER_SIZE + 8], "little",
+                              signed=True)
+    return None
+
+
+def _messages(buf: bytes, pos: int, hdr: codec.BatchHeader) -> Iterator[tuple]:
+    return codec.decode_batch(buf, pos, hdr)
+
+
+def build_map(segs: list[Segment], first_dirty: int, omap: OffsetMap) -> tuple[int, int]:
+    """Map the keys of ``segs`` from ``first_dirty`` on; return (dirty end, records read).
+
+    Stops at the start of the first segment that does not fit in the map: only
+    whole segments count as mapped (the map may hold some of that segment's keys,
+    which is harmless: they are newer than everything the pass rewrites).
+    """
+    end = first_dirty
+    read = 0
+    for seg in segs:
+        for buf, p, hdr in _batches(seg):
+            if codec.last_offset(hdr) < first_dirty:
+                continue
+            if not hdr[4] & codec.F_KEYS:
+                read += hdr[6]
+                continue
+            for m in _messages(buf, p, hdr):
+                read += 1
+                if m[0] >= first_dirty and m[2] is not None and not omap.put(m[2], m[0]):
+                    return end, read
+        end = seg.next_offset if seg.next_offset is not None else end
+    return end, read
+
+
+class _Writer:
+    """Writes a cleaned segment file and its index entries."""
+
+    def __init__(self, directory: str, base: int, interval: int) -> None:
+        self.base = base
+        stem = os.path.join(directory, segment_name(base))
+        self.path = stem + ".log" + CLEANED_SUFFIX
+        self.index_path = stem + ".index" + CLEANED_SUFFIX
+        self.timeindex_path = stem + ".timeindex" + CLEANED_SUFFIX
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.pos = 0
+        self.interval = interval
+        self.pending: list[bytes] = []
+        self.pending_size = 0
+        self.res = recovery.ScanResult(end=0, next_offset=base, max_ts_offset=base)
+        self._next_index = interval
+
+    def add(self, data: bytes, base_offset: int, max_ts: int) -> None:
+        res = self.res
+        if self.pos >= self._next_index:
+            res.index.append((base_offset, self.pos))
+            if res.max_timestamp >= 0 and (not res.time_index
+                                           or res.time_index[-1][0] < res.max_timestamp):
+                res.time_index.append((res.max_timestamp, res.max_ts_offset))
+            self._next_index = self.pos + self.interval
+        if max_ts > res.max_timestamp:
+            res.max_timestamp = max_ts
+            res.max_ts_offset = base_offset
+        self.pending.append(data)
+        self.pending_size += len(data)
+        self.pos += len(data)
+        if self.pending_size >= _READ_CHUNK:
+            self._drain()
+
+    def _drain(self) -> None:
+        view = memoryview(b"".join(self.pending))
+        while view:
+            view = view[os.write(self.fd, view):]
+        self.pending.clear()
+        self.pending_size = 0
+
+    def finish(self, max_index_bytes: int) -> None:
+        self._drain()
+        fsync_file(self.fd)
+        os.close(self.fd)
+        recovery.write_index_files(self.base, self.res, max_index_bytes, True,
+                                   self.index_path, self.timeindex_path)
+
+    def abort(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        for p in (self.path, self.index_path, self.timeindex_path):
+            remove(p)
+
+
+def _clean_group(log: "Log", group: list[Segment], omap: OffsetMap, now: int,
+                 stats: CompactionStats) -> _Writer:
+    cfg = log.config
+    w = _Writer(log.path, group[0].base_offset, cfg.index_interval_bytes)
+    try:
+        for seg in group:
+            for buf, p, hdr in _batches(seg):
+                horizon = _horizon(buf, p, hdr)
+                keep: list[tuple] = []
+                for m in _messages(buf, p, hdr):
+                    stats.records_read += 1
+                    key = m[2]
+                    if key is None:
+                        continue
+                    latest = omap.get(key)
+                    if latest > m[0]:
+                        continue
+                    if m[3] is None and horizon is not None and now > horizon:
+                        stats.tombstones_dropped += 1
+                        continue
+                    keep.append(m)
+                if not keep:
+                    continue
+                stats.records_kept += len(keep)
+                if any(m[3] is None for m in keep):
+                    if horizon is None:
+                        horizon = now + cfg.delete_retention_ms
+                    if stats.next_horizon is None or horizon < stats.next_horizon:
+                        stats.next_horizon = horizon
+                base = hdr[0]
+                data = codec.encode_batch(
+                    base, [m[3] for m in keep], [m[1] for m in keep], [m[2] for m in keep],
+                    [[(k.encode(), v) for k, v in m[4]] for m in keep]
+                    if any(m[4] for m in keep) else None,
+                    hdr[4] & codec.CODEC_MASK,
+                    offset_deltas=[m[0] - base for m in keep], last_offset_delta=hdr[5],
+                    delete_horizon=horizon)
+                w.add(data, base, max(m[1] for m in keep))
+        w.finish(cfg.max_index_bytes)
+    except BaseException:
+        w.abort()
+        raise
+    return w
+
+
+def _groups(segs: list[Segment], limit: int) -> list[list[Segment]]:
+    """Consecutive segments whose sizes add up to at most ``limit`` (merge small ones)."""
+    groups: list[list[Segment]] = []
+    size = 0
+    for s in segs:
+        if groups and size + s.size <= limit:
+            groups[-1].append(s)
+            size += s.size
+        else:
+            groups.append([s])
+            size = s.size
+    return groups
+
+
+def swap_in(directory: str, base: int, end: int) -> None:
+    """Roll a committed swap forward: new files over ``base``, originals in (base, end) gone.
+
+    Idempotent, so recovery can call it after a crash at any step.
+    """
+    stem = os.path.join(directory, segment_name(base))
+    for ext in (".log", ".index", ".timeindex"):
+        src = stem + ext + CLEANED_SUFFIX
+        if os.path.exists(src):
+            os.rename(src, stem + ext)
+    fsync_dir(directory)
+    gone = False
+    for b in recovery.list_segments(directory):
+        if base < b < end:
+            for ext in (".log", ".index", ".timeindex"):
+                remove(os.path.join(directory, segment_name(b) + ext))
+            gone = True
+    if gone:
+        fsync_dir(directory)
+    remove(os.path.join(directory, segment_name(base) + SWAP_SUFFIX))
+    fsync_dir(directory)
+
+
+def resolve_interrupted(directory: str) -> None:
+    """At open: finish committed swaps, drop uncommitted cleaned files (R4)."""
+    names = os.listdir(directory)
+    done = set()
+    for name in names:
+        if name.endswith(SWAP_SUFFIX):
+            base_s = name[:-len(SWAP_SUFFIX)]
+            end = recovery.read_checkpoint(directory, name)
+            if base_s.isdigit() and end is not None:
+                swap_in(directory, int(base_s), end)
+                done.add(base_s)
+            else:
+                remove(os.path.join(directory, name))
+    for name in names:
+        if name.endswith(CLEANED_SUFFIX) and name.split(".")[0] not in done:
+            remove(os.path.join(directory, name))
+
+
+def compact(log: "Log", now_ms: int | None = None) -> CompactionStats:
+    """One compaction pass over ``log``'s sealed segments. See the module docstring."""
+    t0 = time.perf_counter()
+    cfg = log.config
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    stats = CompactionStats()
+    if not cfg.compacted:
+        stats.skipped = f"cleanup_policy is {cfg.cleanup_policy!r}"
+        return stats
+    with log._maintenance:
+        log._check_writable()
+        segs = log._segs
+        sealed = list(segs[:-1])
+        lag = cfg.min_compaction_lag_ms
+        cleanable = []
+        for s in sealed:
+            if lag and s.max_timestamp > now - lag:
+                break
+            cleanable.append(s)
+        stats.segments_before = len(cleanable)
+        first_dirty = max(recovery.read_checkpoint(log.path, CLEANER_CHECKPOINT) or 0,
+                          log._start)
+        stats.first_dirty_offset = first_dirty
+        dirty = [s for s in cleanable if (s.next_offset or 0) > first_dirty]
+        dirty_bytes = sum(s.size for s in dirty)
+        total = sum(s.size for s in cleanable)
+        stats.dirty_ratio = dirty_bytes / total if total else 0.0
+        horizon = recovery.read_checkpoint(log.path, HORIZON_CHECKPOINT)
+        tombstones_due = horizon is not None and now > horizon
+        omap = OffsetMap(cfg.cleaner_buffer_bytes)
+        if dirty and stats.dirty_ratio >= cfg.min_cleanable_dirty_ratio:
+            dirty_end, _ = build_map(dirty, first_dirty, omap)
+            if dirty_end <= first_dirty and not tombstones_due:
+                stats.skipped = "cleaner_buffer_bytes cannot hold the keys of one segment"
+                return stats
+        elif tombstones_due:
+            dirty_end = first_dirty      # only drop expired tombstones from cleaned data
+        else:
+            stats.skipped = ("nothing dirty in the sealed segments" if not dirty else
+                             f"dirty ratio {stats.dirty_ratio:.2f} below "
+                             f"min_cleanable_dirty_ratio {cfg.min_cleanable_dirty_ratio}")
+            return stats
+        stats.map_entries, stats.map_bytes = omap.size, omap.memory_bytes
+        stats.dirty_end_offset = dirty_end
+        todo = [s for s in cleanable if s.base_offset < dirty_end]
+        stats.bytes_before = sum(s.size for s in todo)
+        for group in _groups(todo, cfg.segment_bytes):
+            end = group[-1].next_offset
+            assert end is not None
+            w = _clean_group(log, group, omap, now, stats)
+            for s in group:
+                s.pin()
+            fsync_dir(log.path)
+            recovery.write_checkpoint(log.path, segment_name(group[0].base_offset) + SWAP_SUFFIX, end)
+            swap_in(log.path, group[0].base_offset, end)
+            new = Segment(log.path, group[0].base_offset, size=w.pos, next_offset=end,
+                          max_index_bytes=cfg.max_index_bytes)
+            new._max_ts = w.res.max_timestamp
+            with log._lock:
+                cur = log._segs
+                i = next(k for k, s in enumerate(cur) if s is group[0])
+                log._set_segments(cur[:i] + (new,) + cur[i + len(group):])
+            for s in group:
+                s.deleted = True
+            stats.bytes_after += w.pos
+            stats.replaced.append((group[0].base_offset, end))
+        recovery.write_checkpoint(log.path, CLEANER_CHECKPOINT, dirty_end)
+        if stats.next_horizon is not None:
+            recovery.write_checkpoint(log.path, HORIZON_CHECKPOINT, stats.next_horizon)
+        elif remove(os.path.join(log.path, HORIZON_CHECKPOINT)):
+            fsync_dir(log.path)
+        stats.segments_after = len(stats.replaced)
+    stats.seconds = time.perf_counter() - t0
+    return stats

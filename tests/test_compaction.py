@@ -1,0 +1,218 @@
+"""Compaction: latest record per key, tombstones with a horizon, atomic swaps, holes."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import seglog
+from seglog import Log, cleaner
+
+DAY = 86_400_000
+CFG = dict(segment_bytes=2048, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0,
+           flush_ms=None, index_interval_bytes=256)
+
+
+def model_after(records: list[tuple[int, bytes | None, bytes | None]], active_base: int,
+                now: int, horizon_passed: bool) -> list[tuple]:
+    """Latest record per key below the active segment (tombstones unless expired),
+    everything from the active segment on."""
+    latest = {}
+    for off, k, v in records:
+        if off < active_base and k is not None:
+            latest[k] = off
+    out = []
+    for off, k, v in records:
+        if off >= active_base:
+            out.append((off, k, v))
+        elif k is not None and latest[k] == off and not (v is None and horizon_passed):
+            out.append((off, k, v))
+    return out
+
+
+ops = st.lists(st.tuples(st.one_of(st.none(), st.sampled_from([b"a", b"b", b"c", b"d", b"e"])),
+                         st.one_of(st.none(), st.binary(min_size=1, max_size=120))),
+               min_size=1, max_size=250)
+
+
+@given(ops)
+@settings(max_examples=40, deadline=None)
+def test_compaction_matches_model(tmp_path_factory, entries):
+    path = str(tmp_path_factory.mktemp("c") / "log")
+    with Log.open(path, **CFG) as log:
+        records = []
+        for k, v in entries:
+            off = log.append(v, key=k, timestamp=1000 + len(records))
+            records.append((off, k, v))
+        active_base = log.segments[-1].base_offset
+        log.compact(now_ms=10_000)
+        got = [(m.offset, m.key, m.value) for m in log.iter()]
+        assert got == model_after(records, active_base, 10_000, False)
+        assert log.end_offset == len(records)
+        # offsets kept their values: reading any offset gives the next kept record
+        for off, _, _ in records[::7]:
+            ms = log.read(off)
+            first = ms.first_offset
+            assert first is None or first >= off
+        # later, past the tombstones' horizon
+        log.compact(now_ms=10_000 + 2 * DAY)
+        assert [(m.offset, m.key, m.value) for m in log.iter()] == \
+            model_after(records, active_base, 0, True)
+    with Log.open(path, **CFG) as again:      # the result survives a reopen
+        assert [(m.offset, m.key, m.value) for m in again.iter()] == \
+            model_after(records, active_base, 0, True)
+
+
+def fill(log: Log, n: int, keys: int = 20, start_ts: int = 1000) -> list[tuple]:
+    recs = []
+    for i in range(n):
+        k = b"k%d" % (i % keys)
+        off = log.append(b"v%d" % i, key=k, timestamp=start_ts + i)
+        recs.append((off, k, b"v%d" % i))
+    return recs
+
+
+def test_policy_delete_does_not_compact(logdir):
+    with Log.open(logdir, segment_bytes=2048) as log:
+        fill(log, 300)
+        before = [m for m in log.iter()]
+        stats = log.compact()
+        assert stats.skipped and "cleanup_policy" in stats.skipped
+        assert [m for m in log.iter()] == before
+
+
+def test_keyless_records_dropped_and_active_untouched(logdir):
+    with Log.open(logdir, **CFG) as log:
+        for i in range(200):
+            log.append(b"keyless %d" % i)
+        log.append(b"keyed", key=b"k")
+        active = log.segments[-1].base_offset
+        log.compact()
+        got = [m.offset for m in log.iter()]
+        assert all(o >= active for o in got)
+        assert got[-1] == 200
+
+
+def test_dirty_ratio_and_lag_are_honoured(logdir):
+    with Log.open(logdir, **{**CFG, "min_cleanable_dirty_ratio": 0.5,
+                             "min_compaction_lag_ms": 5000}) as log:
+        fill(log, 400, keys=400, start_ts=100_000)
+        # every segment is younger than the lag: nothing cleanable
+        stats = log.compact(now_ms=100_500)
+        assert stats.skipped
+        stats = log.compact(now_ms=1_000_000)
+        assert stats.skipped is None and stats.records_kept > 300   # distinct keys stay
+        fill(log, 60, keys=5, start_ts=1_000_000)   # a little new dirt: ratio below 0.5
+        stats = log.compact(now_ms=2_000_000)
+        assert stats.skipped and "ratio" in stats.skipped
+
+
+def test_small_buffer_cleans_in_several_passes(logdir):
+    with Log.open(logdir, **{**CFG, "cleaner_buffer_bytes": 1024}) as log:
+        recs = []
+        for i in range(600):
+            k = b"key-%d" % i            # all distinct: the map fills quickly
+            recs.append((log.append(b"v", key=k, timestamp=1000 + i), k))
+        s1 = log.compact()
+        assert s1.skipped is None and s1.dirty_end_offset < log.segments[-1].base_offset
+        s2 = log.compact()
+        assert s2.first_dirty_offset == s1.dirty_end_offset
+        assert [m.offset for m in log.iter()] == [o for o, _ in recs]   # distinct keys: all kept
+
+
+def test_offset_map_memory_and_semantics():
+    m = cleaner.OffsetMap(10 << 20)
+    for i in range(5000):
+        assert m.put(b"k%d" % (i % 1000), i)
+    assert m.size == 1000
+    assert m.get(b"k7") == 4007 and m.get(b"absent") == -1
+    assert m.put(b"k7", 5) and m.get(b"k7") == 4007   # never goes back
+    assert m.memory_bytes / m.size <= 32
+    small = cleaner.OffsetMap(24 * 10)
+    results = [small.put(b"%d" % i, i) for i in range(20)]
+    assert False in results and small.full
+
+
+def test_reads_across_holes(logdir):
+    with Log.open(logdir, **CFG) as log:
+        recs = fill(log, 400, keys=5)
+        log.compact()
+        kept = [m.offset for m in log.iter()]
+        hole = next(o for o in range(400) if o not in kept)
+        ms = log.read(hole)
+        assert ms.first_offset > hole
+        assert log.offset_for_time(1000) == kept[0]
+        assert [m.offset for m in log.iter(hole)] == [o for o in kept if o >= hole]
+
+
+def test_interrupted_swap_rolls_forward(logdir, monkeypatch):
+    with Log.open(logdir, **CFG) as log:
+        recs = fill(log, 400, keys=5)
+        active = log.segments[-1].base_offset
+        real = cleaner.swap_in
+        calls = []
+
+        def crash_after_manifest(directory, base, end):
+            calls.append(base)
+            if len(calls) == 2:
+                raise KeyboardInterrupt("simulated crash after the commit point")
+            return real(directory, base, end)
+        monkeypatch.setattr(cleaner, "swap_in", crash_after_manifest)
+        with pytest.raises(KeyboardInterrupt):
+            log.compact()
+        monkeypatch.setattr(cleaner, "swap_in", real)
+        log._stop.set()
+        os.close(log._lock_fd)       # "crash": drop the writer without closing
+        log._lock_fd = -1
+        log._closed = True
+    names = os.listdir(logdir)
+    assert any(n.endswith(".swap") for n in names) and any(n.endswith(".cleaned") for n in names)
+    with Log.open(logdir, **CFG) as log:
+        names = os.listdir(logdir)
+        assert not any(n.endswith((".swap", ".cleaned")) for n in names)
+        got = [(m.offset, m.key, m.value) for m in log.iter()]
+        # every key's latest value is there; the rolled-forward group is compacted
+        latest = {}
+        for off, k, v in recs:
+            latest[k] = (off, k, v)
+        for r in latest.values():
+            assert r in got
+        assert [o for o, _, _ in got] == sorted({o for o, _, _ in got})
+        assert all(o >= active or (o, k, v) in recs for o, k, v in got)
+
+
+def test_uncommitted_cleaned_files_are_dropped(logdir):
+    with Log.open(logdir, **CFG) as log:
+        fill(log, 300)
+        before = [m for m in log.iter()]
+        seg = log.segments[0]
+    junk = seg.path + ".cleaned"
+    with open(junk, "wb") as f:
+        f.write(b"partial")
+    with Log.open(logdir, **CFG) as log:
+        assert not os.path.exists(junk)
+        assert [m for m in log.iter()] == before
+
+
+def test_readonly_reader_during_compaction(logdir):
+    with Log.open(logdir, **CFG) as log:
+        recs = fill(log, 500, keys=10)
+        r = Log.open(logdir, readonly=True)
+        it = r.iter()
+        first = [next(it) for _ in range(50)]
+        log.compact()
+        rest = list(it)
+        # old data where the reader already was, compacted data after: offsets ascend,
+        # every message is the one written at its offset, no latest value is lost
+        got = first + rest
+        offs = [m.offset for m in got]
+        assert offs == sorted(set(offs)) and offs[:50] == list(range(50))
+        assert all((m.offset, m.key, m.value) == recs[m.offset] for m in got)
+        latest = {k: o for o, k, _ in recs}
+        assert set(latest.values()) <= set(offs)
+        fresh = [m.offset for m in r.iter()]
+        assert fresh == [m.offset for m in log.iter()]
+        r.close()
