@@ -188,7 +188,8 @@ def _batches(seg: Segment) -> Iterator[tuple[bytes, int, codec.BatchHeader]]:
             p += codec.batch_size(hdr)
         if p == 0:
             hdr = codec.read_header(buf, 0, 1 << 62)
-            assert hdr is not None
+            if hdr is None:
+                raise CorruptRecordError("truncated batch", seg.path, pos)
             size = codec.batch_size(hdr)
             if pos + size > end:
                 raise CorruptRecordError("batch runs past the segment end", seg.path, pos, hdr[0])
@@ -450,6 +451,8 @@ def compact(log: "Log", now_ms: int | None = None) -> CompactionStats:
             new = Segment(log.path, group[0].base_offset, size=w.pos, next_offset=end,
                           max_index_bytes=cfg.max_index_bytes)
             new._max_ts = w.res.max_timestamp
+            new.writer = True
+            new._interval = cfg.index_interval_bytes
             with log._lock:
                 cur = log._segs
                 i = next(k for k, s in enumerate(cur) if s is group[0])

@@ -229,7 +229,7 @@ def read_header(data: bytes | memoryview, pos: int, end: int) -> BatchHeader | N
     CorruptRecordError when the framing is impossible (bad magic, bad length,
     zero-filled space). The CRC is not checked here; see ``check_crc``.
     """
-    if pos + HEADER_SIZE > end:
+    if pos + HEADER_SIZE > end or pos + HEADER_SIZE > len(data):
         return None
     hdr = HEADER.unpack_from(data, pos)
     length = hdr[1]
@@ -263,12 +263,14 @@ class _Bad(Exception):
 def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
                  max_offset: int | None = None,
                  max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
-                 message_type: type = tuple) -> Iterator[Iterator[tuple]]:
+                 message_type: type = tuple, expect: int | None = None) -> Iterator[Iterator[tuple]]:
     """Per whole batch in ``data[start:end]``, an iterator of its messages.
 
-    Checks framing and CRC of each batch before decoding it and raises
+    Checks framing, CRC and offsets of each batch before decoding it and raises
     CorruptRecordError (with ``position`` relative to ``data``) on the first bad
-    one. Messages below ``min_offset`` or at/after ``max_offset`` are skipped.
+    one. The base offset is outside the CRC, so batches must follow each other:
+    each starts at the previous one's last offset + 1 (after compaction, anywhere
+    above it); ``expect`` is where the first must start, if known. Messages below ``min_offset`` or at/after ``max_offset`` are skipped.
     This is the read path's inner loop: a plain batch (no keys, headers, nulls,
     per-record timestamps or compression) decodes with a few C-level calls.
     """
@@ -285,6 +287,10 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
         if magic != MAGIC or length < MIN_BATCH_LENGTH or nxt > end:
             raise CorruptRecordError(
                 f"bad batch framing (magic {magic}, length {length})", position=pos, offset=base)
+        if expect is not None and (base != expect if not attrs & F_OFFSETS else base < expect):
+            raise CorruptRecordError(f"batch starts at offset {base}, expected {expect}",
+                                     position=pos, offset=base)
+        expect = base + last_delta + 1
         if max_offset is not None and base >= max_offset:
             return
         if base + last_delta < min_offset:

@@ -41,7 +41,6 @@ _ONE_SIZE = _ONE.size
 _TAIL_1H = Struct("<HIIqqH")
 _crc32 = zlib.crc32
 _time_ns = time.time_ns
-_CHECKPOINT_EVERY_S = 5.0
 
 
 def _now_ms() -> int:
@@ -188,7 +187,7 @@ class Log:
         self._end = 0
         self._flushed = 0
         self._checkpointed = -1
-        self._checkpoint_time = 0.0
+        self._ckpt_lock = threading.Lock()
         self._lock_fd = -1
         self._flusher: threading.Thread | None = None
         self._stop = threading.Event()
@@ -196,6 +195,7 @@ class Log:
         self._max_msg = config.max_message_bytes
         self._capacity = config.segment_bytes + config.max_message_bytes + 65536
         self._dir_mtime = 0
+        self.recovery: recovery.RecoveryReport | None = None   # set by an unclean open
         self._ok = not readonly   # False once closed or failed: one test on the hot path
         self._fast = self._compress == codec.CODEC_NONE
         self._fast_max = min(self._max_msg, 0xFFFE)
@@ -228,18 +228,23 @@ class Log:
             fcntl.flock(log._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(log._lock_fd)
+            log._lock_fd = -1
+            log._closed = True
             raise LogLockedError(f"another writer holds {path}") from None
         try:
             loaded = recovery.load_for_writer(path, log._capacity, cfg.index_interval_bytes,
                                               cfg.max_index_bytes)
         except BaseException:
             os.close(log._lock_fd)
+            log._lock_fd = -1          # never closed again by __del__ (the number is reused)
+            log._closed = True
             raise
         log._set_segments(loaded.segments)
         log._start = loaded.start_offset
         log._end = loaded.end_offset
         log._flushed = loaded.end_offset
         log._checkpointed = loaded.recovery_point
+        log.recovery = loaded.report
         log._update_flush_at()
         log._watch(loaded.segments[-1])
         log._set_roll_limits(loaded.segments[-1])
@@ -534,16 +539,16 @@ class Log:
                 seg = self._segs[-1]
             if target > self._flushed:
                 try:
-                    seg.fsync()
+                    seg.fsync_with_indexes()
                 except (OSError, ValueError) as e:
                     if self._closed:
                         raise LogClosedError(f"log {self.path} is closed") from e
                     raise self._fail(e) from e
+                # the checkpoint is what lets recovery tell flushed data (whose damage
+                # is corruption) from a torn tail: it moves with every flush (R6)
+                self._write_recovery_point(target)
                 self._flushed = max(self._flushed, target)
                 self._update_flush_at()
-            if (self._flushed != self._checkpointed
-                    and time.monotonic() - self._checkpoint_time > _CHECKPOINT_EVERY_S):
-                self._write_recovery_point(self._flushed)
             return self._flushed
 
     def _update_flush_at(self) -> None:
@@ -552,12 +557,15 @@ class Log:
             self._flush_at = self._flushed + every - 1
 
     def _write_recovery_point(self, offset: int) -> None:
-        try:
-            recovery.write_checkpoint(self.path, recovery.RECOVERY_POINT, offset)
-        except OSError as e:
-            raise self._fail(e) from e
-        self._checkpointed = offset
-        self._checkpoint_time = time.monotonic()
+        """Durably record that every offset below ``offset`` was fsynced (monotonic)."""
+        with self._ckpt_lock:       # innermost lock: flush and roll both get here
+            if offset <= self._checkpointed:
+                return
+            try:
+                recovery.write_checkpoint(self.path, recovery.RECOVERY_POINT, offset)
+            except OSError as e:
+                raise self._fail(e) from e
+            self._checkpointed = offset
 
     def _flush_loop(self) -> None:
         period = (self.config.flush_ms or 1000) / 1000.0
@@ -632,6 +640,7 @@ class Log:
         segs, i = self._locate(offset)
         seg = segs[i]
         pos, hdr = seg.find_position(offset)
+        expect = hdr[0] if hdr is not None else None   # base offset of the next batch
         while True:
             if end is not None and offset >= end:
                 return
@@ -650,11 +659,13 @@ class Log:
                         return
                     seg = segs[k + 1]
                     pos = 0
+                    expect = seg.base_offset
                     continue
-            ms = seg.read_at(pos, offset, _ITER_CHUNK, seg_end, end)
+            ms = seg.read_at(pos, offset, _ITER_CHUNK, seg_end, end, expect)
             yield from ms._batch_iters()
             pos += ms.size_in_bytes
             offset = max(offset, ms.next_offset)
+            expect = ms._last_next if ms._last_next is not None else expect
 
     def offset_for_time(self, timestamp: int) -> int | None:
         """The first offset whose message timestamp is >= ``timestamp``, or None."""

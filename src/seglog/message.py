@@ -60,13 +60,14 @@ class MessageSet:
     """
 
     __slots__ = ("_data", "_start", "_end", "_min", "_max", "_file", "_file_pos", "_path",
-                 "_max_uncompressed", "_next", "__weakref__")
+                 "_max_uncompressed", "_next", "_expect", "_last_next", "__weakref__")
 
     def __init__(self, data: bytes, start: int = 0, end: int | None = None, *,
                  min_offset: int = 0, max_offset: int | None = None,
                  next_offset: int | None = None, file: BinaryIO | None = None,
                  file_position: int | None = None, path: str | None = None,
-                 max_uncompressed: int = codec.DEFAULT_MAX_UNCOMPRESSED) -> None:
+                 max_uncompressed: int = codec.DEFAULT_MAX_UNCOMPRESSED,
+                 expect: int | None = None, last_next: int | None = None) -> None:
         self._data = data
         self._start = start
         self._end = len(data) if end is None else end
@@ -77,6 +78,8 @@ class MessageSet:
         self._path = path
         self._max_uncompressed = max_uncompressed
         self._next = next_offset
+        self._expect = expect      # the first batch's base offset, when the reader knows it
+        self._last_next = last_next   # one past the last batch's last offset (unclipped)
 
     @classmethod
     def from_records(cls, records: Iterable[bytes | Record], base_offset: int = 0,
@@ -95,7 +98,10 @@ class MessageSet:
     def _headers(self) -> Iterator[tuple[int, codec.BatchHeader]]:
         data, pos, end = self._data, self._start, self._end
         while pos < end:
-            hdr = codec.read_header(data, pos, end)
+            try:
+                hdr = codec.read_header(data, pos, end)
+            except CorruptRecordError as e:
+                raise CorruptRecordError(str(e).split(" (")[0], self._path, self._pos(pos)) from None
             if hdr is None:
                 raise CorruptRecordError("partial batch in message set", self._path, pos)
             yield pos, hdr
@@ -104,7 +110,7 @@ class MessageSet:
     def _batch_iters(self) -> Iterator[Iterator[Message]]:
         try:
             yield from codec.iter_batches(self._data, self._start, self._end, self._min, self._max,
-                                          self._max_uncompressed, Message)
+                                          self._max_uncompressed, Message, self._expect)
         except CorruptRecordError as e:
             pos = self._pos(e.position) if e.position is not None else None
             raise CorruptRecordError(str(e).split(" (")[0], self._path, pos, e.offset) from None

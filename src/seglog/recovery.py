@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
+from array import array
+from bisect import bisect_right
+from operator import ge
 from dataclasses import dataclass, field
 
 from . import codec
@@ -154,7 +158,7 @@ class Loaded:
     end_offset: int
     recovery_point: int
     clean: bool
-    truncated_bytes: int = 0
+    report: "RecoveryReport | None" = None
 
 
 def load_for_writer(directory: str, capacity: int, interval: int, max_index_bytes: int) -> Loaded:
@@ -171,10 +175,14 @@ def load_for_writer(directory: str, capacity: int, interval: int, max_index_byte
         base = start or 0
         seg = Segment.create(directory, base, capacity, interval, max_index_bytes)
         _remove_marker(directory, marker)
+        write_session(directory)
         return Loaded([seg], base, base, base, clean=marker is not None)
     if start is None or start < bases[0]:
         start = bases[0]
     segs = [Segment(directory, b, max_index_bytes=max_index_bytes) for b in bases]
+    for s in segs:
+        s.writer = True
+        s._interval = interval
     for prev, nxt in zip(segs, segs[1:]):
         prev.next_offset = nxt.base_offset
     active = segs[-1]
@@ -183,51 +191,187 @@ def load_for_writer(directory: str, capacity: int, interval: int, max_index_byte
         active.next_offset = marker["end_offset"]
         active.make_active(capacity, interval, None, marker["max_timestamp"],
                            marker["max_ts_offset"], marker.get("first_timestamp"))
+        write_session(directory)
         return Loaded(segs, start, marker["end_offset"], marker["end_offset"], clean=True)
     _remove_marker(directory, marker)
     rp = read_checkpoint(directory, RECOVERY_POINT) or 0
+    same_boot = _previous_boot(directory) == boot_id() is not None
+    report = RecoveryReport(recovery_point=rp, same_boot=same_boot)
     first = 0
     for i, s in enumerate(segs):
         if s.base_offset <= rp:
             first = i
-    truncated = 0
     keep = len(segs)
     for i in range(first, len(segs)):
         seg = segs[i]
         last = i == len(segs) - 1
         file_size = os.stat(seg.path).st_size
-        res = scan(seg, 0, file_size, seg.base_offset, interval)
-        if is_corruption(seg, res, file_size, rp):
-            raise corruption_error(seg, res)
+        start_pos, start_off, trusted = (0, seg.base_offset, None)
+        if i == first and rp > seg.base_offset:
+            start_pos, start_off, trusted = _trusted_prefix(seg, rp, max_index_bytes)
+        tmax, tmax_off = (trusted[1][-1] if trusted and trusted[1] else (-1, seg.base_offset))
+        res = scan(seg, start_pos, file_size, start_off, interval, max_timestamp=tmax)
+        if res.max_timestamp == tmax:
+            res.max_ts_offset = tmax_off
+        report.scanned_bytes += res.end - start_pos
+        report.segments_scanned += 1
+        if res.stop != "end":
+            why = _damage_is_corruption(seg, res, file_size, rp, same_boot)
+            if why:
+                raise CorruptRecordError(f"bad batch ({res.stop}) {why}", seg.path, res.end,
+                                         res.next_offset)
+        if trusted is not None:
+            res.index[:0] = trusted[0]
+            res.time_index[:0] = trusted[1]
+            res.first_timestamp = _first_timestamp(seg)
         _rebuild_indexes(seg, res, max_index_bytes, keep_writable=last or res.stop != "end")
-        if res.end < file_size:
-            truncated += file_size - res.end
         seg._size = res.end
         seg.next_offset = res.next_offset
         seg._max_ts = res.max_timestamp
+        if res.end < file_size:
+            report.truncated.append((seg.path, res.end, file_size - res.end, res.stop))
         if res.stop != "end" or last:
-            # the torn tail ends the log: later segments hold only unacknowledged data
+            # the torn tail ends the log: later segments hold only data never flushed
             for later in segs[i + 1:]:
                 later.delete()
+                report.deleted_segments.append(later.base_offset)
             if len(segs) > i + 1:
                 fsync_dir(directory)
             keep = i + 1
+            if res.end < file_size:
+                # cut the torn tail (and the old preallocation) off; make_active extends
+                # the file again with fresh zeros. Nothing maps it yet (rule R8).
+                _truncate_durably(seg.path, res.end)
             seg.make_active(capacity, interval, (len(res.index), len(res.time_index)),
                             res.max_timestamp, res.max_ts_offset, res.first_timestamp)
-            if res.end < file_size:
-                # zero the torn bytes in place; the file keeps its preallocated size
-                seg._mm[res.end:min(file_size, seg._capacity)] = bytes(  # type: ignore[index]
-                    min(file_size, seg._capacity) - res.end)
-                seg.fsync()
             break
-        seg._size = res.end
         seg.next_offset = segs[i + 1].base_offset   # a sealed segment covers up to the next
         if res.end < file_size:
-            os.truncate(seg.path, res.end)
+            _truncate_durably(seg.path, res.end)
     segs = segs[:keep]
     end = segs[-1].next_offset
     assert end is not None
-    return Loaded(segs, start, end, rp, clean=False, truncated_bytes=truncated)
+    write_session(directory)
+    return Loaded(segs, start, end, min(rp, end), clean=False, report=report)
+
+
+def _truncate_durably(path: str, size: int) -> None:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class RecoveryReport:
+    """What an unclean open found and did (``Log.recovery``)."""
+
+    recovery_point: int
+    same_boot: bool
+    segments_scanned: int = 0
+    scanned_bytes: int = 0
+    truncated: list[tuple[str, int, int, str]] = field(default_factory=list)  # path, at, bytes, why
+    deleted_segments: list[int] = field(default_factory=list)
+
+
+def _damage_is_corruption(seg: Segment, res: ScanResult, file_size: int, rp: int,
+                          same_boot: bool) -> str | None:
+    """Rules R5/R6: why the damage the scan stopped at is corruption, or None (torn tail).
+
+    * It holds offsets below the recovery point: data that was fsynced.
+    * The machine did not restart (same boot id as the last writer) and a valid batch
+      continues the log after it: a killed process leaves at most its last batch
+      torn, and its page cache survives, so damage before good data is not a crash.
+    After a restart, writes past the last fsync may have reached the disk in any
+    order, so only the recovery point separates durable data from a torn tail.
+    """
+    if res.next_offset < rp:
+        return f"inside data flushed before the crash (recovery point {rp})"
+    if same_boot and continuing_batch_after(seg, res.end, file_size, res.next_offset) is not None:
+        return "followed by valid batches"
+    return None
+
+
+def _trusted_prefix(seg: Segment, rp: int, max_index_bytes: int
+                    ) -> tuple[int, int, tuple[list, list] | None]:
+    """Where to start scanning the segment holding the recovery point.
+
+    The index entries of flushed data were fsynced with it: entries up to the
+    recovery point are kept if they ascend and the last of them points at a batch
+    of its offset; the scan (with CRCs) starts there. Otherwise: from the start.
+    """
+    from .index import OffsetIndex, TimeIndex
+    base = seg.base_offset
+    try:
+        with open(seg.index_path, "rb") as f:
+            data = f.read()
+        with open(seg.timeindex_path, "rb") as f:
+            tdata = f.read()
+    except OSError:
+        return 0, base, None
+    raw = array("I")
+    raw.frombytes(data[:len(data) - len(data) % OffsetIndex.SIZE])
+    if sys.byteorder == "big":
+        raw.byteswap()
+    rel, pos = raw[0::2], raw[1::2]
+    n = pos.index(0) if 0 in pos else len(pos)       # zero slots end the entries
+    k = bisect_right(rel, rp - base, 0, n)
+    rel, pos = rel[:k], pos[:k]
+    if not k or any(map(ge, rel, rel[1:])) or any(map(ge, pos, pos[1:])):
+        return 0, base, None
+    off, start = base + rel[-1], pos[-1]
+    try:
+        hdr = codec.read_header(os.pread(seg.fileno(), codec.HEADER_SIZE, start), 0, 1 << 62)
+    except CorruptRecordError:
+        return 0, base, None
+    if hdr is None or hdr[0] != off:
+        return 0, base, None
+    tentries = []
+    for t, r in TimeIndex.ENTRY.iter_unpack(tdata[:len(tdata) - len(tdata) % TimeIndex.SIZE]):
+        if (t == 0 and r == 0) or base + r > off:
+            break
+        tentries.append((t, base + r))
+    stamps = [t for t, _ in tentries]
+    if any(map(ge, stamps, stamps[1:])):
+        tentries = []
+    return start, off, ([(base + r, p) for r, p in zip(rel, pos)], tentries)
+
+
+def _first_timestamp(seg: Segment) -> int | None:
+    head = os.pread(seg.fileno(), codec.HEADER_SIZE, 0)
+    try:
+        hdr = codec.read_header(head, 0, 1 << 62)
+    except CorruptRecordError:
+        return None
+    return hdr[8] if hdr is not None else None
+
+
+SESSION = "writer-session"
+
+
+def boot_id() -> str | None:
+    """This boot's id (changes when the machine restarts), None if unknown."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _previous_boot(directory: str) -> str | None:
+    try:
+        with open(os.path.join(directory, SESSION), "rb") as f:
+            return json.loads(f.read()).get("boot_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def write_session(directory: str) -> None:
+    """Record which boot this writer runs in (read by the next recovery)."""
+    atomic_write(os.path.join(directory, SESSION),
+                 json.dumps({"version": 1, "boot_id": boot_id(), "pid": os.getpid()}).encode())
 
 
 def _rebuild_indexes(seg: Segment, res: ScanResult, max_index_bytes: int, keep_writable: bool) -> None:

