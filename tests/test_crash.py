@@ -248,7 +248,7 @@ def test_bit_flips_in_durable_data_are_reported(tmp_path):
     seed = seed_for("bit flips")
     rnd = random.Random(seed)
     base = str(tmp_path / "base")
-    log = Log.open(base, flush_ms=None)
+    log = Log.open(base, flush_ms=None, segment_bytes=64 << 10, max_message_bytes=4096)
     log.append_batch([value(i) for i in range(200)])
     for i in range(200, 260):
         log.append(value(i))
@@ -340,7 +340,7 @@ def test_io_error_loop(tmp_path, op, times):
     failures = 0
     with FaultyFS(path) as fs:
         log = Log.open(path, segment_bytes=2048, max_message_bytes=1024, flush_ms=None,
-                       retention_ms=None)
+                       retention_ms=None, max_index_bytes=480)
         fs.fail(op, nth=rnd.randint(1, 6), errno=rnd.choice([errno.EIO, errno.ENOSPC]),
                 times=times)
         n = 0
@@ -357,13 +357,14 @@ def test_io_error_loop(tmp_path, op, times):
                 if rnd.random() < 0.05:
                     log.close()
                     log = Log.open(path, segment_bytes=2048, max_message_bytes=1024,
-                                   flush_ms=None, retention_ms=None)
+                                   flush_ms=None, retention_ms=None, max_index_bytes=480)
             except (seglog.StorageError, OSError) as e:
                 failures += 1
                 assert log.flushed_offset <= n
                 durable = fs.capture(flushed=acked)
-                with pytest.raises(seglog.StorageError):
-                    log.append(b"refused")
+                if not log.closed:
+                    with pytest.raises(seglog.StorageError):
+                        log.append(b"refused")
                 try:
                     log.close()
                 except (seglog.SeglogError, OSError):
@@ -376,7 +377,7 @@ def test_io_error_loop(tmp_path, op, times):
                 fs.clear_faults()
                 try:
                     log = Log.open(path, segment_bytes=2048, max_message_bytes=1024,
-                                   flush_ms=None, retention_ms=None)
+                                   flush_ms=None, retention_ms=None, max_index_bytes=480)
                 except (seglog.StorageError, OSError):
                     continue
                 n = log.end_offset

@@ -11,6 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import seglog
 from seglog import Log, Record
+from seglog.testing import abandon
 
 values = st.one_of(st.binary(max_size=300), st.none())
 keys = st.one_of(st.none(), st.binary(max_size=8))
@@ -64,6 +65,14 @@ class LogModel(RuleBasedStateMachine):
         self.log.close()
         self.log = Log.open(self.dir, **self.cfg)
         assert self.log.end_offset == len(self.model)
+
+    @rule()
+    def crash(self):
+        """The writer's process dies (SIGKILL): every appended message survives."""
+        abandon(self.log)
+        self.log = Log.open(self.dir, **self.cfg)
+        assert self.log.end_offset == len(self.model)
+        assert self.log.flushed_offset == len(self.model)
 
     @rule(data=st.data())
     def read_at(self, data):

@@ -37,20 +37,24 @@ class _Index:
         self._live = live and not writable
         self._mm: mmap.mmap | None = None
         self._fd = -1
-        if writable:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY, 0o644)
+        try:
             size = os.fstat(self._fd).st_size
-            self._entries = size // self.SIZE if entries is None else entries
-            self._entries = min(self._entries, self.max_bytes // self.SIZE)
-            if size < self.max_bytes:
-                os.ftruncate(self._fd, self.max_bytes)
-            self._mm = mmap.mmap(self._fd, self.max_bytes)
-        else:
-            self._fd = os.open(path, os.O_RDONLY)
-            size = os.fstat(self._fd).st_size
-            self._entries = size // self.SIZE
-            if not self._live and self._entries:
-                self._mm = mmap.mmap(self._fd, self._entries * self.SIZE, access=mmap.ACCESS_READ)
+            if writable:
+                self._entries = size // self.SIZE if entries is None else entries
+                self._entries = min(self._entries, self.max_bytes // self.SIZE)
+                if size < self.max_bytes:
+                    os.ftruncate(self._fd, self.max_bytes)
+                self._mm = mmap.mmap(self._fd, self.max_bytes)
+            else:
+                self._entries = size // self.SIZE
+                if not self._live and self._entries:
+                    self._mm = mmap.mmap(self._fd, self._entries * self.SIZE,
+                                         access=mmap.ACCESS_READ)
+        except BaseException:
+            os.close(self._fd)
+            self._fd = -1
+            raise
 
     # -- reading ---------------------------------------------------------------
     def __len__(self) -> int:
@@ -141,6 +145,13 @@ class _Index:
     def flush(self) -> None:
         if self._fd >= 0:
             fsync_file(self._fd)
+
+    def release(self) -> None:
+        """Release the file without trimming (after a failure)."""
+        self._mm = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def close(self) -> None:
         """Release the file. A writable index is trimmed first."""

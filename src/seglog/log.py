@@ -282,9 +282,16 @@ class Log:
                     recovery.write_checkpoint(self.path, recovery.RECOVERY_POINT, self._end)
                     recovery.write_marker(self.path, active, self._end)
                     self._flushed = self._end
+            except OSError as e:
+                # no clean-shutdown marker: the next open recovers what reached the disk
+                self._failed = e
+                raise StorageError(f"closing {self.path} failed: {e}") from e
             finally:
                 for seg in self._segs:
-                    seg.close()
+                    try:
+                        seg.close(seal=False)    # sealed above, unless it failed
+                    except OSError:
+                        pass
                 if self._lock_fd >= 0:
                     os.close(self._lock_fd)  # releases the flock
                     self._lock_fd = -1

@@ -163,6 +163,20 @@ class Loaded:
 
 def load_for_writer(directory: str, capacity: int, interval: int, max_index_bytes: int) -> Loaded:
     """Open every segment of ``directory`` for a writer, recovering after a crash."""
+    opened: list[Segment] = []
+    try:
+        return _load(directory, capacity, interval, max_index_bytes, opened)
+    except BaseException:
+        for seg in opened:
+            try:
+                seg.close(seal=False)
+            except OSError:
+                pass
+        raise
+
+
+def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
+          opened: list[Segment]) -> Loaded:
     from .cleaner import resolve_interrupted
     for name in os.listdir(directory):
         if name.endswith(".tmp"):
@@ -174,12 +188,14 @@ def load_for_writer(directory: str, capacity: int, interval: int, max_index_byte
     if not bases:
         base = start or 0
         seg = Segment.create(directory, base, capacity, interval, max_index_bytes)
+        opened.append(seg)
         _remove_marker(directory, marker)
         write_session(directory)
         return Loaded([seg], base, base, base, clean=marker is not None)
     if start is None or start < bases[0]:
         start = bases[0]
     segs = [Segment(directory, b, max_index_bytes=max_index_bytes) for b in bases]
+    opened.extend(segs)
     for s in segs:
         s.writer = True
         s._interval = interval
@@ -251,8 +267,12 @@ def load_for_writer(directory: str, capacity: int, interval: int, max_index_byte
     segs = segs[:keep]
     end = segs[-1].next_offset
     assert end is not None
+    # what recovery kept may still be only in the page cache: make it durable, so
+    # that flushed_offset == end_offset is true after an unclean open
+    segs[-1].fsync_with_indexes()
+    write_checkpoint(directory, RECOVERY_POINT, end)
     write_session(directory)
-    return Loaded(segs, start, end, min(rp, end), clean=False, report=report)
+    return Loaded(segs, start, end, end, clean=False, report=report)
 
 
 def _truncate_durably(path: str, size: int) -> None:

@@ -148,10 +148,14 @@ class Segment:
         os.close(fd)
         for p in (seg.index_path, seg.timeindex_path):
             os.close(os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
-        seg.make_active(capacity, index_interval_bytes, index_entries=(0, 0), max_timestamp=-1,
-                        max_ts_offset=base_offset, first_timestamp=None)
-        seg._fsync_all()
-        fsync_dir(directory)
+        try:
+            seg.make_active(capacity, index_interval_bytes, index_entries=(0, 0), max_timestamp=-1,
+                            max_ts_offset=base_offset, first_timestamp=None)
+            seg._fsync_all()
+            fsync_dir(directory)
+        except BaseException:
+            seg.close(seal=False)
+            raise
         return seg
 
     def make_active(self, capacity: int, index_interval_bytes: int,
@@ -242,6 +246,9 @@ class Segment:
         except (OSError, ValueError):
             ok = False
         if not ok:
+            for bad in (locals().get("ix"), locals().get("tix")):
+                if bad is not None:
+                    bad.release()
             self.index_repairs += 1
             ix, tix = self._rebuilt_indexes()
         self._index, self._timeindex = ix, tix
@@ -407,16 +414,25 @@ class Segment:
         self._index.trim()
         self._timeindex.trim()
 
-    def close(self) -> None:
-        """Seal if active and release files. Readers holding batches keep their bytes."""
-        self.seal()
-        for ix in (self._index, self._timeindex):
-            if ix is not None:
-                ix.close()
-        self._index = self._timeindex = None
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+    def close(self, seal: bool = True) -> None:
+        """Seal (if active and ``seal``) and release files, even if sealing fails."""
+        try:
+            if seal:
+                self.seal()
+        finally:
+            if self._mm is not None:
+                self._mm.close()
+                self._mm = None
+            for ix in (self._index, self._timeindex):
+                if ix is not None:
+                    try:
+                        ix.close()
+                    except OSError:
+                        ix.release()
+            self._index = self._timeindex = None
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
     def pin(self) -> None:
         """Open the files now, so this object keeps reading them after they are
