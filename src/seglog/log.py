@@ -178,6 +178,8 @@ class Log:
         self._flush_lock = threading.Lock()
         # retention and compaction, one at a time, never holding the append lock long
         self._maintenance = threading.RLock()
+        self._pending_deletes: list[tuple[float, list[str]]] = []
+        self._maintainer: threading.Thread | None = None
         self._cond = threading.Condition(threading.Lock())
         self._waiters = 0
         self._closed = False
@@ -252,6 +254,10 @@ class Log:
             log._flusher = threading.Thread(target=log._flush_loop, name=f"seglog-flush {path}",
                                             daemon=True)
             log._flusher.start()
+        if cfg.retention_check_ms is not None:
+            log._maintainer = threading.Thread(target=log._maintenance_loop,
+                                               name=f"seglog-maintenance {path}", daemon=True)
+            log._maintainer.start()
         return log
 
     def __enter__(self) -> "Log":
@@ -268,8 +274,15 @@ class Log:
         if self._closed:
             return
         self._stop.set()
-        if self._flusher is not None and self._flusher is not threading.current_thread():
-            self._flusher.join()
+        for t in (self._flusher, self._maintainer):
+            if t is not None and t is not threading.current_thread():
+                t.join()
+        if self._pending_deletes:
+            from .retention import purge_due
+            try:
+                purge_due(self, everything=True)
+            except OSError:
+                pass          # the next writer removes them at open
         with self._flush_lock, self._lock:
             if self._closed:
                 return
@@ -574,6 +587,25 @@ class Log:
                 raise self._fail(e) from e
             self._checkpointed = offset
 
+    def _maintenance_loop(self) -> None:
+        """Retention, compaction and delayed deletes every ``retention_check_ms``.
+
+        Runs beside appends: it takes the append lock only to swap the segment list.
+        """
+        from .retention import purge_due
+        period = (self.config.retention_check_ms or 300_000) / 1000.0
+        while not self._stop.wait(period):
+            if self._failed is not None:
+                continue
+            try:
+                if self.config.deletes:
+                    self.enforce_retention()
+                if self.config.compacted:
+                    self.compact()
+                purge_due(self)
+            except (SeglogError, OSError):
+                pass       # a poisoned or closing log: appends and close report it
+
     def _flush_loop(self) -> None:
         period = (self.config.flush_ms or 1000) / 1000.0
         while not self._stop.wait(period):
@@ -659,12 +691,16 @@ class Log:
                     self._refresh()
                     seg_end = seg.size
                 if pos >= seg_end:
+                    if offset < self._start:
+                        raise OffsetOutOfRangeError(
+                            f"offset {offset} was deleted by retention while iterating "
+                            f"(log start is now {self._start})")
                     segs = self._segs
-                    k = _index_of(segs, seg)
-                    if k is None or k + 1 >= len(segs):
+                    k = bisect_right(segs, seg.base_offset, key=_BASE)
+                    if k >= len(segs):
                         self._raise_corruption()
                         return
-                    seg = segs[k + 1]
+                    seg = segs[k]
                     pos = 0
                     expect = seg.base_offset
                     continue
@@ -825,13 +861,3 @@ def _live_segment(seg: Segment, max_index_bytes: int) -> Segment:
     live.next_offset = off
     live._max_ts = last_ts[0] if last_ts is not None else -1
     return live
-
-
-def _index_of(segs: Sequence[Segment], seg: Segment) -> int | None:
-    for i in range(len(segs) - 1, -1, -1):
-        if segs[i] is seg:
-            return i
-    for i, s in enumerate(segs):
-        if s.base_offset > seg.base_offset:
-            return i - 1
-    return None

@@ -178,6 +178,8 @@ def load_for_writer(directory: str, capacity: int, interval: int, max_index_byte
 def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
           opened: list[Segment]) -> Loaded:
     from .cleaner import resolve_interrupted
+    from .retention import remove_leftovers
+    remove_leftovers(directory)
     for name in os.listdir(directory):
         if name.endswith(".tmp"):
             remove(os.path.join(directory, name))
@@ -194,6 +196,14 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
         return Loaded([seg], base, base, base, clean=marker is not None)
     if start is None or start < bases[0]:
         start = bases[0]
+    # a retention pass checkpoints the start offset before it deletes: finish its work
+    below = [b for b, nxt in zip(bases, bases[1:]) if nxt <= start]
+    for b in below:
+        for ext in (".log", ".index", ".timeindex"):
+            remove(os.path.join(directory, f"{b:020d}{ext}"))
+    if below:
+        fsync_dir(directory)
+        bases = bases[len(below):]
     segs = [Segment(directory, b, max_index_bytes=max_index_bytes) for b in bases]
     opened.extend(segs)
     for s in segs:

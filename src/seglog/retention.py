@@ -1,11 +1,23 @@
-"""Delete policy: whole segments by age (``retention_ms``) and total size (``retention_bytes``)."""
+"""Delete policy: whole segments by age (``retention_ms``) and total size (``retention_bytes``).
+
+Deletion is in two steps, as in Kafka: a deleted segment's files are renamed aside
+(``*.deleted``) at once and unlinked ``file_delete_delay_ms`` later, by the log's
+maintenance thread, the next pass, or ``close()``; a writer that opens the log
+removes leftovers. Readers that already hold a segment keep reading it either way
+(they hold open descriptors); the delay serves readers that listed the directory
+but have not opened the files yet.
+"""
 
 from __future__ import annotations
 
+import os
+import time
 from typing import TYPE_CHECKING
 
 from . import recovery
-from ._fs import fsync_dir
+from ._fs import fsync_dir, remove
+
+DELETED_SUFFIX = ".deleted"
 
 if TYPE_CHECKING:
     from .log import Log
@@ -44,6 +56,7 @@ def enforce(log: "Log", now_ms: int) -> list[int]:
         return []
     with log._maintenance:
         log._check_writable()
+        purge_due(log)
         segs = log._segs
         n = expired_prefix(segs, now_ms, cfg.retention_ms, cfg.retention_bytes)
         if not n:
@@ -56,7 +69,49 @@ def enforce(log: "Log", now_ms: int) -> list[int]:
         with log._lock:   # appends only add segments at the end: the prefix is ours
             log._start = max(log._start, new_start)
             log._set_segments(log._segs[n:])
+        delay = cfg.file_delete_delay_ms
         for seg in doomed:
-            seg.delete()
+            if delay:
+                schedule_delete(log, seg, delay)
+            else:
+                seg.delete()
         fsync_dir(log.path)
     return [s.base_offset for s in doomed]
+
+
+def schedule_delete(log: "Log", seg: "Segment", delay_ms: int) -> None:
+    """Rename the segment's files aside now; unlink them after ``delay_ms``."""
+    seg.pin()
+    names = []
+    for p in (seg.path, seg.index_path, seg.timeindex_path):
+        try:
+            os.rename(p, p + DELETED_SUFFIX)
+            names.append(p + DELETED_SUFFIX)
+        except FileNotFoundError:
+            pass
+    seg.deleted = True
+    log._pending_deletes.append((time.monotonic() + delay_ms / 1000.0, names))
+
+
+def purge_due(log: "Log", everything: bool = False) -> int:
+    """Unlink renamed-aside files whose delay has passed (all with ``everything``)."""
+    now = time.monotonic()
+    due = [(t, names) for t, names in log._pending_deletes if everything or t <= now]
+    if not due:
+        return 0
+    log._pending_deletes[:] = [e for e in log._pending_deletes if e not in due]
+    for _, names in due:
+        for name in names:
+            remove(name)
+    fsync_dir(log.path)
+    return len(due)
+
+
+def remove_leftovers(directory: str) -> None:
+    """At a writer's open: files renamed aside by an earlier writer are gone for good."""
+    gone = False
+    for name in os.listdir(directory):
+        if name.endswith(DELETED_SUFFIX):
+            gone = remove(os.path.join(directory, name)) or gone
+    if gone:
+        fsync_dir(directory)

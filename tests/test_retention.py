@@ -1,0 +1,229 @@
+"""Retention (delete policy) and crash safety of retention and compaction passes."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import seglog
+from seglog import Log
+from seglog.testing import FaultyFS
+
+DAY = 86_400_000
+
+
+def fill(log: Log, n: int, ts0: int, step: int = 1, size: int = 100) -> None:
+    """Append n messages whose value starts with their own offset."""
+    for i in range(n):
+        off = log.end_offset
+        log.append(b"%06d" % off + b"x" * size, key=b"k%d" % (off % 50), timestamp=ts0 + i * step)
+
+
+def test_empty_and_single_segment(logdir):
+    with Log.open(logdir, retention_ms=1) as log:
+        assert log.enforce_retention(now_ms=10**13) == []
+        fill(log, 10, 1000)
+        assert len(log.segments) == 1
+        assert log.enforce_retention(now_ms=10**13) == []     # the active segment stays
+        assert log.end_offset == 10
+
+
+def test_time_retention_deletes_old_segments_oldest_first(logdir):
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1000, file_delete_delay_ms=0) as log:
+        fill(log, 100, 10_000, step=100)                        # ts 10_000 .. 19_900
+        segs = log.segments
+        assert len(segs) > 4
+        cutoff = segs[2].max_timestamp + 1000 + 1              # the first three are due
+        deleted = log.enforce_retention(now_ms=cutoff)
+        assert deleted == [s.base_offset for s in segs[:3]]
+        assert log.start_offset == segs[3].base_offset
+        assert not os.path.exists(segs[0].path)
+        with pytest.raises(seglog.OffsetOutOfRangeError):
+            log.read(0)
+        assert [m.offset for m in log.iter()][0] == log.start_offset
+    with Log.open(logdir, retention_ms=1000) as log:           # the start offset is durable
+        assert log.start_offset == segs[3].base_offset
+
+
+def test_all_expired_keeps_the_active_segment(logdir):
+    with Log.open(logdir, segment_bytes=2048, retention_ms=10, file_delete_delay_ms=0) as log:
+        fill(log, 100, 1000)
+        n = len(log.segments)
+        assert len(log.enforce_retention(now_ms=10**12)) == n - 1
+        assert len(log.segments) == 1 and log.end_offset == 100
+        assert log.append(b"more") == 100
+
+
+def test_clock_backwards_and_future_timestamps(logdir):
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1000) as log:
+        fill(log, 60, 10**9 * 3)                                # timestamps in the "future"
+        assert log.enforce_retention(now_ms=10**9) == []         # now before the data
+        assert log.enforce_retention(now_ms=10**9 * 3 + 500) == []
+
+
+def test_size_retention(logdir):
+    with Log.open(logdir, segment_bytes=2048, retention_ms=None, retention_bytes=5000,
+                  file_delete_delay_ms=0) as log:
+        fill(log, 200, 1000)
+        log.enforce_retention()
+        total = sum(s.size for s in log.segments)
+        assert total >= 5000 - 2048 and sum(s.size for s in log.segments[1:]) < 5000
+        assert [m.offset for m in log.iter()] == list(range(log.start_offset, 200))
+
+
+def test_delayed_delete_renames_aside_then_unlinks(logdir):
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=100) as log:
+        fill(log, 60, 1000)
+        first = log.segments[0]
+        assert log.enforce_retention(now_ms=10**12)
+        assert not os.path.exists(first.path) and os.path.exists(first.path + ".deleted")
+        time.sleep(0.15)
+        log.enforce_retention(now_ms=10**12)                    # a later pass purges
+        assert not os.path.exists(first.path + ".deleted")
+
+
+def test_background_maintenance_applies_retention(logdir):
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1, retention_check_ms=20,
+                  file_delete_delay_ms=0) as log:
+        fill(log, 100, 1000)
+        deadline = time.monotonic() + 10
+        while len(log.segments) > 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(log.segments) == 1 and log.start_offset > 0
+
+
+def test_crash_between_checkpoint_and_delete(logdir, monkeypatch):
+    log = Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0)
+    fill(log, 60, 1000)
+    keep = log.segments[-1].base_offset
+    monkeypatch.setattr(seglog.Segment, "delete", lambda self: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        log.enforce_retention(now_ms=10**12)
+    monkeypatch.undo()
+    from seglog.testing import abandon
+    abandon(log)
+    with Log.open(logdir, segment_bytes=2048) as log:
+        assert log.start_offset == keep
+        assert [s.base_offset for s in log.segments] == [keep]   # leftovers removed
+        assert [m.offset for m in log.iter()] == list(range(keep, 60))
+
+
+def test_readers_survive_retention(logdir):
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0) as log:
+        fill(log, 300, 1000)
+        errors: list = []
+        stop = threading.Event()
+
+        def reader():
+            while not stop.is_set():
+                try:
+                    start = log.start_offset
+                    prev = None
+                    for m in log.iter(start):
+                        assert prev is None or m.offset == prev + 1
+                        assert m.value.startswith(b"%06d" % m.offset)
+                        prev = m.offset
+                except seglog.OffsetOutOfRangeError:
+                    pass
+                except Exception as e:  # noqa: BLE001
+                    errors.append(e)
+        t = threading.Thread(target=reader)
+        t.start()
+        code = ("import seglog,sys\nr=seglog.Log.open(sys.argv[1],readonly=True)\n"
+                "it=r.iter(); first=[next(it) for _ in range(5)]\n"
+                "sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.readline()\n"
+                "rest=[]\n"
+                "try:\n    rest.extend(m for m in it if m.value.startswith(b'%06d' % m.offset))\n"
+                "except seglog.OffsetOutOfRangeError:\n    rest.append(None)\n"
+                "print(first[0].offset, len(first)+len(rest))\n")
+        p = subprocess.Popen([sys.executable, "-c", code, logdir], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "ready"  # type: ignore[union-attr]
+        for i in range(5):
+            fill(log, 30, 2000 + i * 100)
+            log.enforce_retention(now_ms=10**12)
+        out, _ = p.communicate("go\n", timeout=60)
+        stop.set()
+        t.join()
+        assert not errors
+        first, count = map(int, out.split())
+        assert first == 0 and count >= 5
+
+
+# -- crashes in the middle of a pass -------------------------------------------
+def _crash_states_during(pass_fn, logdir: str, build, seed: int):
+    with FaultyFS(logdir) as fs:
+        log = build()
+        states = []
+        fs.on_event = lambda op, path: states.append(fs.capture(op=op, path=path))
+        pass_fn(log)
+        fs.on_event = None
+        log.close()
+    return states
+
+
+def test_crash_at_every_step_of_retention(tmp_path):
+    seed = random.randrange(1 << 30)
+    print(f"\nretention crash: seed {seed}")
+    src = str(tmp_path / "src")
+    cfg = dict(segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0, flush_ms=None,
+               max_index_bytes=240, index_interval_bytes=200)
+
+    def build():
+        log = Log.open(src, **cfg)
+        fill(log, 120, 1000)
+        log.flush()
+        return log
+    states = _crash_states_during(lambda log: log.enforce_retention(now_ms=10**12), src, build, seed)
+    assert len(states) > 5
+    for i, st in enumerate(states):
+        for mode in ("random", "lose", "keep"):
+            dest = str(tmp_path / f"c{i}{mode}")
+            st.materialize(dest, random.Random(seed + i), mode)
+            with Log.open(dest, **cfg) as log:
+                offs = [m.offset for m in log.iter()]
+                assert offs == list(range(log.start_offset, 120)), (i, mode, st.note)
+                assert log.end_offset == 120
+            shutil.rmtree(dest)
+
+
+def test_crash_at_every_step_of_compaction(tmp_path):
+    seed = random.randrange(1 << 30)
+    print(f"\ncompaction crash: seed {seed}")
+    src = str(tmp_path / "src")
+    cfg = dict(segment_bytes=2048, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0,
+               flush_ms=None, max_index_bytes=240, index_interval_bytes=200)
+    written = {}
+
+    def build():
+        log = Log.open(src, **cfg)
+        for i in range(150):
+            k = b"k%d" % (i % 12)
+            v = b"%06d" % i
+            written[i] = (k, v)
+            log.append(v, key=k, timestamp=1000 + i)
+        log.flush()
+        return log
+    states = _crash_states_during(lambda log: log.compact(), src, build, seed)
+    latest = {}
+    for off, (k, v) in written.items():
+        latest[k] = off
+    assert len(states) > 5
+    for i, st in enumerate(states):
+        for mode in ("random", "lose", "keep"):
+            dest = str(tmp_path / f"c{i}{mode}")
+            st.materialize(dest, random.Random(seed + i), mode)
+            with Log.open(dest, **cfg) as log:
+                got = {m.offset: (m.key, m.value) for m in log.iter()}
+                assert all(written[o] == kv for o, kv in got.items()), (i, mode)
+                assert set(latest.values()) <= set(got), (i, mode, st.note)   # no latest lost
+                offs = sorted(got)
+                assert log.end_offset == 150
+            shutil.rmtree(dest)
