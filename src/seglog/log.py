@@ -282,7 +282,8 @@ class Log:
             try:
                 purge_due(self, everything=True)
             except OSError:
-                pass          # the next writer removes them at open
+                # the next writer removes them at open
+                pass
         with self._flush_lock, self._lock:
             if self._closed:
                 return
@@ -604,7 +605,8 @@ class Log:
                     self.compact()
                 purge_due(self)
             except (SeglogError, OSError):
-                pass       # a poisoned or closing log: appends and close report it
+                # a poisoned or closing log: appends and close report it
+                pass
 
     def _flush_loop(self) -> None:
         period = (self.config.flush_ms or 1000) / 1000.0
@@ -613,7 +615,8 @@ class Log:
                 try:
                     self.flush()
                 except SeglogError:
-                    pass  # the log is poisoned or closed; appends report it
+                    # the log is poisoned or closed; appends report it
+                    pass
 
     # -- reading ----------------------------------------------------------------
     def _check_readable(self) -> None:

@@ -239,6 +239,7 @@ class Segment:
             self._timeindex = TimeIndex(self.timeindex_path, self.base_offset,
                                         self._max_index_bytes, live=True)
             return
+        ix = tix = None
         try:
             ix = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes)
             tix = TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes)
@@ -246,7 +247,7 @@ class Segment:
         except (OSError, ValueError):
             ok = False
         if not ok:
-            for bad in (locals().get("ix"), locals().get("tix")):
+            for bad in (ix, tix):
                 if bad is not None:
                     bad.release()
             self.index_repairs += 1
