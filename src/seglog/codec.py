@@ -121,14 +121,18 @@ def encode_values_parts(values: Sequence[bytes], lengths: list[int], timestamp: 
     in pieces so that the writer copies the values once, not twice. ``lengths``
     comes from ``value_lengths(values)``.
     """
-    if codec != CODEC_NONE:
-        data = encode_batch(0, values, timestamp, codec=codec)
-        return len(data), [data]
     n = len(values)
     wide = max(lengths, default=0) >= _NULL_H
-    tail = _TAIL.pack(F_WIDE if wide else 0, n - 1, n, timestamp, timestamp)
+    attrs = F_WIDE if wide else 0
     lens = _lengths_struct(n, wide).pack(*lengths)
     body = b"".join(values)
+    if codec == CODEC_LZ4:
+        records = lens + body
+        packed = lz4.block.compress(records, store_size=False)
+        if len(packed) + 4 < len(records):
+            attrs |= CODEC_LZ4
+            lens, body = _U32.pack(len(records)), packed
+    tail = _TAIL.pack(attrs, n - 1, n, timestamp, timestamp)
     crc = crc32(body, crc32(lens, crc32(tail)))
     size = HEADER_SIZE + len(lens) + len(body)
     return size, [_HEAD.pack(0, size - LENGTH_END, MAGIC, crc), tail, lens, body]

@@ -236,7 +236,9 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
         if i == first and rp > seg.base_offset:
             start_pos, start_off, trusted = _trusted_prefix(seg, rp, max_index_bytes)
         tmax, tmax_off = (trusted[1][-1] if trusted and trusted[1] else (-1, seg.base_offset))
+        t0 = time.perf_counter()
         res = scan(seg, start_pos, file_size, start_off, interval, max_timestamp=tmax)
+        report.scan_seconds += time.perf_counter() - t0
         if res.max_timestamp == tmax:
             res.max_ts_offset = tmax_off
         report.scanned_bytes += res.end - start_pos
@@ -302,6 +304,7 @@ class RecoveryReport:
     same_boot: bool
     segments_scanned: int = 0
     scanned_bytes: int = 0
+    scan_seconds: float = 0.0
     truncated: list[tuple[str, int, int, str]] = field(default_factory=list)  # path, at, bytes, why
     deleted_segments: list[int] = field(default_factory=list)
 
