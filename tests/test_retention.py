@@ -227,3 +227,17 @@ def test_crash_at_every_step_of_compaction(tmp_path):
                 offs = sorted(got)
                 assert log.end_offset == 150
             shutil.rmtree(dest)
+
+
+def test_readonly_reader_that_never_opened_a_deleted_segment(logdir):
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0) as log:
+        fill(log, 200, 1000)
+        r = Log.open(logdir, readonly=True)
+        assert r.start_offset == 0
+        log.enforce_retention(now_ms=10**12)
+        with pytest.raises(seglog.OffsetOutOfRangeError):
+            r.read(0)
+        with pytest.raises(seglog.OffsetOutOfRangeError):
+            list(r.iter(0))
+        assert [m.offset for m in r.iter(r.start_offset)] == list(range(log.start_offset, 200))
+        r.close()

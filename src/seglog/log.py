@@ -650,6 +650,19 @@ class Log:
         if offset == end:
             self._raise_corruption()
             return MessageSet(b"", min_offset=offset, next_offset=offset)
+        try:
+            return self._read_from(offset, max_bytes, end)
+        except FileNotFoundError:
+            if not self.readonly:
+                raise
+            # retention or compaction removed a segment this reader had not opened yet
+            self._refresh(force=True)
+            if offset < self._start:
+                raise OffsetOutOfRangeError(f"offset {offset} was deleted (log start is now "
+                                            f"{self._start})") from None
+            return self._read_from(offset, max_bytes, self._end)
+
+    def _read_from(self, offset: int, max_bytes: int, end: int) -> MessageSet:
         segs, i = self._locate(offset)
         for seg in segs[i:]:
             ms = seg.read(max(offset, seg.base_offset), max_bytes)
@@ -707,7 +720,21 @@ class Log:
                     pos = 0
                     expect = seg.base_offset
                     continue
-            ms = seg.read_at(pos, offset, _ITER_CHUNK, seg_end, end, expect)
+            try:
+                ms = seg.read_at(pos, offset, _ITER_CHUNK, seg_end, end, expect)
+            except FileNotFoundError:
+                if not self.readonly:
+                    raise
+                # deleted or replaced before this reader opened it: look again
+                self._refresh(force=True)
+                if offset < self._start:
+                    raise OffsetOutOfRangeError(f"offset {offset} was deleted (log start is "
+                                                f"now {self._start})") from None
+                segs, i = self._locate(offset)
+                seg = segs[i]
+                pos, hdr = seg.find_position(offset)
+                expect = hdr[0] if hdr is not None else None
+                continue
             yield from ms._batch_iters()
             pos += ms.size_in_bytes
             offset = max(offset, ms.next_offset)
