@@ -653,14 +653,18 @@ class Log:
         try:
             return self._read_from(offset, max_bytes, end)
         except FileNotFoundError:
-            if not self.readonly:
-                raise
-            # retention or compaction removed a segment this reader had not opened yet
-            self._refresh(force=True)
-            if offset < self._start:
-                raise OffsetOutOfRangeError(f"offset {offset} was deleted (log start is now "
-                                            f"{self._start})") from None
+            self._look_again(offset)
             return self._read_from(offset, max_bytes, self._end)
+
+    def _look_again(self, offset: int) -> None:
+        """A segment vanished before this reader opened it (retention or compaction in
+        the writer's process): re-list the directory, or re-raise for a writer."""
+        if not self.readonly:
+            raise FileNotFoundError(f"a segment of {self.path} vanished under its writer")
+        self._refresh(force=True)
+        if offset < self._start:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} was deleted (log start is now {self._start})") from None
 
     def _read_from(self, offset: int, max_bytes: int, end: int) -> MessageSet:
         segs, i = self._locate(offset)
@@ -723,13 +727,7 @@ class Log:
             try:
                 ms = seg.read_at(pos, offset, _ITER_CHUNK, seg_end, end, expect)
             except FileNotFoundError:
-                if not self.readonly:
-                    raise
-                # deleted or replaced before this reader opened it: look again
-                self._refresh(force=True)
-                if offset < self._start:
-                    raise OffsetOutOfRangeError(f"offset {offset} was deleted (log start is "
-                                                f"now {self._start})") from None
+                self._look_again(offset)
                 segs, i = self._locate(offset)
                 seg = segs[i]
                 pos, hdr = seg.find_position(offset)
