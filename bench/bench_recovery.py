@@ -52,11 +52,11 @@ def tail_scan(root: str, tail_mb: int) -> None:
     shutil.rmtree(path)
 
 
-def reopen(root: str, segments: int) -> tuple[float, int]:
-    path = os.path.join(root, f"reopen-{segments}")
-    cfg = dict(segment_bytes=4096, flush_ms=None, max_index_bytes=4096)
+def reopen(root: str, segments: int, segment_bytes: int = 4096) -> tuple[float, int]:
+    path = os.path.join(root, f"reopen-{segments}-{segment_bytes}")
+    cfg = dict(segment_bytes=segment_bytes, flush_ms=None, max_index_bytes=segment_bytes)
     log = seglog.Log.open(path, **cfg)
-    payload = [os.urandom(100) for _ in range(36)]
+    payload = [os.urandom(100) for _ in range(segment_bytes // 113)]
     while len(log.segments) < segments:
         log.append_batch(payload)
     log.close()
@@ -83,9 +83,10 @@ def main() -> None:
           f"{os.cpu_count()} cores")
     try:
         tail_scan(root, args.tail_mb)
-        for n in (10, 100, 1000):
-            t, size = reopen(root, n)
-            print(f"clean reopen: {n:>5} segments ({size / 1e6:6.1f} MB): median {t * 1000:6.1f} ms")
+        for n, sb in ((10, 4096), (100, 4096), (1000, 4096), (100, 64 << 10), (100, 1 << 20)):
+            t, size = reopen(root, n, sb)
+            print(f"clean reopen: {n:>5} segments of {sb >> 10:>5} KiB ({size / 1e6:6.1f} MB): "
+                  f"median {t * 1000:6.1f} ms")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

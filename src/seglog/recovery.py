@@ -27,6 +27,7 @@ RECOVERY_POINT = "recovery-point"
 LOG_START = "log-start-offset"
 _CHECKPOINT_MAGIC = "seglog-checkpoint 1"
 _SCAN_CHUNK = 1 << 20
+_SEGMENT_FILES = (".log", ".index", ".timeindex")
 
 
 def read_checkpoint(directory: str, name: str) -> int | None:
@@ -46,14 +47,10 @@ def write_checkpoint(directory: str, name: str, offset: int) -> None:
     atomic_write(os.path.join(directory, name), f"{_CHECKPOINT_MAGIC}\n{offset}\n".encode())
 
 
-def list_segments(directory: str) -> list[int]:
-    """Base offsets of the ``.log`` files in ``directory``, ascending."""
-    bases = []
-    for name in os.listdir(directory):
-        if name.endswith(".log"):
-            base = parse_name(name)
-            if base is not None and name == f"{base:020d}.log":
-                bases.append(base)
+def list_segments(directory: str, names: list[str] | None = None) -> list[int]:
+    """Base offsets of the ``.log`` files in ``directory`` (or ``names``), ascending."""
+    bases = [int(n[:20]) for n in (os.listdir(directory) if names is None else names)
+             if len(n) == 24 and n.endswith(".log") and n[:20].isdigit()]
     bases.sort()
     return bases
 
@@ -179,12 +176,17 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
           opened: list[Segment]) -> Loaded:
     from .cleaner import resolve_interrupted
     from .retention import remove_leftovers
-    remove_leftovers(directory)
-    for name in os.listdir(directory):
-        if name.endswith(".tmp"):
-            remove(os.path.join(directory, name))
-    resolve_interrupted(directory)
-    bases = list_segments(directory)
+    names = os.listdir(directory)
+    # one listing serves a clean open; the rare leftovers of interrupted work re-list
+    odd = [n for n in names if not n.endswith(_SEGMENT_FILES)]
+    if any(n.endswith((".tmp", ".deleted", ".swap", ".cleaned")) for n in odd):
+        remove_leftovers(directory)
+        for name in os.listdir(directory):
+            if name.endswith(".tmp"):
+                remove(os.path.join(directory, name))
+        resolve_interrupted(directory)
+        names = os.listdir(directory)
+    bases = list_segments(directory, names)
     start = read_checkpoint(directory, LOG_START)
     marker = _read_marker(directory)
     if not bases:
