@@ -216,3 +216,43 @@ def test_readonly_reader_during_compaction(logdir):
         fresh = [m.offset for m in r.iter()]
         assert fresh == [m.offset for m in log.iter()]
         r.close()
+
+
+def test_reader_thread_and_process_during_compaction(logdir):
+    import subprocess
+    import sys
+    import threading
+    with Log.open(logdir, **CFG) as log:
+        recs = fill(log, 600, keys=15)
+        errors: list = []
+        stop = threading.Event()
+
+        def reader():
+            while not stop.is_set():
+                prev = -1
+                for m in log.iter():
+                    if m.offset <= prev or (m.offset, m.key, m.value) != recs[m.offset]:
+                        errors.append(m)
+                    prev = m.offset
+        t = threading.Thread(target=reader)
+        t.start()
+        code = ("import seglog,sys\nr=seglog.Log.open(sys.argv[1],readonly=True)\n"
+                "it=r.iter(); first=[next(it) for _ in range(20)]\n"
+                "sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.readline()\n"
+                "got=first+list(it)\n"
+                "print(' '.join('%d:%s' % (m.offset, m.value.decode()) for m in got))\n")
+        p = subprocess.Popen([sys.executable, "-c", code, logdir], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "ready"  # type: ignore[union-attr]
+        stats = log.compact()
+        assert stats.skipped is None and stats.replaced
+        out, _ = p.communicate("go\n", timeout=60)
+        stop.set()
+        t.join()
+        assert not errors
+        pairs = [tuple(x.split(":")) for x in out.split()]
+        offs = [int(o) for o, _ in pairs]
+        assert offs == sorted(set(offs))
+        assert all(recs[int(o)][2] == v.encode() for o, v in pairs)
+        latest = {k: o for o, k, _ in recs}
+        assert set(latest.values()) <= set(offs)
