@@ -208,10 +208,6 @@ def _horizon(buf: bytes, pos: int, hdr: codec.BatchHeader) -> int | None:
     return None
 
 
-def _messages(buf: bytes, pos: int, hdr: codec.BatchHeader) -> Iterator[tuple]:
-    return codec.decode_batch(buf, pos, hdr)
-
-
 def build_map(segs: list[Segment], first_dirty: int, omap: OffsetMap) -> tuple[int, int]:
     """Map the keys of ``segs`` from ``first_dirty`` on; return (dirty end, records read).
 
@@ -228,7 +224,7 @@ def build_map(segs: list[Segment], first_dirty: int, omap: OffsetMap) -> tuple[i
             if not hdr[4] & codec.F_KEYS:
                 read += hdr[6]
                 continue
-            for m in _messages(buf, p, hdr):
+            for m in codec.decode_batch(buf, p, hdr):
                 read += 1
                 if m[0] >= first_dirty and m[2] is not None and not omap.put(m[2], m[0]):
                     return end, read
@@ -302,7 +298,7 @@ def _clean_group(log: "Log", group: list[Segment], omap: OffsetMap, now: int,
             for buf, p, hdr in _batches(seg):
                 horizon = _horizon(buf, p, hdr)
                 keep: list[tuple] = []
-                for m in _messages(buf, p, hdr):
+                for m in codec.decode_batch(buf, p, hdr):
                     stats.records_read += 1
                     key = m[2]
                     if key is None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from . import codec
 from ._fs import atomic_write, fsync_dir, remove
 from .errors import CorruptRecordError
-from .segment import Segment, parse_name
+from .segment import Segment
 
 CLEAN_MARKER = ".clean-shutdown"
 RECOVERY_POINT = "recovery-point"
@@ -501,15 +501,6 @@ def continuing_batch_after(seg: Segment, pos: int, file_size: int, next_offset: 
     return None
 
 
-def is_corruption(seg: Segment, res: ScanResult, file_size: int, durable_offset: int) -> bool:
-    """Rule R6: damage inside the durable prefix, or followed by data, is corruption."""
-    if res.stop == "end":
-        return False
-    if res.next_offset < durable_offset:
-        return True
-    return continuing_batch_after(seg, res.end, file_size, res.next_offset) is not None
-
-
 def corruption_error(seg: Segment, res: ScanResult) -> CorruptRecordError:
     return CorruptRecordError(f"bad batch ({res.stop}) inside written data", seg.path,
                               res.end, res.next_offset)
@@ -541,7 +532,8 @@ def refresh_live(seg: Segment) -> None:
         clean_past = (marker.get("active_base") == seg.base_offset
                       and isinstance(marker.get("active_size"), int)
                       and marker["active_size"] > res.end)
-        if clean_past or is_corruption(seg, res, file_size, -1):
+        if clean_past or continuing_batch_after(seg, res.end, file_size,
+                                                res.next_offset) is not None:
             # a live writer may be finishing that batch: look again before saying so
             for delay in (0.0, 0.002, 0.02):
                 time.sleep(delay)

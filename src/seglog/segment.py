@@ -90,13 +90,6 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
-def parse_name(name: str) -> int | None:
-    stem, dot, ext = name.partition(".")
-    if len(stem) == 20 and stem.isdigit() and dot:
-        return int(stem)
-    return None
-
-
 class Segment:
     """One segment: ``<base>.log``, ``<base>.index`` and ``<base>.timeindex``.
 
