@@ -68,7 +68,16 @@ def test_plain_batch_overhead_is_small():
     data = codec.encode_batch(0, values, 1234)
     overhead = (len(data) - 200 * 50) / 50
     assert overhead < 3.0  # 43-byte header + 2-byte length per record
-    assert codec.encode_values(0, values, codec.value_lengths(values), 1234) == data
+    assert codec.encode_values(0, values, 1234) == data
+
+
+def test_plain_values_encoder_matches_general_encoder():
+    # the append_batch fast path decides "wide" from the body size: check both sides
+    cases = [[b""], [b"a", b""], [os.urandom(0xFFFE)], [os.urandom(0xFFFF)],
+             [os.urandom(40000), os.urandom(40000)], [os.urandom(0x10000), b"x"]]
+    for values in cases:
+        for c in (codec.CODEC_NONE, codec.CODEC_LZ4):
+            assert codec.encode_values(3, values, 77, c) == codec.encode_batch(3, values, 77, codec=c)
 
 
 def test_single_matches_general_encoder():

@@ -103,29 +103,20 @@ def encode_single(base_offset: int, value: bytes, timestamp: int) -> bytes:
     return _HEAD.pack(base_offset, 5 + len(tail) + n, MAGIC, crc) + tail + value
 
 
-def value_lengths(values: Sequence[bytes]) -> list[int]:
-    """The lengths of non-None values (the input of ``encode_values_parts``)."""
-    return list(map(len, values))
-
-
-@lru_cache(maxsize=256)
-def _lengths_struct(n: int, wide: bool) -> Struct:
-    return Struct(f"<{n}{'I' if wide else 'H'}")
-
-
-def encode_values_parts(values: Sequence[bytes], lengths: list[int], timestamp: int,
+def encode_values_parts(body: bytes, lengths: list[int], timestamp: int,
                         codec: int = CODEC_NONE) -> tuple[int, list[bytes]]:
     """Encode keyless, headerless values sharing one timestamp (``append_batch``'s hot path).
 
-    Returns (size, parts): the batch is ``b"".join(parts)`` with base offset 0, left
-    in pieces so that the writer copies the values once, not twice. ``lengths``
-    comes from ``value_lengths(values)``.
+    ``body`` is the values joined and ``lengths`` their lengths (the caller has both
+    already: joining is its type check). Returns (size, parts): the batch is
+    ``b"".join(parts)`` with base offset 0, left in pieces so that the writer copies
+    the values once, not twice.
     """
-    n = len(values)
-    wide = max(lengths, default=0) >= _NULL_H
+    n = len(lengths)
+    # no value is longer than all of them together: most batches skip max()
+    wide = len(body) >= _NULL_H and max(lengths, default=0) >= _NULL_H
     attrs = F_WIDE if wide else 0
     lens = _lengths_struct(n, wide).pack(*lengths)
-    body = b"".join(values)
     if codec == CODEC_LZ4:
         records = lens + body
         packed = lz4.block.compress(records, store_size=False)
@@ -138,13 +129,18 @@ def encode_values_parts(values: Sequence[bytes], lengths: list[int], timestamp: 
     return size, [_HEAD.pack(0, size - LENGTH_END, MAGIC, crc), tail, lens, body]
 
 
-def encode_values(base_offset: int, values: Sequence[bytes], lengths: array, timestamp: int,
+def encode_values(base_offset: int, values: Sequence[bytes], timestamp: int,
                   codec: int = CODEC_NONE) -> bytes:
-    """``encode_values_parts`` joined, with ``base_offset`` set."""
-    size, parts = encode_values_parts(values, lengths, timestamp, codec)
+    """One batch of keyless, headerless ``values`` (bytes) sharing ``timestamp``."""
+    size, parts = encode_values_parts(b"".join(values), list(map(len, values)), timestamp, codec)
     data = bytearray(b"".join(parts))
     _I64.pack_into(data, 0, base_offset)
     return bytes(data)
+
+
+@lru_cache(maxsize=256)
+def _lengths_struct(n: int, wide: bool) -> Struct:
+    return Struct(f"<{n}{'I' if wide else 'H'}")
 
 
 def encode_batch(base_offset: int, values: Sequence[bytes | None],

@@ -37,6 +37,9 @@ class _Index:
         self._live = live and not writable
         self._mm: mmap.mmap | None = None
         self._fd = -1
+        # slots an append may fill: all of them while writable and mapped, else none,
+        # so the append path tests one number
+        self._room = 0
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY, 0o644)
         try:
             size = os.fstat(self._fd).st_size
@@ -46,6 +49,7 @@ class _Index:
                 if size < self.max_bytes:
                     os.ftruncate(self._fd, self.max_bytes)
                 self._mm = mmap.mmap(self._fd, self.max_bytes)
+                self._room = self.max_bytes // self.SIZE
             else:
                 self._entries = size // self.SIZE
                 if not self._live and self._entries:
@@ -110,14 +114,14 @@ class _Index:
         return self._entries >= self.max_bytes // self.SIZE
 
     # -- writing ---------------------------------------------------------------
-    def _append(self, *fields: int) -> None:
-        mm = self._mm
-        if not self._writable or mm is None:
-            raise ValueError(f"index {self.path} is not writable")
-        if self.is_full:
+    def _append(self, a: int, b: int) -> None:
+        n = self._entries
+        if n >= self._room:
+            if not self._writable or self._mm is None:
+                raise ValueError(f"index {self.path} is not writable")
             raise ValueError(f"index {self.path} is full")
-        self.ENTRY.pack_into(mm, self._entries * self.SIZE, *fields)
-        self._entries += 1
+        self.ENTRY.pack_into(self._mm, n * self.SIZE, a, b)
+        self._entries = n + 1
 
     def truncate_entries(self, n: int) -> None:
         """Keep the first ``n`` entries (recovery drops entries past a truncation)."""
@@ -140,6 +144,7 @@ class _Index:
         os.ftruncate(self._fd, size)
         fsync_file(self._fd)
         self._writable = False
+        self._room = 0
         self._mm = (mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) if size else None)
 
     def flush(self) -> None:
@@ -148,6 +153,7 @@ class _Index:
 
     def release(self) -> None:
         """Release the file without trimming (after a failure)."""
+        self._room = 0
         self._mm = None
         if self._fd >= 0:
             os.close(self._fd)
@@ -159,6 +165,7 @@ class _Index:
             return
         if self._writable:
             self.trim()
+        self._room = 0
         self._mm = None
         os.close(self._fd)
         self._fd = -1

@@ -342,13 +342,13 @@ class Segment:
     def _add_index_entry(self, offset: int, pos: int) -> None:
         ix, tix = self._index, self._timeindex
         assert ix is not None and tix is not None
-        if ix.is_full or tix.is_full:
+        if ix._entries >= ix._room or tix._entries >= tix._room:   # full
             self._next_index_pos = 1 << 62
             return
         ix.append(offset, pos)
         tix.append(self._max_ts, self._max_ts_offset)  # type: ignore[arg-type]
         self._next_index_pos = pos + self._interval
-        if ix.is_full or tix.is_full:
+        if ix._entries >= ix._room or tix._entries >= tix._room:
             self.on_index_full()
 
     def on_index_full(self) -> None:

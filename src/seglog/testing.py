@@ -390,6 +390,7 @@ def abandon(log: "object") -> None:
             for ix in (seg._index, seg._timeindex):
                 if ix is not None and ix._fd >= 0:
                     ix._mm = None
+                    ix._room = 0
                     os.close(ix._fd)
                     ix._fd = -1
             seg._index = seg._timeindex = None
