@@ -123,10 +123,10 @@ def encode_values_parts(body: bytes, lengths: list[int], timestamp: int,
         if len(packed) + 4 < len(records):
             attrs |= CODEC_LZ4
             lens, body = _U32.pack(len(records)), packed
-    tail = _TAIL.pack(attrs, n - 1, n, timestamp, timestamp)
-    crc = crc32(body, crc32(lens, crc32(tail)))
-    size = HEADER_SIZE + len(lens) + len(body)
-    return size, [_HEAD.pack(0, size - LENGTH_END, MAGIC, crc), tail, lens, body]
+    tail = _TAIL.pack(attrs, n - 1, n, timestamp, timestamp) + lens
+    crc = crc32(body, crc32(tail))
+    size = _HEAD.size + len(tail) + len(body)
+    return size, [_HEAD.pack(0, size - LENGTH_END, MAGIC, crc) + tail, body]
 
 
 def encode_values(base_offset: int, values: Sequence[bytes], timestamp: int,

@@ -460,8 +460,11 @@ class Log:
         if batches is None:
             values, keys, stamps, headers = _prepare(items, now, self._max_msg)
             batches = self._encode(values, keys, stamps, headers)
-        with self._lock:
-            self._check_writable()
+        lock = self._lock
+        lock.acquire()
+        try:
+            if not self._ok:
+                self._check_writable()
             first = off = self._end
             for data, n, max_ts, size in batches:
                 seg = self._segs[-1]
@@ -477,6 +480,8 @@ class Log:
                     self._set_roll_limits(seg)
                 off += n
                 self._end = off
+        finally:
+            lock.release()
         if self._waiters:
             self._notify()
         if off - 1 >= self._flush_at:

@@ -310,11 +310,17 @@ class Segment:
             end = pos + (size if size is not None else sum(map(len, data)))
             if end > self._alloc_end:
                 self.allocate(end)
-            p = pos
-            for part in data:
-                q = p + len(part)
-                mm[p:q] = part
-                p = q
+            if len(data) == 2:      # the append_batch fast path: (header, records)
+                head, body = data
+                p = pos + len(head)
+                mm[pos:p] = head
+                mm[p:end] = body
+            else:
+                p = pos
+                for part in data:
+                    q = p + len(part)
+                    mm[p:q] = part
+                    p = q
         else:
             end = pos + len(data)
             if end > self._alloc_end:
