@@ -1,0 +1,191 @@
+"""How fast could any pure-Python log of this format be? The least work, timed beside the baselines.
+
+    .venv/bin/python bench/bench_floor.py              # 1,000,000 messages of 200 bytes
+    .venv/bin/python bench/bench_floor.py --n 200000   # quicker
+
+Each "floor" below does only work that any implementation of docs/FORMAT.md under
+SPEC's rules has to do, with the fastest C-level calls the standard library offers,
+and leaves out everything else (headers, indexes, rolling, config checks, error
+handling). A floor is therefore an upper bound on what seglog can reach; its ratio
+to the baseline, measured in the same run, is an upper bound on seglog's ratio.
+
+* batch floor: per 50-message batch, join the values (needed: the CRC is over
+  contiguous bytes), CRC32 them (FORMAT.md: zlib CRC32 over the batch), take their
+  lengths (the decoder needs them), and os.write the joined bytes. Baseline: the raw
+  os.write of the same pre-joined bytes.
+* append floor: per message, a method call with append()'s signature, the default
+  timestamp (time.time_ns), the CRC32 of the value, the lock that makes a Log safe
+  to share between threads, one struct.pack_into of a header and one copy of the
+  value into a mapped page (R1: readable and SIGKILL-safe on return). Baseline: the
+  per-message framing write.
+* iter floor: per batch, the CRC32 check; per message, its value as bytes and one
+  Message object with named fields (SPEC section 2), and reading ``m.value``.
+  Baseline: the per-message framing read.
+
+Never run as a test: timings need a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import platform
+import random
+import shutil
+import struct
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from io import BytesIO
+from itertools import chain, repeat
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "src"))
+sys.path.insert(0, HERE)
+
+import seglog  # noqa: E402
+from bench_log import (BATCH, MSG, framing_read, framing_write, raw_write,  # noqa: E402
+                       seglog_read, seglog_write, timed)
+from seglog.message import Message  # noqa: E402
+
+_HDR = struct.Struct("<qIBIHIIqqH")   # a one-record batch header, as append() writes it
+
+
+def batch_floor(path: str, batches: list[list[bytes]]) -> float:
+    def run() -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        w, crc, join = os.write, zlib.crc32, b"".join
+        for values in batches:
+            body = join(values)
+            crc(body)
+            list(map(len, values))
+            w(fd, body)
+        os.close(fd)
+    return timed(run)
+
+
+class _FloorLog:
+    """append() reduced to what R1 and thread safety need, writing into a mapped file."""
+
+    def __init__(self, path: str, size: int) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.ftruncate(self.fd, size)
+        self.mm = mmap.mmap(self.fd, size)
+        self.lock = threading.Lock()
+        self.pos = 0
+        self.end = 0
+
+    def append(self, value: bytes, key: None = None, timestamp: int | None = None,
+               headers: tuple = ()) -> int:
+        n = len(value)
+        ts = time.time_ns() // 1_000_000 if timestamp is None else timestamp
+        crc = zlib.crc32(value)
+        lock = self.lock
+        lock.acquire()
+        try:
+            off = self.end
+            pos = self.pos
+            end = pos + _HDR.size + n
+            _HDR.pack_into(self.mm, pos, off, n + 33, 1, crc, 0, 0, 1, ts, ts, n)
+            self.mm[pos + _HDR.size:end] = value
+            self.pos = end
+            self.end = off + 1
+        finally:
+            lock.release()
+        return off
+
+    def close(self) -> None:
+        self.mm.close()
+        os.close(self.fd)
+
+
+def append_floor(path: str, msgs: list[bytes]) -> float:
+    def run() -> None:
+        log = _FloorLog(path, len(msgs) * (MSG + _HDR.size))
+        ap = log.append
+        for m in msgs:
+            ap(m)
+        log.close()
+    return timed(run)
+
+
+def iter_floor(chunks: list[bytes]) -> float:
+    lens = [MSG] * BATCH
+
+    def batch(i: int, chunk: bytes):
+        zlib.crc32(chunk)
+        return map(Message, zip(range(i * BATCH, (i + 1) * BATCH), repeat(0), repeat(None),
+                                map(BytesIO(chunk).read, lens), repeat(())))
+
+    def run() -> None:
+        for m in chain.from_iterable(map(batch, range(len(chunks)), chunks)):
+            m.value
+    return timed(run)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=1_000_000, help="messages per run")
+    ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    ap.add_argument("--repeat", type=int, default=3, help="best of this many runs per figure")
+    args = ap.parse_args()
+    n = args.n - args.n % BATCH
+    rnd = random.Random(1)
+    distinct = [rnd.randbytes(MSG) for _ in range(4096)]
+    msgs = [distinct[i % 4096] for i in range(n)]
+    batches = [msgs[i:i + BATCH] for i in range(0, n, BATCH)]
+    chunks = [b"".join(b) for b in batches]
+    root = tempfile.mkdtemp(prefix="seglog-floor-", dir=args.dir)
+    P = lambda name: os.path.join(root, name)  # noqa: E731
+
+    def best(fn) -> float:
+        out = float("inf")
+        for _ in range(args.repeat):
+            for name in os.listdir(root):
+                p = P(name)
+                shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
+            out = min(out, fn())
+        return out
+
+    print(f"seglog {seglog.__version__} floors — {time.strftime('%Y-%m-%d %H:%M')}, "
+          f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores, "
+          f"{n:,} messages of {MSG} bytes, best of {args.repeat}")
+    raw = best(lambda: raw_write(P("raw"), chunks))
+    bfloor = best(lambda: batch_floor(P("bfloor"), batches))
+    s50 = best(lambda: seglog_write(P("s50"), msgs, BATCH))
+    fw = best(lambda: framing_write(P("frame"), msgs))
+    afloor = best(lambda: append_floor(P("afloor"), msgs))
+    s1 = best(lambda: seglog_write(P("s1"), msgs, 1))
+
+    framing_write(P("frame"), msgs)
+    seglog_write(P("s50"), msgs, BATCH)
+
+    def read_framing() -> None:
+        for _ in framing_read(P("frame")):
+            pass
+    fr = min(timed(read_framing) for _ in range(args.repeat))
+    ifloor = min(iter_floor(chunks) for _ in range(args.repeat))
+    r50 = min(seglog_read(P("s50"), n) for _ in range(args.repeat))
+    shutil.rmtree(root)
+
+    rate = lambda t: n / t / 1e6  # noqa: E731
+    rows = [
+        ("append_batch(50) vs raw write", raw, bfloor, s50, 0.8),
+        ("append() vs framing write", fw, afloor, s1, 0.7),
+        ("iter() vs framing read", fr, ifloor, r50, 2.5),
+        ("append_batch(50) vs framing write", fw, bfloor, s50, 2.0),
+    ]
+    print(f"\n  {'ratio':<36} {'baseline':>10} {'floor':>10} {'seglog':>10} {'floor/base':>11} "
+          f"{'seglog/base':>12} {'target':>7}")
+    for name, base, floor, seg, target in rows:
+        print(f"  {name:<36} {rate(base):6.2f} M/s {rate(floor):6.2f} M/s {rate(seg):6.2f} M/s "
+              f"{base / floor:10.2f}x {base / seg:11.2f}x {target:6.1f}x")
+    print("\n  floor/base below the target: no implementation of this format in CPython on "
+          "this machine reaches it.")
+
+
+if __name__ == "__main__":
+    main()
