@@ -24,6 +24,10 @@ from typing import Callable
 from ._fs import fsync_file
 
 
+_OFFSET_ENTRY = Struct("<II")
+_TIME_ENTRY = Struct("<qI")
+
+
 class _Index:
     ENTRY: Struct
     SIZE: int
@@ -114,14 +118,10 @@ class _Index:
         return self._entries >= self.max_bytes // self.SIZE
 
     # -- writing ---------------------------------------------------------------
-    def _append(self, a: int, b: int) -> None:
-        n = self._entries
-        if n >= self._room:
-            if not self._writable or self._mm is None:
-                raise ValueError(f"index {self.path} is not writable")
-            raise ValueError(f"index {self.path} is full")
-        self.ENTRY.pack_into(self._mm, n * self.SIZE, a, b)
-        self._entries = n + 1
+    def _refuse(self) -> None:
+        if not self._writable or self._mm is None:
+            raise ValueError(f"index {self.path} is not writable")
+        raise ValueError(f"index {self.path} is full")
 
     def truncate_entries(self, n: int) -> None:
         """Keep the first ``n`` entries (recovery drops entries past a truncation)."""
@@ -193,12 +193,17 @@ class OffsetIndex(_Index):
     points at position 0 (the segment start needs none), so a zero slot is empty.
     """
 
-    ENTRY = Struct("<II")
+    ENTRY = _OFFSET_ENTRY
     SIZE = 8
 
     def append(self, offset: int, position: int) -> None:
         """Add an entry for the batch starting at ``position`` with base ``offset``."""
-        self._append(offset - self.base_offset, position)
+        n = self._entries
+        if n >= self._room:
+            self._refuse()
+        # inlined _append: once per index interval on the append path
+        _OFFSET_ENTRY.pack_into(self._mm, n * 8, offset - self.base_offset, position)  # type: ignore[arg-type]
+        self._entries = n + 1
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the last entry at or before ``offset``.
@@ -233,7 +238,7 @@ class TimeIndex(_Index):
     so the last entry holds the segment's largest timestamp.
     """
 
-    ENTRY = Struct("<qI")
+    ENTRY = _TIME_ENTRY
     SIZE = 12
 
     _last_ts: int | None = None
@@ -244,7 +249,11 @@ class TimeIndex(_Index):
             self._last_ts = self.ENTRY.unpack_from(self._mm, (self._entries - 1) * self.SIZE)[0]  # type: ignore[arg-type]
         if self._last_ts is not None and timestamp <= self._last_ts:
             return
-        self._append(timestamp, offset - self.base_offset)
+        n = self._entries
+        if n >= self._room:
+            self._refuse()
+        _TIME_ENTRY.pack_into(self._mm, n * 12, timestamp, offset - self.base_offset)  # type: ignore[arg-type]
+        self._entries = n + 1
         self._last_ts = timestamp
 
     def lookup(self, timestamp: int) -> tuple[int, int] | None:

@@ -442,7 +442,7 @@ class Log:
             with self._lock:
                 self._check_writable()
                 return range(self._end, self._end)
-        now = _now_ms()
+        now = _time_ns() // 1_000_000
         batches = None
         try:
             # bytes-like values only (Records, str, None make join raise): the join is

@@ -327,10 +327,17 @@ class Segment:
                 self.allocate(end)
             mm[pos:end] = data
         _OFFSET.pack_into(mm, pos, base_offset)
-        if pos >= self._next_index_pos or max_timestamp > self._max_ts or not pos:  # type: ignore[operator]
-            self.appended(pos, end, base_offset, next_offset, max_timestamp)
-        else:
-            self._size = end
+        # appended(), inlined: batches of index_interval_bytes or more take an
+        # index entry every time
+        if pos >= self._next_index_pos:
+            self._add_index_entry(base_offset, pos)
+        if max_timestamp > self._max_ts:  # type: ignore[operator]
+            self._max_ts = max_timestamp
+            self._max_ts_offset = base_offset
+        if not pos and self.first_timestamp is None:
+            self.first_timestamp = max_timestamp
+        self._size = end
+        self.next_offset = next_offset
 
     def appended(self, pos: int, end: int, base_offset: int, next_offset: int,
                  max_timestamp: int) -> None:
