@@ -108,6 +108,27 @@ def test_corrupt_record_on_read(logdir):
         reader.read(0).validate()
 
 
+def test_corrupt_record_on_iter_names_file_position_and_offset(logdir):
+    with Log.open(logdir) as log:
+        for i in range(40):
+            log.append_batch([bytes([i]) * 300] * 10)
+        seg = log.segments[0]
+        path = seg.path
+        second_last = [p for p, _ in seg.batches()][-2]
+    with open(path, "r+b") as f:
+        f.seek(second_last + 100)
+        b = f.read(1)
+        f.seek(second_last + 100)
+        f.write(bytes([b[0] ^ 0x01]))
+    reader = Log.open(logdir, readonly=True)
+    seen = []
+    with pytest.raises(seglog.CorruptRecordError) as ei:
+        for m in reader.iter():
+            seen.append(m.offset)
+    assert seen == list(range(380))      # every message before the damaged batch, once
+    assert (ei.value.path, ei.value.position, ei.value.offset) == (path, second_last, 380)
+
+
 def test_log_locked_in_this_process(logdir):
     with Log.open(logdir) as log:
         log.append(b"a")

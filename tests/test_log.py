@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 
@@ -124,6 +125,28 @@ def test_iter_ranges_and_validation(logdir):
         with pytest.raises(TypeError):
             log.iter("0")  # type: ignore[arg-type]
         assert [m.offset for m in log] == list(range(600))
+
+
+def test_iter_across_read_chunks_and_batches_larger_than_a_chunk(logdir):
+    # iter() reads a segment 1 MiB at a time: batches straddle the chunk edges, and a
+    # batch larger than a chunk takes the careful path
+    rnd = random.Random(7)
+    model = []
+    with Log.open(logdir, max_message_bytes=4 << 20) as log:
+        for i in range(60):
+            if i % 20 == 19:
+                batch = [rnd.randbytes(rnd.choice((1 << 20, 3 << 19)))]
+            else:
+                batch = [rnd.randbytes(rnd.randrange(1, 9000)) for _ in range(rnd.randrange(1, 40))]
+            log.append_batch(batch)
+            model.extend(batch)
+        assert len(log.segments) == 1 and log.segments[0].size > 4 << 20
+        for start in (0, 1, len(model) // 2, len(model) - 1, len(model)):
+            got = [(m.offset, m.value) for m in log.iter(start)]
+            assert got == list(enumerate(model))[start:]
+        assert [m.value for m in log.iter(5, len(model) - 5)] == model[5:-5]
+    with Log.open(logdir, readonly=True) as reader:
+        assert [m.value for m in reader.iter()] == model
 
 
 def test_roll_by_size_and_segment_names(logdir):

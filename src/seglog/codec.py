@@ -263,14 +263,21 @@ class _Bad(Exception):
 def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
                  max_offset: int | None = None,
                  max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
-                 message_type: type = tuple, expect: int | None = None) -> Iterator[Iterator[tuple]]:
+                 message_type: type = tuple, expect: int | None = None,
+                 progress: list[int] | None = None) -> Iterator[Iterator[tuple]]:
     """Per whole batch in ``data[start:end]``, an iterator of its messages.
 
     Checks framing, CRC and offsets of each batch before decoding it and raises
     CorruptRecordError (with ``position`` relative to ``data``) on the first bad
     one. The base offset is outside the CRC, so batches must follow each other:
     each starts at the previous one's last offset + 1 (after compaction, anywhere
-    above it); ``expect`` is where the first must start, if known. Messages below ``min_offset`` or at/after ``max_offset`` are skipped.
+    above it); ``expect`` is where the first must start, if known. Messages below
+    ``min_offset`` or at/after ``max_offset`` are skipped.
+
+    With ``progress`` (a list of two ints), ``data[start:end]`` may end inside a
+    batch (a chunk of a file): a batch that does not fit ends the iteration
+    instead of raising, and after each whole batch ``progress`` holds the position
+    after it and the offset the next batch must start at.
     This is the read path's inner loop: a plain batch (no keys, headers, nulls,
     per-record timestamps or compression) decodes with a few C-level calls.
     """
@@ -280,11 +287,15 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
     pos = start
     while pos < end:
         if pos + HEADER_SIZE > end:
+            if progress is not None:
+                return
             raise CorruptRecordError("partial batch header", position=pos)
         hdr = unpack(data, pos)
         base, length, magic, crc, attrs, last_delta, count, base_ts, _ = hdr
         nxt = pos + LENGTH_END + length
         if magic != MAGIC or length < MIN_BATCH_LENGTH or nxt > end:
+            if progress is not None and magic == MAGIC and length >= MIN_BATCH_LENGTH:
+                return
             raise CorruptRecordError(
                 f"bad batch framing (magic {magic}, length {length})", position=pos, offset=base)
         if expect is not None and (base != expect if not attrs & F_OFFSETS else base < expect):
@@ -295,6 +306,9 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
             return
         if base + last_delta < min_offset:
             pos = nxt
+            if progress is not None:
+                progress[0] = pos
+                progress[1] = expect
             continue
         if crc32(mv[pos + CRC_FROM:nxt]) != crc:
             raise CorruptRecordError("CRC mismatch", position=pos, offset=base)
@@ -319,6 +333,9 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
                 it = islice(it, lo, max(lo, hi))
             yield it
         pos = nxt
+        if progress is not None:
+            progress[0] = pos
+            progress[1] = expect
 
 
 def decode_batch(data: bytes, pos: int, hdr: BatchHeader,

@@ -737,6 +737,23 @@ class Log:
                     expect = seg.base_offset
                     continue
             try:
+                buf = seg.pread(min(_ITER_CHUNK, seg_end - pos), pos)
+                if len(buf) >= _ITER_CHUNK or pos + len(buf) >= seg_end:
+                    # decode the chunk's whole batches straight from the buffer
+                    progress = [0, 0]
+                    try:
+                        yield from codec.iter_batches(buf, 0, len(buf), offset, end,
+                                                      message_type=Message, expect=expect,
+                                                      progress=progress)
+                    except CorruptRecordError as e:
+                        raise CorruptRecordError(str(e).split(" (")[0], seg.path,
+                                                 pos + (e.position or 0), e.offset) from None
+                    if progress[0]:
+                        pos += progress[0]
+                        expect = progress[1]
+                        offset = max(offset, expect)
+                        continue
+                # a batch larger than the chunk, a short read or damage: the careful path
                 ms = seg.read_at(pos, offset, _ITER_CHUNK, seg_end, end, expect)
             except FileNotFoundError:
                 self._look_again(offset)
