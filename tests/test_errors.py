@@ -201,14 +201,14 @@ def test_storage_error_after_failed_fsync(logdir, monkeypatch):
 
 
 def test_storage_error_on_full_disk(logdir, monkeypatch):
-    log = Log.open(logdir, flush_ms=None, max_message_bytes=4 << 20)
+    log = Log.open(logdir, flush_ms=None, max_message_bytes=32 << 20)
     log.append(b"a")
 
     def full(fd, offset, length):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(os, "posix_fallocate", full)
     with pytest.raises(seglog.StorageError):
-        log.append(b"x" * 3_000_000)        # past the reserved blocks
+        log.append(b"x" * 20_000_000)       # past the reserved blocks
     monkeypatch.undo()
     assert log.end_offset == 1
     log.close()

@@ -384,9 +384,8 @@ def abandon(log: "object") -> None:
         lg._closed = True
         lg._ok = False
         for seg in lg._segs:
-            if seg._mm is not None:
-                seg._mm.close()        # unmapping loses nothing: the pages are in the cache
-                seg._mm = None
+            # unmapping loses nothing: the pages are in the cache
+            seg._unmap()
             for ix in (seg._index, seg._timeindex):
                 if ix is not None and ix._fd >= 0:
                     ix._mm = None
