@@ -1,0 +1,79 @@
+"""The prefaulter thread: it faults in reserved pages ahead of the writer, never
+touches a mapping that is gone, and keeps no log object alive."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+import weakref
+
+import pytest
+
+from seglog import Log, _prefault
+
+pytestmark = pytest.mark.skipif(_prefault.get() is None,
+                                reason="no ctypes madvise or MADV_POPULATE_WRITE here")
+
+
+def _wait_for(cond, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.005)
+    return cond()
+
+
+def test_reserved_pages_are_faulted_in_ahead_of_the_writer(logdir):
+    with Log.open(logdir, flush_ms=None) as log:
+        log.append_batch([b"x" * 1000] * 10)
+        seg = log.segments[-1]
+        # blocks are reserved a chunk past the data, and the thread faults them in
+        assert seg._reserved >= seg.size + (4 << 20)
+        assert _wait_for(lambda: seg._populated >= seg._reserved)
+        # the writer comes back before the reserved end, so the thread stays ahead
+        assert seg._alloc_end < seg._reserved
+        for _ in range(800):
+            log.append_batch([os.urandom(100)] * 50)
+        assert seg._reserved - seg.size >= 4 << 20
+        assert _wait_for(lambda: seg._populated >= seg._reserved)
+
+
+def test_rolling_and_closing_while_the_thread_works(logdir):
+    # many small segments: unmapping races with faulting-in; nothing may crash (R8)
+    # and every message reads back
+    vals = [os.urandom(200) for _ in range(64)]
+    with Log.open(logdir, segment_bytes=256 << 10, flush_ms=None) as log:
+        for i in range(3000):
+            log.append_batch(vals[i % 7:i % 7 + 20])
+        n = log.end_offset
+        assert len(log.segments) > 40
+        sealed = log.segments[:-1]
+        assert all(s._mm is None and s._address == 0 for s in sealed)
+    with Log.open(logdir, readonly=True) as reader:
+        assert sum(1 for _ in reader.iter()) == n
+
+
+def test_the_thread_keeps_no_log_objects_alive(logdir):
+    log = Log.open(logdir, flush_ms=None)
+    log.append_batch([b"y" * 5000] * 100)
+    seg_ref = weakref.ref(log.segments[-1])
+    log_ref = weakref.ref(log)
+    log.close()
+    del log
+    # give the thread time to finish any queued work, then nothing may hold them
+    assert _wait_for(lambda: (gc.collect(), seg_ref() is None and log_ref() is None)[1])
+
+
+def test_one_thread_per_process(logdir, tmp_path):
+    logs = [Log.open(str(tmp_path / f"l{i}"), flush_ms=None) for i in range(4)]
+    try:
+        for lg in logs:
+            lg.append_batch([b"z" * 3000] * 10)
+        names = [t.name for t in threading.enumerate()]
+        assert names.count("seglog-prefault") == 1
+    finally:
+        for lg in logs:
+            lg.close()
