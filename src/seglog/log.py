@@ -912,9 +912,22 @@ def _live_segment(seg: Segment, max_index_bytes: int) -> Segment:
     try:
         off, pos = live.index.lookup(1 << 62)
         last_ts = live.time_index.last_entry()
+        # the writer may be halfway through writing that entry (struct writes it field
+        # by field): trust it only if a batch with that base offset starts there
+        if pos and not _batch_starts_at(live, pos, off):
+            off, pos, last_ts = seg.base_offset, 0, None
     except FileNotFoundError:
         off, pos, last_ts = seg.base_offset, 0, None
     live._size = pos
     live.next_offset = off
     live._max_ts = last_ts[0] if last_ts is not None else -1
     return live
+
+
+def _batch_starts_at(seg: Segment, pos: int, base_offset: int) -> bool:
+    """True if a batch header with ``base_offset`` and sane framing is at ``pos``."""
+    buf = os.pread(seg.fileno(), codec.HEADER_SIZE, pos)
+    if len(buf) < codec.HEADER_SIZE:
+        return False
+    hdr = codec.HEADER.unpack_from(buf)
+    return hdr[0] == base_offset and hdr[2] == codec.MAGIC and hdr[1] >= codec.MIN_BATCH_LENGTH

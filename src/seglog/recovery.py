@@ -484,6 +484,8 @@ def continuing_batch_after(seg: Segment, pos: int, file_size: int, next_offset: 
     p = pos + 1
     while p + codec.HEADER_SIZE <= file_size:
         buf = os.pread(seg.fileno(), min(chunk + codec.HEADER_SIZE, file_size - p), p)
+        if len(buf) < codec.HEADER_SIZE:
+            break       # the file was cut back meanwhile (its writer sealed it)
         limit = min(chunk, len(buf) - codec.HEADER_SIZE + 1)
         i = buf.find(codec.MAGIC.to_bytes(1, "little"), codec.LENGTH_END)
         while 0 <= i - codec.LENGTH_END < limit:
@@ -518,7 +520,10 @@ def refresh_live(seg: Segment) -> None:
     file_size = os.fstat(seg.fileno()).st_size
     if file_size <= start:
         return
-    res = scan(seg, start, file_size, seg.next_offset if start else None,
+    # a live segment's first batch starts at its base offset; checking that matters:
+    # the writer stamps a batch's base offset (outside the CRC) as it copies it in,
+    # so a reader can catch a whole batch whose offset still reads 0
+    res = scan(seg, start, file_size, seg.next_offset if start else seg.base_offset,
                max_timestamp=seg._max_ts if seg._max_ts is not None else -1)
     if res.end > start:
         seg._size = res.end

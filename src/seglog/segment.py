@@ -320,23 +320,29 @@ class Segment:
             end = pos + (size if size is not None else sum(map(len, data)))
             if end > self._alloc_end:
                 self.allocate(end)
+            # the base offset is stamped before the records go in: a reader in another
+            # process must not catch a whole batch (CRC good) still saying offset 0
             if len(data) == 2:      # the append_batch fast path: (header, records)
                 head, body = data
                 p = pos + len(head)
                 mm[pos:p] = head
+                _OFFSET.pack_into(mm, pos, base_offset)
                 mm[p:end] = body
             else:
                 p = pos
                 for part in data:
                     q = p + len(part)
                     mm[p:q] = part
+                    if p == pos:
+                        _OFFSET.pack_into(mm, pos, base_offset)
                     p = q
         else:
             end = pos + len(data)
             if end > self._alloc_end:
                 self.allocate(end)
-            mm[pos:end] = data
-        _OFFSET.pack_into(mm, pos, base_offset)
+            _OFFSET.pack_into(mm, pos, base_offset)
+            with memoryview(data) as view:
+                mm[pos + 8:end] = view[8:]
         # appended(), inlined: batches of index_interval_bytes or more take an
         # index entry every time
         if pos >= self._next_index_pos:
