@@ -77,3 +77,24 @@ def test_one_thread_per_process(logdir, tmp_path):
     finally:
         for lg in logs:
             lg.close()
+
+
+def test_a_forked_child_starts_its_own_thread(tmp_path):
+    parent = Log.open(str(tmp_path / "parent"), flush_ms=None)
+    parent.append_batch([b"p" * 3000] * 10)
+    assert _prefault.get() is not None
+    pid = os.fork()
+    if pid == 0:     # the child: a log of its own, faulted in by a thread of its own
+        code = 1
+        try:
+            with Log.open(str(tmp_path / "child"), flush_ms=None) as child:
+                child.append_batch([b"c" * 3000] * 10)
+                seg = child.segments[-1]
+                ok = _wait_for(lambda: seg._populated >= seg._reserved)
+                names = [t.name for t in threading.enumerate()]
+                code = 0 if ok and names.count("seglog-prefault") == 1 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    parent.close()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -20,6 +20,7 @@ import collections
 import ctypes
 import errno
 import mmap
+import os
 import threading
 from typing import Any, Callable
 
@@ -69,6 +70,17 @@ class Prefaulter:
 _lock = threading.Lock()
 _instance: Prefaulter | None = None
 _unavailable = False
+
+
+def _forget_in_child() -> None:
+    # a forked child has no copy of the thread: it starts its own on first use
+    global _instance, _lock
+    _instance = None
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def get() -> Prefaulter | None:
