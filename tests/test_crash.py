@@ -52,6 +52,16 @@ def check_prefix(log: Log, at_least: int, where: str = "", start: int = 0) -> in
     return end
 
 
+def append_some(log: Log, rnd: random.Random, i: int, p_single: float, max_batch: int) -> int:
+    """One append or one append_batch of value(i), value(i + 1), ...; the next offset."""
+    if rnd.random() < p_single:
+        log.append(value(i))
+        return i + 1
+    k = rnd.randint(1, max_batch)
+    log.append_batch([value(j) for j in range(i, i + k)])
+    return i + k
+
+
 # -- SIGKILL -------------------------------------------------------------------------
 def _child_writer(path: str, wfd: int, seed: int) -> None:
     rnd = random.Random(seed)
@@ -60,13 +70,7 @@ def _child_writer(path: str, wfd: int, seed: int) -> None:
                        flush_ms=rnd.choice([None, 5, 50]), index_interval_bytes=256)
         i = log.end_offset
         while True:
-            if rnd.random() < 0.5:
-                log.append(value(i))
-                i += 1
-            else:
-                k = rnd.randint(1, 8)
-                log.append_batch([value(j) for j in range(i, i + k)])
-                i += k
+            i = append_some(log, rnd, i, 0.5, 8)
             if rnd.random() < 0.05:
                 log.flush()
             os.write(wfd, struct.pack("<q", i))   # acknowledged: every offset below i
@@ -150,13 +154,7 @@ def _power_loss_round(root: str, seed: int) -> tuple[int, int]:
         fs.on_event = capture
         log = Log.open(src, **cfg)
         for step in range(150):
-            if rnd.random() < 0.6:
-                log.append(value(appended))
-                appended += 1
-            else:
-                k = rnd.randint(1, 6)
-                log.append_batch([value(j) for j in range(appended, appended + k)])
-                appended += k
+            appended = append_some(log, rnd, appended, 0.6, 6)
             if rnd.random() < 0.2:
                 log.flush()
             if rnd.random() < 0.03:

@@ -169,6 +169,17 @@ def _crash_states_during(pass_fn, logdir: str, build, seed: int):
     return states
 
 
+def _recovered_logs(states, tmp_path, seed: int, cfg: dict):
+    """Each crash state materialized three ways and opened: (index, mode, state, log)."""
+    for i, st in enumerate(states):
+        for mode in ("random", "lose", "keep"):
+            dest = str(tmp_path / f"c{i}{mode}")
+            st.materialize(dest, random.Random(seed + i), mode)
+            with Log.open(dest, **cfg) as log:
+                yield i, mode, st, log
+            shutil.rmtree(dest)
+
+
 def test_crash_at_every_step_of_retention(tmp_path):
     seed = random.randrange(1 << 30)
     print(f"\nretention crash: seed {seed}")
@@ -183,15 +194,10 @@ def test_crash_at_every_step_of_retention(tmp_path):
         return log
     states = _crash_states_during(lambda log: log.enforce_retention(now_ms=10**12), src, build, seed)
     assert len(states) > 5
-    for i, st in enumerate(states):
-        for mode in ("random", "lose", "keep"):
-            dest = str(tmp_path / f"c{i}{mode}")
-            st.materialize(dest, random.Random(seed + i), mode)
-            with Log.open(dest, **cfg) as log:
-                offs = [m.offset for m in log.iter()]
-                assert offs == list(range(log.start_offset, 120)), (i, mode, st.note)
-                assert log.end_offset == 120
-            shutil.rmtree(dest)
+    for i, mode, st, log in _recovered_logs(states, tmp_path, seed, cfg):
+        offs = [m.offset for m in log.iter()]
+        assert offs == list(range(log.start_offset, 120)), (i, mode, st.note)
+        assert log.end_offset == 120
 
 
 def test_crash_at_every_step_of_compaction(tmp_path):
@@ -216,17 +222,11 @@ def test_crash_at_every_step_of_compaction(tmp_path):
     for off, (k, v) in written.items():
         latest[k] = off
     assert len(states) > 5
-    for i, st in enumerate(states):
-        for mode in ("random", "lose", "keep"):
-            dest = str(tmp_path / f"c{i}{mode}")
-            st.materialize(dest, random.Random(seed + i), mode)
-            with Log.open(dest, **cfg) as log:
-                got = {m.offset: (m.key, m.value) for m in log.iter()}
-                assert all(written[o] == kv for o, kv in got.items()), (i, mode)
-                assert set(latest.values()) <= set(got), (i, mode, st.note)   # no latest lost
-                offs = sorted(got)
-                assert log.end_offset == 150
-            shutil.rmtree(dest)
+    for i, mode, st, log in _recovered_logs(states, tmp_path, seed, cfg):
+        got = {m.offset: (m.key, m.value) for m in log.iter()}
+        assert all(written[o] == kv for o, kv in got.items()), (i, mode)
+        assert set(latest.values()) <= set(got), (i, mode, st.note)   # no latest lost
+        assert log.end_offset == 150
 
 
 def test_readonly_reader_that_never_opened_a_deleted_segment(logdir):

@@ -31,9 +31,15 @@ class CorruptRecordError(SeglogError):
         if offset is not None:
             where.append(f"offset {offset}")
         super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        self.message = message
         self.path = path
         self.position = position
         self.offset = offset
+
+    def at(self, path: str | None, position: int | None,
+           offset: int | None = None) -> "CorruptRecordError":
+        """The same error, placed in a file (decoders report positions in their buffer)."""
+        return CorruptRecordError(self.message, path, position, offset)
 
 
 class LogLockedError(SeglogError):

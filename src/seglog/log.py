@@ -746,8 +746,7 @@ class Log:
                                                       message_type=Message, expect=expect,
                                                       progress=progress)
                     except CorruptRecordError as e:
-                        raise CorruptRecordError(str(e).split(" (")[0], seg.path,
-                                                 pos + (e.position or 0), e.offset) from None
+                        raise e.at(seg.path, pos + (e.position or 0), e.offset) from None
                     if progress[0]:
                         pos += progress[0]
                         expect = progress[1]

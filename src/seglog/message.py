@@ -109,7 +109,7 @@ class MessageSet:
             try:
                 hdr = codec.read_header(data, pos, end)
             except CorruptRecordError as e:
-                raise CorruptRecordError(str(e).split(" (")[0], self._path, self._pos(pos)) from None
+                raise e.at(self._path, self._pos(pos)) from None
             if hdr is None:
                 raise CorruptRecordError("partial batch in message set", self._path, pos)
             yield pos, hdr
@@ -121,7 +121,7 @@ class MessageSet:
                                           self._max_uncompressed, Message, self._expect)
         except CorruptRecordError as e:
             pos = self._pos(e.position) if e.position is not None else None
-            raise CorruptRecordError(str(e).split(" (")[0], self._path, pos, e.offset) from None
+            raise e.at(self._path, pos, e.offset) from None
 
     def _pos(self, pos: int) -> int:
         return pos - self._start + (self._file_pos or 0)

@@ -308,7 +308,7 @@ class Segment:
 
     def append(self, data: bytes | list[bytes], base_offset: int, next_offset: int,
                max_timestamp: int, size: int | None = None) -> None:
-        """Copy one encoded batch (bytes, or a list of its parts) to the end.
+        """Copy one encoded batch (bytes, or its two parts: header, records) to the end.
 
         Stamps the batch's base offset field: the CRC does not cover it, so a batch
         can be encoded before its offset is known (outside the log's lock).
@@ -322,20 +322,11 @@ class Segment:
                 self.allocate(end)
             # the base offset is stamped before the records go in: a reader in another
             # process must not catch a whole batch (CRC good) still saying offset 0
-            if len(data) == 2:      # the append_batch fast path: (header, records)
-                head, body = data
-                p = pos + len(head)
-                mm[pos:p] = head
-                _OFFSET.pack_into(mm, pos, base_offset)
-                mm[p:end] = body
-            else:
-                p = pos
-                for part in data:
-                    q = p + len(part)
-                    mm[p:q] = part
-                    if p == pos:
-                        _OFFSET.pack_into(mm, pos, base_offset)
-                    p = q
+            head, body = data       # the append_batch fast path
+            p = pos + len(head)
+            mm[pos:p] = head
+            _OFFSET.pack_into(mm, pos, base_offset)
+            mm[p:end] = body
         else:
             end = pos + len(data)
             if end > self._alloc_end:
@@ -554,7 +545,7 @@ class Segment:
         try:
             return codec.read_header(buf, p, n)
         except CorruptRecordError as e:
-            raise CorruptRecordError(str(e).split(" (")[0], self.path, filepos + p) from None
+            raise e.at(self.path, filepos + p) from None
 
     def _follows(self, hdr: codec.BatchHeader, expect: int | None, pos: int) -> int:
         base = hdr[0]
