@@ -331,8 +331,16 @@ def test_damage_followed_by_valid_data_is_corruption_in_the_same_boot(tmp_path):
 
 
 # -- I/O errors -------------------------------------------------------------------------
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def _open_fds() -> set[tuple[int, str]]:
+    """The process's descriptors and what they point at (a set: a leak and a
+    close of someone else's descriptor both show)."""
+    out = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            out.add((int(name), os.readlink(f"/proc/self/fd/{name}")))
+        except OSError:
+            pass      # the listing's own descriptor
+    return out
 
 
 @pytest.mark.parametrize("op", ["write", "fsync", "rename", "truncate", "fallocate", "unlink"])
@@ -398,7 +406,8 @@ def test_io_error_loop(tmp_path, op, times):
     assert failures >= 1, "the injected fault never fired"
     with Log.open(path) as log:
         check_prefix(log, acked, "final reopen")
-    assert _open_fds() == fds, "leaked file descriptors"
+    after = _open_fds()
+    assert after == fds, f"leaked file descriptors: {sorted(after - fds)}, closed: {sorted(fds - after)}"
 
 
 # -- damaged indexes ---------------------------------------------------------------

@@ -439,8 +439,6 @@ def compact(log: "Log", now_ms: int | None = None) -> CompactionStats:
             end = group[-1].next_offset
             assert end is not None
             w = _clean_group(log, group, omap, now, stats)
-            for s in group:
-                s.pin()
             fsync_dir(log.path)
             recovery.write_checkpoint(log.path, segment_name(group[0].base_offset) + SWAP_SUFFIX, end)
             swap_in(log.path, group[0].base_offset, end)
@@ -453,8 +451,7 @@ def compact(log: "Log", now_ms: int | None = None) -> CompactionStats:
                 cur = log._segs
                 i = next(k for k, s in enumerate(cur) if s is group[0])
                 log._set_segments(cur[:i] + (new,) + cur[i + len(group):])
-            for s in group:
-                s.deleted = True
+            log._retire(group, "replaced by compaction")
             stats.bytes_after += w.pos
             stats.replaced.append((group[0].base_offset, end))
         recovery.write_checkpoint(log.path, CLEANER_CHECKPOINT, dirty_end)

@@ -7,32 +7,39 @@ mechanism (bytes in files) is in ``segment``, ``index`` and ``codec``.
 from __future__ import annotations
 
 import fcntl
+import logging
+import math
 import os
 import threading
 import time
+import weakref
 import zlib
 from struct import Struct
 from bisect import bisect_right
 from operator import attrgetter
 from itertools import chain, islice
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from . import codec, recovery
 from .config import LogConfig
 from .errors import (CorruptRecordError, LogClosedError, LogLockedError, MessageTooLargeError,
                      OffsetOutOfRangeError, ReadOnlyError, SeglogError, StorageError)
 from .message import Headers, Message, MessageSet, Record
-from .segment import Segment
+from .segment import Segment, SegmentGoneError
 
 if TYPE_CHECKING:
     from .cleaner import CompactionStats
 
 _LOCK_FILE = ".lock"
+_log = logging.getLogger("seglog")
 _BASE = attrgetter("base_offset")
 _MAX_TS = (1 << 63) - 1
 _MAX_DELTA = (1 << 32) - 2
 # per-record bookkeeping bytes counted against max_message_bytes when cutting batches
 _RECORD_OVERHEAD = 24
+_HEADER_FRAMING = 8       # a header's key and value lengths
+_RELOCATIONS = 64         # a reader re-finds its place at most this often per step
 _ITER_CHUNK = 1 << 20
 _NEVER = 1 << 63
 _ONE = Struct("<qIBIHIIqqH")   # a whole batch header plus the length of its one short value
@@ -57,10 +64,16 @@ def _check_ts(ts: Any) -> int:
 
 
 def _as_bytes(x: Any, what: str) -> bytes | None:
+    """bytes, or the raw bytes of any buffer (bytearray, memoryview, array, ctypes):
+    its byte size counts, never its ``len()``, which counts items."""
     if x is None or type(x) is bytes:
         return x
-    if isinstance(x, (bytes, bytearray, memoryview)):
-        return bytes(x)
+    if not isinstance(x, str):
+        try:
+            with memoryview(x) as view:
+                return view.tobytes()
+        except TypeError:
+            pass
     raise TypeError(f"{what} must be bytes-like or None, not {type(x).__name__}")
 
 
@@ -78,6 +91,8 @@ def _check_headers(headers: Any) -> tuple[tuple[bytes, bytes], ...]:
         k, v = pair
         if not isinstance(k, str):
             raise TypeError(f"header key must be str, not {type(k).__name__}")
+        # encodable: a lone surrogate would fail later, after validation
+        k.encode("utf-8")
         v = _as_bytes(v, "header value")
         if v is None:
             raise TypeError("header value must be bytes-like, not None")
@@ -115,12 +130,19 @@ def _prepare(items: Sequence[Any], now: int, max_bytes: int | None
             k = _as_bytes(k, "key")
             t = now if t is None else _check_ts(t)
             hs = _check_headers(h)
-        elif isinstance(item, (bytes, bytearray, memoryview)):
-            v, k, t, hs = bytes(item), None, now, ()
+        elif item is None:
+            v, k, t, hs = None, None, now, ()     # a null value, as append(None)
         else:
-            raise TypeError(f"append_batch items must be bytes or Record, not {type(item).__name__}")
+            try:
+                v = _as_bytes(item, "item")
+            except TypeError:
+                raise TypeError(f"append_batch items must be bytes-like, None or Record, "
+                                f"not {type(item).__name__}") from None
+            k, t, hs = None, now, ()
         if max_bytes is not None:
-            size = (len(v) if v else 0) + (len(k) if k else 0) + sum(len(a) + len(b) for a, b in hs)
+            # a header's framing (two lengths) counts: it takes room in the batch too
+            size = ((len(v) if v else 0) + (len(k) if k else 0)
+                    + sum(len(a) + len(b) + _HEADER_FRAMING for a, b in hs))
             if size > max_bytes:
                 raise MessageTooLargeError(
                     f"record of {size} bytes exceeds max_message_bytes={max_bytes}")
@@ -204,6 +226,17 @@ class Log:
         self._crc_cache: dict[int, int] = {}
         self._roll_size = self._roll_ts = self._roll_off = _NEVER
         self._flush_at = _NEVER if config.flush_messages is None else config.flush_messages - 1
+        # reads in flight (every pread, index lookup and fsync of a segment happens inside
+        # one): a retired segment's descriptors close only when none is, so no number
+        # is closed (and reused by another open) under a reader
+        self._rlock = threading.Lock()
+        self._idle = threading.Condition(self._rlock)
+        self._inflight = 0
+        self._graveyard: list[Callable[[], None]] = []
+        self._refresh_lock = threading.Lock()
+        self._closing = False
+        self._pid = os.getpid()
+        self._forked_from: int | None = None
 
     # -- opening and closing ------------------------------------------------------
     @classmethod
@@ -221,7 +254,12 @@ class Log:
         if readonly:
             if not os.path.isdir(path):
                 raise FileNotFoundError(f"no log directory at {path}")
-            log._refresh(force=True)
+            try:
+                log._refresh(force=True)
+            except BaseException:
+                log.close()
+                raise
+            _READERS.add(log)
             return log
         os.makedirs(path, exist_ok=True)
         log._lock_fd = os.open(os.path.join(path, _LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
@@ -249,14 +287,19 @@ class Log:
         log._update_flush_at()
         log._watch(loaded.segments[-1])
         log._set_roll_limits(loaded.segments[-1])
+        # the threads hold the log weakly: a writer nobody references is closed (and its
+        # lock released) by the garbage collector, not kept alive by its own threads
+        ref = weakref.ref(log)
         if cfg.flush_ms is not None:
-            log._flusher = threading.Thread(target=log._flush_loop, name=f"seglog-flush {path}",
-                                            daemon=True)
+            log._flusher = threading.Thread(target=_flush_loop, args=(ref, log._stop, cfg.flush_ms),
+                                            name=f"seglog-flush {path}", daemon=True)
             log._flusher.start()
         if cfg.retention_check_ms is not None:
-            log._maintainer = threading.Thread(target=log._maintenance_loop,
-                                               name=f"seglog-maintenance {path}", daemon=True)
+            log._maintainer = threading.Thread(
+                target=_maintenance_loop, args=(ref, log._stop, cfg.retention_check_ms),
+                name=f"seglog-maintenance {path}", daemon=True)
             log._maintainer.start()
+        _WRITERS.add(log)
         return log
 
     def __enter__(self) -> "Log":
@@ -268,7 +311,10 @@ class Log:
     def close(self) -> None:
         """Flush, seal the active segment, mark a clean shutdown, release the lock.
 
-        Idempotent. Pending ``wait`` calls raise ``LogClosedError``.
+        Idempotent. Waits for a running compaction or retention pass and for reads in
+        flight in other threads; those threads' next read raises ``LogClosedError``,
+        as do pending ``wait`` calls. Every descriptor the log opened is closed. In a
+        process forked from the writer's, ``close`` touches no file.
         """
         if self._closed:
             return
@@ -276,6 +322,17 @@ class Log:
         for t in (self._flusher, self._maintainer):
             if t is not None and t is not threading.current_thread():
                 t.join()
+        # a compact() or enforce_retention() in another thread finishes first
+        with self._maintenance:
+            self._close()
+
+    def _close(self) -> None:
+        with self._rlock:
+            if self._closed:
+                return
+            self._closing = True
+            while self._inflight:
+                self._idle.wait()
         if self._pending_deletes:
             from .retention import purge_due
             try:
@@ -305,6 +362,9 @@ class Log:
                         seg.close(seal=False)    # sealed above, unless it failed
                     except OSError:
                         pass
+                for close in self._graveyard:
+                    close()
+                self._graveyard.clear()
                 if self._lock_fd >= 0:
                     os.close(self._lock_fd)  # releases the flock
                     self._lock_fd = -1
@@ -312,11 +372,87 @@ class Log:
             self._cond.notify_all()
 
     def __del__(self) -> None:
-        if getattr(self, "_lock_fd", -1) >= 0 and not self._closed:
+        if (getattr(self, "_lock_fd", -1) >= 0 or getattr(self, "readonly", False)) \
+                and not getattr(self, "_closed", True):
             try:
                 self.close()
             except Exception:
                 pass
+
+    def _after_fork(self) -> None:
+        """In a forked child: this object belongs to the parent process.
+
+        A writer's lock, segment and checkpoints are the parent's: the child's copy
+        refuses every operation (``close`` is a no-op) and drops its copy of the lock
+        descriptor (the parent keeps the lock; a child never holds it). Locks are made
+        anew: another thread of the parent may have held one at the fork.
+        """
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._maintenance = threading.RLock()
+        self._ckpt_lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._rlock = threading.Lock()
+        self._idle = threading.Condition(self._rlock)
+        self._inflight = 0
+        self._waiters = 0
+        for seg in self._segs:
+            seg._open_lock = threading.RLock()
+            seg._map_lock = threading.Lock()
+        if self.readonly:
+            return
+        self._forked_from = self._pid
+        self._pid = os.getpid()
+        self._closed = True
+        self._ok = False
+        if self._lock_fd >= 0:
+            try:
+                os.close(self._lock_fd)   # closing a copy never releases the parent's flock
+            except OSError:
+                pass
+            self._lock_fd = -1
+
+    def _closed_error(self) -> SeglogError:
+        if self._forked_from is not None:
+            return SeglogError(
+                f"log {self.path} was opened by process {self._forked_from}; this process "
+                f"({self._pid}) is a fork of it and may not use the writer: open the log "
+                f"again here (readonly=True to read while the parent writes)")
+        return LogClosedError(f"log {self.path} is closed")
+
+    # -- reads in flight and retired segments --------------------------------------
+    def _enter(self) -> None:
+        with self._rlock:
+            if self._closing or self._closed:
+                raise self._closed_error()
+            self._inflight += 1
+
+    def _leave(self) -> None:
+        with self._rlock:
+            self._inflight -= 1
+            if not self._inflight:
+                if self._graveyard:
+                    for close in self._graveyard:
+                        close()
+                    self._graveyard.clear()
+                self._idle.notify_all()
+
+    def _dispose(self, close: Callable[[], None]) -> None:
+        """Run ``close`` (which closes descriptors) once no read is in flight."""
+        with self._rlock:
+            if self._inflight:
+                self._graveyard.append(close)
+            else:
+                close()
+
+    def _retire(self, segs: Iterable[Segment], why: str) -> None:
+        """Segments that left the list (retention, compaction, a reader's re-listing):
+        readers that meet them re-find their place; their files close once no read
+        is in flight."""
+        for seg in segs:
+            if seg._gone is None:
+                seg._gone = why     # before the close: a reader between steps re-finds
+            self._dispose(partial(seg._retire, why))
 
     # -- state ----------------------------------------------------------------------
     @property
@@ -354,7 +490,7 @@ class Log:
 
     def _check_writable(self) -> None:
         if self._closed:
-            raise LogClosedError(f"log {self.path} is closed")
+            raise self._closed_error()
         if self.readonly:
             raise ReadOnlyError(f"log {self.path} was opened readonly")
         if self._failed is not None:
@@ -453,8 +589,9 @@ class Log:
         # the whole batch within max_message_bytes: so is every value in it
         if body is not None and len(body) + _RECORD_OVERHEAD * len(items) <= self._max_msg:
             lens = list(map(len, items))
-            # len() counts items, not bytes, for a memoryview of wider items
-            if sum(lens) == len(body):
+            # len() is the byte size of bytes only (a memoryview, array or ctypes array
+            # counts items): other buffers take the careful path
+            if sum(lens) == len(body) and list(map(type, items)).count(bytes) == len(lens):
                 size, parts = codec.encode_values_parts(body, lens, now, self._compress)
                 batches = [(parts, len(items), now, size)]
         if batches is None:
@@ -499,7 +636,7 @@ class Log:
                 if keys is not None and keys[i]:
                     sizes[i] += len(keys[i])  # type: ignore[arg-type]
                 if headers is not None:
-                    sizes[i] += sum(len(a) + len(b) + 8 for a, b in headers[i])
+                    sizes[i] += sum(len(a) + len(b) + _HEADER_FRAMING for a, b in headers[i])
         limit = self._max_msg
         if sum(sizes) + _RECORD_OVERHEAD * n > limit:
             acc = 0
@@ -520,8 +657,12 @@ class Log:
 
     def _watch(self, seg: Segment) -> None:
         """Roll at the next append once the segment's index is full."""
+        ref = weakref.ref(self)     # no cycle: an unreferenced writer is freed at once
+
         def full() -> None:
-            self._roll_size = 0
+            log = ref()
+            if log is not None:
+                log._roll_size = 0
         seg.on_index_full = full  # type: ignore[method-assign]
 
     def _set_roll_limits(self, seg: Segment) -> None:
@@ -571,12 +712,15 @@ class Log:
                 target = self._end
                 seg = self._segs[-1]
             if target > self._flushed:
+                # in flight: a compaction that retires this (rolled meanwhile) segment
+                # must not close its descriptors under the fsync
+                self._enter()
                 try:
                     seg.fsync_with_indexes()
                 except (OSError, ValueError) as e:
-                    if self._closed:
-                        raise LogClosedError(f"log {self.path} is closed") from e
                     raise self._fail(e) from e
+                finally:
+                    self._leave()
                 # the checkpoint is what lets recovery tell flushed data (whose damage
                 # is corruption) from a torn tail: it moves with every flush (R6)
                 self._write_recovery_point(target)
@@ -600,44 +744,27 @@ class Log:
                 raise self._fail(e) from e
             self._checkpointed = offset
 
-    def _maintenance_loop(self) -> None:
-        """Retention, compaction and delayed deletes every ``retention_check_ms``.
-
-        Runs beside appends: it takes the append lock only to swap the segment list.
-        """
-        from .retention import purge_due
-        period = (self.config.retention_check_ms or 300_000) / 1000.0
-        while not self._stop.wait(period):
-            if self._failed is not None:
-                continue
-            try:
-                if self.config.deletes:
-                    self.enforce_retention()
-                if self.config.compacted:
-                    self.compact()
-                purge_due(self)
-            except (SeglogError, OSError):
-                # a poisoned or closing log: appends and close report it
-                pass
-
-    def _flush_loop(self) -> None:
-        period = (self.config.flush_ms or 1000) / 1000.0
-        while not self._stop.wait(period):
-            if self._end > self._flushed and self._failed is None:
-                try:
-                    self.flush()
-                except SeglogError:
-                    # the log is poisoned or closed; appends report it
-                    pass
-
     # -- reading ----------------------------------------------------------------
     def _check_readable(self) -> None:
         if self._closed:
-            raise LogClosedError(f"log {self.path} is closed")
+            raise self._closed_error()
 
     def _locate(self, offset: int) -> tuple[tuple[Segment, ...], int]:
         segs = self._segs
         return segs, max(0, bisect_right(segs, offset, key=_BASE) - 1)
+
+    def _look_again(self, offset: int, err: Exception) -> None:
+        """A segment left the list (retired), or vanished before this reader opened
+        it (retention or compaction in the writer's process): find the current list.
+        Raises ``OffsetOutOfRangeError`` if ``offset`` was deleted meanwhile."""
+        if self.readonly:
+            self._refresh(force=True)
+        elif not isinstance(err, SegmentGoneError):
+            # the writer's own list is always current: a file went away behind its back
+            raise CorruptRecordError(f"a segment file of {self.path} vanished: {err}") from err
+        if offset < self._start:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} was deleted (log start is now {self._start})") from None
 
     def read(self, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
         """Whole batches holding messages from ``offset`` on, up to about ``max_bytes``.
@@ -654,29 +781,28 @@ class Log:
                 raise TypeError("max_bytes must be an int")
         if max_bytes < 1:
             raise ValueError("max_bytes must be >= 1")
-        if self.readonly:
-            self._refresh()
-        start, end = self._start, self._end
-        if not start <= offset <= end:
-            raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}]")
-        if offset == end:
-            self._raise_corruption()
-            return MessageSet(b"", min_offset=offset, next_offset=offset)
+        self._enter()
         try:
-            return self._read_from(offset, max_bytes, end)
-        except FileNotFoundError:
-            self._look_again(offset)
-            return self._read_from(offset, max_bytes, self._end)
+            for _ in range(_RELOCATIONS):
+                if self.readonly:
+                    self._refresh()
+                start, end = self._start, self._end
+                if not start <= offset <= end:
+                    raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}]")
+                if offset == end:
+                    self._raise_corruption()
+                    return MessageSet(b"", min_offset=offset, next_offset=offset)
+                try:
+                    return self._read_from(offset, max_bytes, end)
+                except (SegmentGoneError, FileNotFoundError) as e:
+                    self._look_again(offset, e)
+            raise self._unsettled()
+        finally:
+            self._leave()
 
-    def _look_again(self, offset: int) -> None:
-        """A segment vanished before this reader opened it (retention or compaction in
-        the writer's process): re-list the directory, or re-raise for a writer."""
-        if not self.readonly:
-            raise FileNotFoundError(f"a segment of {self.path} vanished under its writer")
-        self._refresh(force=True)
-        if offset < self._start:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} was deleted (log start is now {self._start})") from None
+    def _unsettled(self) -> SeglogError:
+        return SeglogError(f"the segments of {self.path} changed {_RELOCATIONS} times "
+                           f"under one read; try again")
 
     def _read_from(self, offset: int, max_bytes: int, end: int) -> MessageSet:
         segs, i = self._locate(offset)
@@ -690,7 +816,9 @@ class Log:
         """Messages with ``start <= offset < end``, in order.
 
         ``start`` defaults to ``start_offset``; ``end`` to the end of the log as the
-        iteration reaches it (it does not wait for more: see ``wait``).
+        iteration reaches it (it does not wait for more: see ``wait``). Compaction
+        and retention may run meanwhile: the iterator goes on in the current
+        segments (``OffsetOutOfRangeError`` if retention deleted its next offset).
         """
         self._check_readable()
         if self.readonly:
@@ -708,21 +836,75 @@ class Log:
         return self.iter()
 
     def _batch_iters(self, offset: int, end: int | None) -> Iterator[Iterator[Message]]:
-        segs, i = self._locate(offset)
-        seg = segs[i]
-        pos, hdr = seg.find_position(offset)
-        expect = hdr[0] if hdr is not None else None   # base offset of the next batch
+        # [segment, position, base offset of the batch there (None: unknown)]; files
+        # are touched only inside _iter_step, never while messages are being yielded
+        st: list[Any] = [None, 0, None]
+        careful = False
         while True:
             if end is not None and offset >= end:
                 return
-            if self._closed:
-                raise LogClosedError(f"log {self.path} is closed")
-            seg_end = seg.size
-            if pos >= seg_end:
-                if self.readonly:
-                    self._refresh()
+            self._enter()
+            try:
+                step = self._iter_step(st, offset, end, careful)
+            finally:
+                self._leave()
+            careful = False
+            if step is None:
+                return
+            seg, pos = st[0], st[1]
+            if type(step) is bytes:
+                # decode the chunk's whole batches straight from the buffer
+                progress = [0, 0]
+                try:
+                    yield from codec.iter_batches(step, 0, len(step), offset, end,
+                                                  message_type=Message, expect=st[2],
+                                                  progress=progress)
+                except CorruptRecordError as e:
+                    raise e.at(seg.path, pos + (e.position or 0), e.offset) from None
+                if progress[0]:
+                    st[1] = pos + progress[0]
+                    st[2] = progress[1]
+                    offset = max(offset, progress[1])
+                else:
+                    # a batch larger than the chunk, a short read or damage
+                    careful = True
+                continue
+            yield from step._batch_iters()
+            st[1] = pos + step.size_in_bytes
+            offset = max(offset, step.next_offset)
+            if step._last_next is not None:
+                st[2] = step._last_next
+
+    def _iter_step(self, st: list[Any], offset: int, end: int | None,
+                   careful: bool) -> bytes | MessageSet | None:
+        """The next chunk of the current segment (bytes), or a MessageSet read
+        carefully, or None at the end of the log. Moves ``st`` to the next segment
+        when the current one is done; re-finds ``offset`` after the segment list
+        changed (compaction, retention, a reader's re-listing)."""
+        for _ in range(_RELOCATIONS):
+            try:
+                seg = st[0]
+                if seg is None or seg._gone is not None:
+                    if offset < self._start:
+                        raise OffsetOutOfRangeError(
+                            f"offset {offset} was deleted by retention while iterating "
+                            f"(log start is now {self._start})")
+                    segs, i = self._locate(offset)
+                    if not segs:
+                        return None
+                    seg = segs[i]
+                    pos, hdr = seg.find_position(offset)
+                    st[:] = [seg, pos, hdr[0] if hdr is not None else None]
+                while True:
+                    pos = st[1]
                     seg_end = seg.size
-                if pos >= seg_end:
+                    if pos >= seg_end and self.readonly:
+                        self._refresh()
+                        if seg._gone is not None:
+                            raise SegmentGoneError("re-listed")
+                        seg_end = seg.size
+                    if pos < seg_end:
+                        break
                     if offset < self._start:
                         raise OffsetOutOfRangeError(
                             f"offset {offset} was deleted by retention while iterating "
@@ -731,47 +913,40 @@ class Log:
                     k = bisect_right(segs, seg.base_offset, key=_BASE)
                     if k >= len(segs):
                         self._raise_corruption()
-                        return
+                        return None
                     seg = segs[k]
-                    pos = 0
-                    expect = seg.base_offset
-                    continue
-            try:
-                buf = seg.pread(min(_ITER_CHUNK, seg_end - pos), pos)
-                if len(buf) >= _ITER_CHUNK or pos + len(buf) >= seg_end:
-                    # decode the chunk's whole batches straight from the buffer
-                    progress = [0, 0]
-                    try:
-                        yield from codec.iter_batches(buf, 0, len(buf), offset, end,
-                                                      message_type=Message, expect=expect,
-                                                      progress=progress)
-                    except CorruptRecordError as e:
-                        raise e.at(seg.path, pos + (e.position or 0), e.offset) from None
-                    if progress[0]:
-                        pos += progress[0]
-                        expect = progress[1]
-                        offset = max(offset, expect)
-                        continue
-                # a batch larger than the chunk, a short read or damage: the careful path
-                ms = seg.read_at(pos, offset, _ITER_CHUNK, seg_end, end, expect)
-            except FileNotFoundError:
-                self._look_again(offset)
-                segs, i = self._locate(offset)
-                seg = segs[i]
-                pos, hdr = seg.find_position(offset)
-                expect = hdr[0] if hdr is not None else None
-                continue
-            yield from ms._batch_iters()
-            pos += ms.size_in_bytes
-            offset = max(offset, ms.next_offset)
-            expect = ms._last_next if ms._last_next is not None else expect
+                    st[:] = [seg, 0, seg.base_offset]
+                if not careful:
+                    buf = seg.pread(min(_ITER_CHUNK, seg_end - pos), pos)
+                    if len(buf) >= _ITER_CHUNK or pos + len(buf) >= seg_end:
+                        return buf
+                return seg.read_at(pos, offset, _ITER_CHUNK, seg_end, end, st[2])
+            except (SegmentGoneError, FileNotFoundError) as e:
+                self._look_again(offset, e)
+                st[0] = None
+        raise self._unsettled()
 
     def offset_for_time(self, timestamp: int) -> int | None:
         """The first offset whose message timestamp is >= ``timestamp``, or None."""
         self._check_readable()
         ts = _check_ts(timestamp)
-        if self.readonly:
-            self._refresh()
+        self._enter()
+        try:
+            for _ in range(_RELOCATIONS):
+                if self.readonly:
+                    self._refresh()
+                try:
+                    return self._offset_for_time(ts)
+                except (SegmentGoneError, FileNotFoundError) as e:
+                    try:
+                        self._look_again(self._start, e)
+                    except OffsetOutOfRangeError:
+                        pass
+            raise self._unsettled()
+        finally:
+            self._leave()
+
+    def _offset_for_time(self, ts: int) -> int | None:
         lo = self._start
         for seg in self._segs:
             if seg.max_timestamp < ts or not seg.size:
@@ -791,10 +966,19 @@ class Log:
     def wait(self, offset: int, timeout: float | None = None) -> bool:
         """Block until ``end_offset > offset``; True if so, False on timeout.
 
-        Readers in other processes poll the files (sub-millisecond at first,
-        backing off to 20 ms). Raises ``LogClosedError`` if the log is closed.
+        ``timeout`` in seconds: None or ``math.inf`` waits for ever, 0 or less looks
+        once; NaN is a ``ValueError``. Readers in other processes poll the files
+        (sub-millisecond at first, backing off to 20 ms). Raises ``LogClosedError``
+        if the log is closed.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
+            if math.isnan(timeout):
+                raise ValueError("timeout must be a number of seconds or None, not NaN")
+            if math.isinf(timeout):
+                timeout = None
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         if self.readonly:
             delay = 0.0005
             while True:
@@ -814,13 +998,13 @@ class Log:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         return False
-                    self._cond.wait(left)
+                    self._cond.wait(None if left is None else min(left, threading.TIMEOUT_MAX))
                 return True
             finally:
                 self._waiters -= 1
 
     def _raise_corruption(self) -> None:
-        """A reader at the visible end: raise damage found there (R6), if any."""
+        """A reader at the visible end: raise damage found there, if any."""
         if self.readonly and self._segs and self._segs[-1].corruption is not None:
             raise self._segs[-1].corruption
 
@@ -833,6 +1017,10 @@ class Log:
         """Pick up new data and new or deleted segments written by another process."""
         if self._closed:
             return
+        with self._refresh_lock:
+            self._refresh_locked(force)
+
+    def _refresh_locked(self, force: bool) -> None:
         try:
             mtime = os.stat(self.path).st_mtime_ns
         except FileNotFoundError:
@@ -845,6 +1033,8 @@ class Log:
             new = []
             for b in bases:
                 s = known.get(b)
+                if s is not None and s._gone is not None:
+                    s = None
                 if s is not None and s._file is not None and not s._live:
                     try:
                         if os.stat(s.path).st_ino != s.inode:
@@ -859,10 +1049,13 @@ class Log:
                     # it has a successor now, so its writer sealed it: finish it as a file
                     recovery.refresh_live(s)
                     s._live = False
-                    s._index = s._timeindex = None
+                    self._retire_indexes(s)
             if new and new[-1] is not (segs[-1] if segs else None):
                 new[-1] = _live_segment(new[-1], self.config.max_index_bytes)
+            kept = set(map(id, new))
             self._set_segments(new)
+            self._retire([s for s in segs if id(s) not in kept],
+                         "replaced by compaction or deleted by retention")
             start = recovery.read_checkpoint(self.path, recovery.LOG_START)
             self._start = max(start or 0, new[0].base_offset if new else 0)
         if self._segs:
@@ -872,6 +1065,14 @@ class Log:
             except FileNotFoundError:
                 return
             self._end = last.next_offset if last.next_offset is not None else last.base_offset
+
+    def _retire_indexes(self, seg: Segment) -> None:
+        """A live segment became a file: its live indexes close once no read uses them."""
+        with seg._open_lock:
+            old = [ix for ix in (seg._index, seg._timeindex) if ix is not None]
+            seg._index = seg._timeindex = None
+        for ix in old:
+            self._dispose(ix.close)
 
     # -- retention ---------------------------------------------------------------
     def enforce_retention(self, now_ms: int | None = None) -> list[int]:
@@ -930,3 +1131,54 @@ def _batch_starts_at(seg: Segment, pos: int, base_offset: int) -> bool:
         return False
     hdr = codec.HEADER.unpack_from(buf)
     return hdr[0] == base_offset and hdr[2] == codec.MAGIC and hdr[1] >= codec.MIN_BATCH_LENGTH
+
+
+_WRITERS: "weakref.WeakSet[Log]" = weakref.WeakSet()
+_READERS: "weakref.WeakSet[Log]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for log in list(_WRITERS) + list(_READERS):
+        log._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _flush_loop(ref: "weakref.ref[Log]", stop: threading.Event, flush_ms: int) -> None:
+    """A writer's timed flush; holds the log only while flushing."""
+    period = flush_ms / 1000.0
+    while not stop.wait(period):
+        log = ref()
+        if log is None:
+            return
+        if log._end > log._flushed and log._failed is None:
+            try:
+                log.flush()
+            except SeglogError as e:
+                if not log._closed and not log._closing:
+                    _log.warning("seglog: timed flush of %s failed: %s", log.path, e)
+        del log
+
+
+def _maintenance_loop(ref: "weakref.ref[Log]", stop: threading.Event, check_ms: int) -> None:
+    """Retention, compaction and delayed deletes every ``retention_check_ms``; runs
+    beside appends (it takes the append lock only to swap the segment list)."""
+    from .retention import purge_due
+    period = check_ms / 1000.0
+    while not stop.wait(period):
+        log = ref()
+        if log is None:
+            return
+        if log._failed is None:
+            try:
+                if log.config.deletes:
+                    log.enforce_retention()
+                if log.config.compacted:
+                    log.compact()
+                purge_due(log)
+            except (SeglogError, OSError) as e:
+                if not log._closed and not log._closing:
+                    _log.warning("seglog: maintenance of %s failed: %s", log.path, e)
+        del log

@@ -6,10 +6,10 @@ import os
 import socket
 from itertools import chain
 from operator import itemgetter
-from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 from . import codec
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, SeglogError
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -72,7 +72,7 @@ class MessageSet:
 
     def __init__(self, data: bytes, start: int = 0, end: int | None = None, *,
                  min_offset: int = 0, max_offset: int | None = None,
-                 next_offset: int | None = None, file: BinaryIO | None = None,
+                 next_offset: int | None = None, file: Any = None,
                  file_position: int | None = None, path: str | None = None,
                  max_uncompressed: int = codec.DEFAULT_MAX_UNCOMPRESSED,
                  expect: int | None = None, last_next: int | None = None) -> None:
@@ -199,15 +199,16 @@ class MessageSet:
         sent = 0
         if self._file is not None and self._file_pos is not None:
             try:
-                in_fd = self._file.fileno()
                 while sent < total:
-                    n = os.sendfile(out, in_fd, self._file_pos + sent, total - sent)
+                    n = self._file._sendfile(out, self._file_pos + sent, total - sent)
                     if n == 0:
                         break
                     sent += n
                 if sent == total:
                     return sent
-            except OSError:
+            except (OSError, SeglogError):
+                # not a file sendfile can send to, or the segment was retired since:
+                # the bytes are in memory
                 if sent:
                     raise
         with memoryview(self._data) as mv:

@@ -63,12 +63,13 @@ def enforce(log: "Log", now_ms: int) -> list[int]:
             return []
         doomed = segs[:n]
         new_start = segs[n].base_offset
-        for seg in doomed:
-            seg.pin()   # readers holding these objects keep reading after the unlink
         recovery.write_checkpoint(log.path, recovery.LOG_START, new_start)
         with log._lock:   # appends only add segments at the end: the prefix is ours
             log._start = max(log._start, new_start)
             log._set_segments(log._segs[n:])
+        # readers of this process re-find their place; the files close once no read is
+        # in flight (readers in other processes are what the delay is for)
+        log._retire(doomed, "deleted by retention")
         delay = cfg.file_delete_delay_ms
         for seg in doomed:
             if delay:
@@ -81,7 +82,6 @@ def enforce(log: "Log", now_ms: int) -> list[int]:
 
 def schedule_delete(log: "Log", seg: "Segment", delay_ms: int) -> None:
     """Rename the segment's files aside now; unlink them after ``delay_ms``."""
-    seg.pin()
     names = []
     for p in (seg.path, seg.index_path, seg.timeindex_path):
         try:
@@ -89,7 +89,6 @@ def schedule_delete(log: "Log", seg: "Segment", delay_ms: int) -> None:
             names.append(p + DELETED_SUFFIX)
         except FileNotFoundError:
             pass
-    seg.deleted = True
     log._pending_deletes.append((time.monotonic() + delay_ms / 1000.0, names))
 
 

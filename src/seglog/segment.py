@@ -28,7 +28,7 @@ from typing import Iterator
 
 from . import _prefault, codec
 from ._fs import fsync_dir, fsync_file
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, OffsetOutOfRangeError
 from .index import OffsetIndex, TimeIndex
 from .message import MessageSet
 
@@ -88,6 +88,12 @@ class _MemoryIndexes:
         return ix, tix
 
 
+class SegmentGoneError(OffsetOutOfRangeError):
+    """The segment was deleted by retention, replaced by compaction or closed with its
+    log; its files are no longer this object's. Read through the ``Log``, which
+    finds the current segment."""
+
+
 def segment_name(base_offset: int) -> str:
     """The 20-digit, zero-padded file stem of a segment."""
     return f"{base_offset:020d}"
@@ -132,7 +138,11 @@ class Segment:
         self._next_index_pos = 1 << 62
         self._max_ts_offset = base_offset
         self.first_timestamp: int | None = None
-        self.deleted = False
+        # guards lazy opens and the final close: two threads opening at once must not
+        # both open (one descriptor would be closed under the other)
+        self._open_lock = threading.RLock()
+        # why this object no longer reads its files (retired by its log), or None
+        self._gone: str | None = None
         self.writer = False         # this process owns the directory: it may repair files
         self.index_repairs = 0      # indexes found damaged and rebuilt
         # set by a reader's scan that found damage which cannot be a torn tail
@@ -203,7 +213,9 @@ class Segment:
     def size(self) -> int:
         """Bytes of whole batches in the segment."""
         if self._size is None:
-            self._size = os.stat(self.path).st_size
+            # from the open descriptor, not the path: size and bytes then come from the
+            # same file even if compaction swaps a new one in between
+            self._size = os.fstat(self.fileno()).st_size
         return self._size
 
     @property
@@ -219,15 +231,30 @@ class Segment:
 
     @property
     def index(self) -> OffsetIndex:
-        if self._index is None:
-            self._load_indexes()
-        return self._index  # type: ignore[return-value]
+        ix = self._index
+        if ix is None:
+            with self._open_lock:
+                if self._index is None:
+                    self._check_present()
+                    self._load_indexes()
+                ix = self._index
+        return ix  # type: ignore[return-value]
 
     @property
     def time_index(self) -> TimeIndex:
-        if self._timeindex is None:
-            self._load_indexes()
-        return self._timeindex  # type: ignore[return-value]
+        tix = self._timeindex
+        if tix is None:
+            with self._open_lock:
+                if self._timeindex is None:
+                    self._check_present()
+                    self._load_indexes()
+                tix = self._timeindex
+        return tix  # type: ignore[return-value]
+
+    def _check_present(self) -> None:
+        if self._gone is not None:
+            raise SegmentGoneError(f"segment {self.base_offset} of {self.directory} was "
+                                   f"{self._gone}")
 
     def _load_indexes(self) -> None:
         """Open the indexes; a missing or damaged one is rebuilt from the log.
@@ -298,9 +325,14 @@ class Segment:
 
     @property
     def file(self) -> io.FileIO:
-        if self._file is None:
-            self._file = io.FileIO(self.path, "r")
-        return self._file
+        f = self._file
+        if f is None:
+            with self._open_lock:
+                self._check_present()
+                if self._file is None:
+                    self._file = io.FileIO(self.path, "r")
+                f = self._file
+        return f
 
     # -- writing --------------------------------------------------------------------
     def fits(self, nbytes: int) -> bool:
@@ -460,6 +492,10 @@ class Segment:
             if seal:
                 self.seal()
         finally:
+            self._release_files()
+
+    def _release_files(self) -> None:
+        with self._open_lock:
             self._unmap()
             for ix in (self._index, self._timeindex):
                 if ix is not None:
@@ -472,6 +508,20 @@ class Segment:
                 self._file.close()
                 self._file = None
 
+    def _retire(self, why: str) -> None:
+        """Close the files for good: later uses raise ``SegmentGoneError``. The log
+        calls this when no read is in flight, so no descriptor closes under one."""
+        with self._open_lock:
+            if self._gone is None:
+                self._gone = why
+            self._release_files()
+
+    def _sendfile(self, out: int, pos: int, count: int) -> int:
+        """``os.sendfile`` from this segment's file; the descriptor cannot be closed
+        (and its number reused) meanwhile."""
+        with self._open_lock:
+            return os.sendfile(out, self.fileno(), pos, count)
+
     def _unmap(self) -> None:
         """Unmap the active segment, once the prefaulter is not using the mapping."""
         with self._map_lock:
@@ -480,24 +530,11 @@ class Segment:
                 self._mm = None
             self._address = 0
 
-    def pin(self) -> None:
-        """Open the files now, so this object keeps reading them after they are
-        deleted or replaced (retention, compaction)."""
-        self.size
-        self.file
-        try:
-            self.index
-            self.time_index
-        except FileNotFoundError:
-            pass
-
     def delete(self) -> None:
-        """Unlink the files. This object, and open descriptors elsewhere, stay readable."""
+        """Unlink the files (the caller retires the object and fsyncs the directory)."""
         from ._fs import remove
-        self.pin()
         for p in (self.path, self.index_path, self.timeindex_path):
             remove(p)
-        self.deleted = True
 
     @property
     def inode(self) -> int:
@@ -623,7 +660,7 @@ class Segment:
         if max_offset is not None:
             nxt = min(nxt, max_offset)
         return MessageSet(buf, 0, p, min_offset=min_offset, max_offset=max_offset,
-                          next_offset=max(nxt, min_offset), file=self.file,
+                          next_offset=max(nxt, min_offset), file=self,
                           file_position=start, path=self.path, expect=expect, last_next=after)
 
     def __repr__(self) -> str:

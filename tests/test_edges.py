@@ -1,0 +1,137 @@
+"""Edges: empty readers, wait() timeouts, null values, buffers, header framing, and a
+writer nobody references."""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import gc
+import math
+import os
+import time
+
+import pytest
+
+import seglog
+from seglog import LogLockedError, MessageTooLargeError, Record
+
+
+def test_readonly_reader_of_new_log_is_empty(tmp_path):
+    path = tmp_path / "l"
+    os.makedirs(path)
+    with seglog.Log.open(path) as w:
+        r = seglog.Log.open(path, readonly=True)
+        assert list(r.iter()) == []
+        assert list(r.read(0)) == []
+        assert r.offset_for_time(0) is None
+        assert r.wait(0, timeout=0) is False
+        w.append(b"a")
+        assert [m.value for m in r.iter()] == [b"a"]
+        r.close()
+
+
+def test_wait_timeouts(tmp_path):
+    with seglog.Log.open(tmp_path / "l") as log:
+        log.append(b"a")
+        assert log.wait(0, timeout=math.inf) is True          # no OverflowError
+        assert log.wait(5, timeout=0) is False
+        assert log.wait(5, timeout=-1) is False
+        t0 = time.monotonic()
+        assert log.wait(5, timeout=0.05) is False
+        assert time.monotonic() - t0 < 5
+        with pytest.raises(ValueError):
+            log.wait(5, timeout=math.nan)                     # never blocks for ever
+        with pytest.raises(TypeError):
+            log.wait(5, timeout="1")
+        r = seglog.Log.open(tmp_path / "l", readonly=True)
+        assert r.wait(0, timeout=math.inf) is True
+        with pytest.raises(ValueError):
+            r.wait(5, timeout=math.nan)
+        r.close()
+
+
+def test_null_values_without_key_both_paths(tmp_path):
+    with seglog.Log.open(tmp_path / "l") as log:
+        a = log.append(None)
+        b = log.append_batch([None, b"", Record(None)])
+        assert [(m.offset, m.value) for m in log.iter()] == [
+            (a, None), (b.start, None), (b.start + 1, b""), (b.start + 2, None)]
+
+
+BUFFERS = [
+    (ctypes.c_int32 * 3)(1, 2, 3),
+    (ctypes.c_char * 3)(b"a", b"b", b"c"),
+    array.array("i", [7, 8]),
+    array.array("d", [1.5]),
+    memoryview(b"abcdefgh").cast("i"),
+    memoryview(bytearray(b"0123456789ab")).cast("B", (3, 4)),
+    bytearray(b"ba"),
+]
+
+
+@pytest.mark.parametrize("i", range(len(BUFFERS)))
+def test_buffers_keep_their_bytes(tmp_path, i):
+    """A buffer's bytes are stored, whatever its len() counts (items, rows)."""
+    buf = BUFFERS[i]
+    raw = memoryview(buf).tobytes()
+    with seglog.Log.open(tmp_path / "l") as log:
+        o1 = log.append(buf)
+        r2 = log.append_batch([buf, b"tail", buf])
+        r3 = log.append_batch([Record(buf, key=buf)])
+        got = {m.offset: (m.key, m.value) for m in log.iter()}
+    assert got[o1] == (None, raw)
+    assert [got[o][1] for o in r2] == [raw, b"tail", raw]
+    assert got[r3.start] == (raw, raw)
+
+
+def test_header_framing_counts_against_max_message_bytes(tmp_path):
+    with seglog.Log.open(tmp_path / "l", segment_bytes=1024, max_message_bytes=4096) as log:
+        headers = [("", b"")] * 600            # no bytes of their own, 8 of framing each
+        with pytest.raises(MessageTooLargeError):
+            log.append(b"v", headers=headers)
+        with pytest.raises(MessageTooLargeError):
+            log.append_batch([Record(b"v", headers=headers)])
+        assert log.end_offset == 0
+        ok = [("", b"")] * 400
+        off = log.append(b"v", headers=ok)
+        assert next(iter(log.read(off))).headers == tuple(ok)
+
+
+def test_unreferenced_writer_releases_its_lock(tmp_path):
+    path = tmp_path / "l"
+
+    def use() -> None:
+        log = seglog.Log.open(path, flush_ms=10, retention_check_ms=10)
+        log.append(b"x")
+        time.sleep(0.05)            # the background threads have run
+
+    use()
+    deadline = time.monotonic() + 10
+    while True:
+        gc.collect()
+        try:
+            with seglog.Log.open(path) as again:
+                assert again.end_offset == 1
+            break
+        except LogLockedError:
+            if time.monotonic() > deadline:
+                raise AssertionError("an unreferenced writer kept the lock")
+            time.sleep(0.05)
+
+
+def test_threads_of_unreferenced_writer_end(tmp_path):
+    import threading
+
+    def names() -> set[str]:
+        return {t.name for t in threading.enumerate() if str(tmp_path) in t.name}
+
+    def use() -> None:
+        log = seglog.Log.open(tmp_path / "l", flush_ms=10, retention_check_ms=10)
+        log.append(b"x")
+
+    use()
+    deadline = time.monotonic() + 10
+    while names() and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert not names()

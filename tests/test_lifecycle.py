@@ -1,0 +1,306 @@
+"""Descriptor lifetime, threads sharing a log, readers across compaction and retention.
+
+Every descriptor a log opens is closed by ``close()``, after any number of compaction
+and retention passes; no descriptor is closed while another thread can still use it;
+readers see exactly the writer's kept records after compaction or retention.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import seglog
+from seglog import LogClosedError, OffsetOutOfRangeError, Record
+
+SEED = int(os.environ.get("SEGLOG_SEED", "20261122"))
+
+
+def _fds() -> dict[int, str]:
+    out = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            out[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            pass          # the listing's own descriptor, gone by now
+    return out
+
+
+def _fd_set() -> set[tuple[int, str]]:
+    return set(_fds().items())
+
+
+def _keyed(log: seglog.Log, rng: random.Random, n: int, keys: int) -> None:
+    for _ in range(n // 50):
+        log.append_batch([Record(b"v%d" % rng.randrange(1 << 30), b"k%d" % rng.randrange(keys))
+                          for _ in range(50)])
+
+
+def _kept(log: seglog.Log) -> set[tuple[int, bytes | None, bytes | None]]:
+    return {(m.offset, m.key, m.value) for m in log.iter()}
+
+
+@pytest.mark.parametrize("delay_ms", [0, 60_000])
+def test_close_releases_every_descriptor_after_compaction_and_retention(tmp_path, delay_ms):
+    print("seed", SEED)
+    rng = random.Random(SEED)
+    before = _fd_set()
+    log = seglog.Log.open(tmp_path / "l", segment_bytes=4096, cleanup_policy="compact,delete",
+                          retention_bytes=60_000, min_cleanable_dirty_ratio=0.0,
+                          file_delete_delay_ms=delay_ms, retention_check_ms=None)
+    reader = seglog.Log.open(tmp_path / "l", readonly=True)
+    for _ in range(6):
+        _keyed(log, rng, 1000, 40)
+        paused = log.iter()
+        next(paused)                      # an iterator holding segments across the passes
+        sum(1 for _ in reader.iter())     # the reader opens (and must drop) old segments
+        log.read(log.start_offset)
+        log.offset_for_time(0)
+        log.compact()
+        log.enforce_retention()
+        try:
+            list(paused)
+        except OffsetOutOfRangeError:
+            pass                          # retention passed it: its data is gone
+        log.flush()
+    assert log.segments[0].base_offset > 0, "retention ran"
+    reader.close()
+    log.close()
+    after = _fd_set()
+    assert after == before, f"leaked: {sorted(after - before)}; closed foreign: {sorted(before - after)}"
+
+
+def test_replaced_segments_close_once_no_reader_holds_them(tmp_path):
+    """Without close(): the descriptors of replaced segments do not pile up."""
+    rng = random.Random(SEED)
+    log = seglog.Log.open(tmp_path / "l", segment_bytes=4096, cleanup_policy="compact",
+                          min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+    _keyed(log, rng, 1000, 20)
+    log.compact()
+    sum(1 for _ in log.iter())
+    base = len(_fds())
+    for _ in range(8):
+        _keyed(log, rng, 1000, 20)
+        log.compact()
+        sum(1 for _ in log.iter())      # opens every current segment's file and indexes
+    # each pass replaces the segments it read: their descriptors were closed, so the
+    # count stays near that of the current segments (never 8 passes' worth)
+    assert len(_fds()) <= base + 3 * (len(log.segments) + 2)
+    log.close()
+
+
+def test_iterator_paused_across_compaction_sees_kept_records(tmp_path):
+    rng = random.Random(SEED)
+    log = seglog.Log.open(tmp_path / "l", segment_bytes=4096, cleanup_policy="compact",
+                          min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+    _keyed(log, rng, 3000, 30)
+    before = _kept(log)
+    it = log.iter()
+    head = [next(it) for _ in range(10)]
+    log.compact()
+    kept = _kept(log)
+    assert kept < before
+    rest = [(m.offset, m.key, m.value) for m in it]
+    # what it had read before the pass it may still yield; it skips no kept record,
+    # invents none, repeats none
+    offs = [r[0] for r in rest]
+    assert offs == sorted(set(offs)) and offs[0] > head[-1].offset
+    assert set(rest) <= before
+    assert {r for r in kept if r[0] > head[-1].offset} <= set(rest)
+    # an iterator started after the pass sees exactly the kept records
+    assert [(m.offset, m.key, m.value) for m in log.iter()] == sorted(kept)
+    log.close()
+
+
+def test_readonly_reader_sees_exactly_kept_records_after_compaction(tmp_path):
+    rng = random.Random(SEED)
+    log = seglog.Log.open(tmp_path / "l", segment_bytes=4096, cleanup_policy="compact",
+                          min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+    reader = seglog.Log.open(tmp_path / "l", readonly=True)
+    for _ in range(4):
+        _keyed(log, rng, 1500, 25)
+        it = reader.iter()
+        first = next(it)
+        sum(1 for _ in reader.iter())          # binds every segment object
+        log.compact()
+        kept = _kept(log)
+        assert _kept(reader) == kept
+        rest = {(m.offset, m.key, m.value) for m in it}
+        assert {r for r in kept if r[0] > first.offset} <= rest
+        for off, key, value in sorted(kept)[::37]:
+            m = next(iter(reader.read(off)))
+            assert (m.offset, m.key, m.value) == (off, key, value)
+        assert reader.offset_for_time(0) == min(kept)[0]
+    reader.close()
+    log.close()
+
+
+def test_readonly_reader_after_retention_gets_offset_out_of_range(tmp_path):
+    log = seglog.Log.open(tmp_path / "l", segment_bytes=2048, retention_bytes=8192,
+                          file_delete_delay_ms=0, retention_check_ms=None)
+    for i in range(400):
+        log.append(b"x" * 40 + b"%d" % i)
+    reader = seglog.Log.open(tmp_path / "l", readonly=True)
+    it = reader.iter()
+    next(it)
+    start_before = reader.start_offset
+    assert log.enforce_retention()
+    with pytest.raises(OffsetOutOfRangeError):
+        for _ in it:
+            pass
+    with pytest.raises(OffsetOutOfRangeError):
+        reader.read(start_before)
+    assert reader.offset_for_time(0) == log.start_offset
+    assert [m.offset for m in reader.iter()] == list(range(log.start_offset, log.end_offset))
+    reader.close()
+    log.close()
+
+
+_OTHER_READER = r"""
+import sys, seglog
+path = sys.argv[1]
+r = seglog.Log.open(path, readonly=True)
+it = r.iter()
+next(it)
+sys.stdout.write("ready\n"); sys.stdout.flush()
+sys.stdin.readline()            # the writer compacts meanwhile
+rest = sum(1 for _ in it)
+for m in r.iter():
+    sys.stdout.write(f"{m.offset} {m.key.hex()} {m.value.hex()}\n")
+r.close()
+"""
+
+
+def test_reader_in_another_process_sees_kept_records_after_compaction(tmp_path):
+    rng = random.Random(SEED)
+    path = str(tmp_path / "l")
+    log = seglog.Log.open(path, segment_bytes=4096, cleanup_policy="compact",
+                          min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+    _keyed(log, rng, 3000, 30)
+    log.flush()
+    p = subprocess.Popen([sys.executable, "-c", _OTHER_READER, path], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        log.compact()
+        kept = _kept(log)
+        out, err = p.communicate("go\n", timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    seen = set()
+    for line in out.splitlines():
+        off, k, v = line.split(" ")
+        seen.add((int(off), bytes.fromhex(k), bytes.fromhex(v)))
+    assert seen == kept
+    log.close()
+
+
+def test_close_waits_for_compaction_in_another_thread(tmp_path):
+    rng = random.Random(SEED)
+    log = seglog.Log.open(tmp_path / "l", segment_bytes=16384, cleanup_policy="compact",
+                          min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+    _keyed(log, rng, 20000, 2000)
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def compact() -> None:
+        started.set()
+        try:
+            log.compact()
+        except LogClosedError:
+            pass
+        except BaseException as e:   # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=compact)
+    t.start()
+    assert started.wait(10)
+    time.sleep(0.01)
+    log.close()
+    listing = sorted(os.listdir(tmp_path / "l"))
+    t.join(30)
+    assert not t.is_alive()
+    assert not errors, errors
+    time.sleep(0.2)
+    assert sorted(os.listdir(tmp_path / "l")) == listing, "files changed after close() returned"
+    with seglog.Log.open(tmp_path / "l") as again:
+        assert again.recovery is None, "close() left a clean shutdown"
+
+
+def test_threads_doing_everything_at_once(tmp_path):
+    """append, batch, flush, read, iter, offset_for_time, compact, retention, close."""
+    print("seed", SEED)
+    log = seglog.Log.open(tmp_path / "l", segment_bytes=8192, cleanup_policy="compact,delete",
+                          retention_bytes=200_000, min_cleanable_dirty_ratio=0.0,
+                          file_delete_delay_ms=0, retention_check_ms=None, flush_ms=5)
+    before_close = threading.Event()
+    errors: list[tuple[str, BaseException]] = []
+    closed = threading.Event()
+
+    def worker(name: str, seed: int, fn) -> None:
+        rng = random.Random(seed)
+        while not closed.is_set():
+            try:
+                fn(rng)
+            except LogClosedError:
+                if not before_close.is_set():
+                    errors.append((name, AssertionError("LogClosedError before close")))
+                return
+            except OffsetOutOfRangeError:
+                pass          # retention passed the reader: allowed, it goes on
+            except BaseException as e:   # noqa: BLE001 - every other error fails the test
+                errors.append((name, e))
+                return
+
+    def append(rng):
+        log.append(b"a%d" % rng.randrange(1000), key=b"k%d" % rng.randrange(100))
+
+    def batch(rng):
+        log.append_batch([Record(b"b", b"k%d" % rng.randrange(100)) for _ in range(20)])
+
+    def read(rng):
+        lo, hi = log.start_offset, log.end_offset
+        ms = log.read(rng.randint(lo, hi))
+        sum(1 for _ in ms)
+
+    def iterate(rng):
+        last = -1
+        for m in log.iter(log.start_offset):
+            assert m.offset > last
+            last = m.offset
+
+    def timed(rng):
+        log.offset_for_time(rng.randrange(1 << 41))
+
+    def write_to(rng):
+        with open(os.devnull, "wb") as f:
+            log.read(log.start_offset).write_to(f)
+
+    jobs = [("append", append), ("batch", batch), ("flush", lambda r: log.flush()),
+            ("read", read), ("iter", iterate), ("iter2", iterate), ("time", timed),
+            ("write_to", write_to), ("compact", lambda r: log.compact()),
+            ("retention", lambda r: log.enforce_retention())]
+    threads = [threading.Thread(target=worker, args=(n, SEED + i, f), name=n)
+               for i, (n, f) in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)
+    before_close.set()
+    log.close()
+    closed.set()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not errors, errors
+    with seglog.Log.open(tmp_path / "l") as again:
+        offs = [m.offset for m in again.iter()]
+        assert offs == sorted(set(offs))
+        assert again.end_offset > 1000
