@@ -4,7 +4,7 @@
     .venv/bin/python bench/bench_floor.py --n 200000   # quicker
 
 Each "floor" below does only work that any implementation of docs/FORMAT.md under
-SPEC's rules has to do, with the fastest C-level calls the standard library offers,
+seglog's durability rules (docs/DURABILITY.md) has to do, with the fastest C-level calls the standard library offers,
 and leaves out everything else (indexes, rolling, checks of the input, error
 handling). A floor is therefore an upper bound on what seglog can reach; its ratio
 to the baseline, measured in the same run, is an upper bound on seglog's ratio.
@@ -23,7 +23,7 @@ to the baseline, measured in the same run, is an upper bound on seglog's ratio.
   were all faulted in before the clock started. Baseline: the per-message framing
   write.
 * iter floor: per batch, the CRC32 check; per message, its value as bytes and one
-  Message object with named fields (SPEC section 2), and reading ``m.value``.
+  Message object with named fields (the public API), and reading ``m.value``.
   Baseline: the per-message framing read.
 
 Never run as a test: timings need a quiet machine.

@@ -4,7 +4,7 @@
     .venv/bin/python bench/bench_log.py --n 200000   # quicker
     .venv/bin/python bench/bench_log.py --memory     # also: 10 M appends, memory flat?
 
-Workload (SPEC section 7): 200-byte messages published one per call ("batch 1") and
+Workload (the Kafka paper's): 200-byte messages published one per call ("batch 1") and
 in batches of 50, then one sequential read of everything. Baselines:
 
 * raw:     os.write of the pre-joined bytes of each 50-message batch (what the

@@ -304,3 +304,110 @@ def test_threads_doing_everything_at_once(tmp_path):
         offs = [m.offset for m in again.iter()]
         assert offs == sorted(set(offs))
         assert again.end_offset > 1000
+
+
+def test_readonly_reader_through_many_compaction_and_retention_passes(tmp_path):
+    """Readers that listed segments but did not open them, readers holding open
+    segments, and readers in between, while the writer compacts and deletes."""
+    print("seed", SEED)
+    rng = random.Random(SEED)
+    log = seglog.Log.open(tmp_path / "l", segment_bytes=3000, cleanup_policy="compact,delete",
+                          retention_bytes=40_000, min_cleanable_dirty_ratio=0.0,
+                          file_delete_delay_ms=0, retention_check_ms=None)
+    readers = [seglog.Log.open(tmp_path / "l", readonly=True) for _ in range(3)]
+    for rnd in range(30):
+        _keyed(log, rng, rng.choice([100, 300, 600]), 15)
+        r_listed, r_open, r_mixed = readers
+        r_listed.start_offset                       # lists, opens nothing
+        sum(1 for _ in r_open.iter())               # opens everything
+        it = r_mixed.iter()
+        next(it)
+        if rng.random() < 0.5:
+            log.compact()
+        else:
+            log.enforce_retention()
+        kept = _kept(log)
+        by_off = {r[0]: r for r in kept}
+        for r in readers:
+            assert r.offset_for_time(0) == min(by_off), f"round {rnd}"
+            assert _kept(r) == kept, f"round {rnd}"
+            for off in rng.sample(sorted(by_off), 5):
+                m = next(iter(r.read(off)))
+                assert (m.offset, m.key, m.value) == by_off[off], f"round {rnd}"
+        offs = []
+        try:
+            offs = [m.offset for m in it]
+        except OffsetOutOfRangeError:
+            pass                  # retention passed the paused iterator
+        assert offs == sorted(set(offs)), f"round {rnd}"
+    for r in readers:
+        r.close()
+    log.close()
+
+
+@pytest.mark.parametrize("op", ["retention", "compaction"])
+def test_reader_listing_in_the_same_clock_tick_as_the_change(tmp_path, op):
+    """A directory's mtime has a coarse clock (a few ms): a reader that listed it in
+    the same tick as a retention or compaction pass must not trust its stale list."""
+    rng = random.Random(SEED)
+    log = seglog.Log.open(tmp_path / "l", segment_bytes=1500, cleanup_policy="compact,delete",
+                          retention_bytes=6000, min_cleanable_dirty_ratio=0.0,
+                          file_delete_delay_ms=0, retention_check_ms=None)
+    reader = seglog.Log.open(tmp_path / "l", readonly=True)
+    for rnd in range(40):
+        _keyed(log, rng, 100, 10)
+        reader.end_offset                     # list the directory...
+        if op == "retention":                 # ...and change it within the same tick
+            log.enforce_retention()
+        else:
+            log.compact()
+        kept = _kept(log)
+        assert reader.offset_for_time(0) == min(kept)[0], f"round {rnd}"
+        assert _kept(reader) == kept, f"round {rnd}"
+    reader.close()
+    log.close()
+
+
+def _same_mtime(path, st) -> None:
+    """Put the directory's mtime back: what a change within one tick of a coarse
+    file-system clock (1 s on HFS+, 2 s on FAT) looks like to a reader."""
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_reader_that_listed_but_did_not_open_survives_retention(tmp_path):
+    path = tmp_path / "l"
+    log = seglog.Log.open(path, segment_bytes=2048, retention_bytes=8192,
+                          file_delete_delay_ms=0, retention_check_ms=None)
+    for i in range(400):
+        log.append(b"x" * 40 + b"%d" % i)
+    reader = seglog.Log.open(path, readonly=True)     # lists the segments, opens none
+    st = os.stat(path)
+    assert log.enforce_retention()
+    _same_mtime(path, st)
+    assert reader.offset_for_time(0) == log.start_offset
+    assert [m.offset for m in reader.iter()] == list(range(log.start_offset, log.end_offset))
+    with pytest.raises(OffsetOutOfRangeError):
+        reader.read(0)
+    reader.close()
+    log.close()
+
+
+def test_reader_with_open_segments_sees_compaction_in_the_same_tick(tmp_path):
+    rng = random.Random(SEED)
+    path = tmp_path / "l"
+    log = seglog.Log.open(path, segment_bytes=4096, cleanup_policy="compact",
+                          min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+    _keyed(log, rng, 3000, 30)
+    reader = seglog.Log.open(path, readonly=True)
+    sum(1 for _ in reader.iter())          # every segment opened, sizes known
+    st = os.stat(path)
+    log.compact()
+    _same_mtime(path, st)
+    kept = _kept(log)
+    by_off = {r[0]: r for r in kept}
+    assert _kept(reader) == kept
+    for off in sorted(by_off)[::11]:
+        m = next(iter(reader.read(off)))
+        assert (m.offset, m.key, m.value) == by_off[off]
+    reader.close()
+    log.close()

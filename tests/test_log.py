@@ -1,4 +1,4 @@
-"""The Log API of SPEC section 2, behaviour by behaviour."""
+"""The Log API, behaviour by behaviour."""
 
 from __future__ import annotations
 

@@ -39,6 +39,7 @@ _MAX_DELTA = (1 << 32) - 2
 # per-record bookkeeping bytes counted against max_message_bytes when cutting batches
 _RECORD_OVERHEAD = 24
 _HEADER_FRAMING = 8       # a header's key and value lengths
+_RACY_NS = 3_000_000_000  # a directory listing this close to its mtime is not trusted
 _RELOCATIONS = 64         # a reader re-finds its place at most this often per step
 _ITER_CHUNK = 1 << 20
 _NEVER = 1 << 63
@@ -218,6 +219,7 @@ class Log:
         self._max_msg = config.max_message_bytes
         self._capacity = config.segment_bytes + config.max_message_bytes + 65536
         self._dir_mtime = 0
+        self._listed_at = 0
         self.recovery: recovery.RecoveryReport | None = None   # set by an unclean open
         self._ok = not readonly   # False once closed or failed: one test on the hot path
         self._fast = self._compress == codec.CODEC_NONE
@@ -1026,8 +1028,13 @@ class Log:
         except FileNotFoundError:
             raise LogClosedError(f"log directory {self.path} is gone") from None
         segs = self._segs
-        if force or mtime != self._dir_mtime or not segs:
+        # an unchanged mtime proves nothing while the listing is within the clock's
+        # granularity of it (coarse on some file systems: 1 s on HFS+, 2 s on FAT):
+        # a change in the same tick leaves the same mtime, so look again
+        if (force or mtime != self._dir_mtime or not segs
+                or self._listed_at - mtime < _RACY_NS):
             self._dir_mtime = mtime
+            self._listed_at = time.time_ns()
             bases = recovery.list_segments(self.path)
             known = {s.base_offset: s for s in segs}
             new = []
