@@ -16,6 +16,23 @@ import seglog
 from seglog import LogLockedError, MessageTooLargeError, Record
 
 
+def test_readonly_reader_of_empty_directory(tmp_path):
+    """A reader may start before the writer ever opened the directory."""
+    path = tmp_path / "l"
+    os.makedirs(path)
+    r = seglog.Log.open(path, readonly=True)
+    assert (r.start_offset, r.end_offset) == (0, 0)
+    assert list(r.iter()) == []
+    assert list(r.read(0)) == []
+    assert r.offset_for_time(0) is None
+    assert r.wait(0, timeout=0) is False
+    with seglog.Log.open(path) as w:
+        w.append(b"a")
+        assert r.wait(0, timeout=10)
+        assert [m.value for m in r.iter()] == [b"a"]
+    r.close()
+
+
 def test_readonly_reader_of_new_log_is_empty(tmp_path):
     path = tmp_path / "l"
     os.makedirs(path)
