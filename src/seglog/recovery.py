@@ -481,7 +481,7 @@ def continuing_batch_after(seg: Segment, pos: int, file_size: int, next_offset: 
     stretches are skipped at C speed.
     """
     chunk = 1 << 20
-    p = pos + 1
+    p = _claimed_end(seg, pos, file_size)
     while p + codec.HEADER_SIZE <= file_size:
         buf = os.pread(seg.fileno(), min(chunk + codec.HEADER_SIZE, file_size - p), p)
         if len(buf) < codec.HEADER_SIZE:
@@ -501,6 +501,28 @@ def continuing_batch_after(seg: Segment, pos: int, file_size: int, next_offset: 
             i = buf.find(codec.MAGIC.to_bytes(1, "little"), i + 1)
         p += limit
     return None
+
+
+def _claimed_end(seg: Segment, pos: int, file_size: int) -> int:
+    """Where to look for a continuing batch after the bad batch at ``pos``.
+
+    A writer writes a batch's header first, then its records, and writes nothing
+    after a batch before it is complete. So if the header at ``pos`` frames sanely
+    (magic, a length within the file), the bytes it claims are its own records, and
+    a batch found among them (a value that holds another log's batches) proves
+    nothing about later writes: look past them. A header that does not frame (torn
+    inside the header, or garbage) claims nothing: look from the next byte. A bit
+    flip that makes a length claim too much hides only the batches it covers; a
+    later valid batch is still found, and fsynced data is protected by the recovery
+    point either way.
+    """
+    head = os.pread(seg.fileno(), codec.HEADER_SIZE, pos)
+    if len(head) == codec.HEADER_SIZE:
+        hdr = codec.HEADER.unpack_from(head)
+        end = pos + codec.LENGTH_END + hdr[1]
+        if hdr[2] == codec.MAGIC and hdr[1] >= codec.MIN_BATCH_LENGTH and end <= file_size:
+            return end
+    return pos + 1
 
 
 def corruption_error(seg: Segment, res: ScanResult) -> CorruptRecordError:
