@@ -52,7 +52,7 @@ def test_close_releases_every_descriptor_after_compaction_and_retention(tmp_path
     rng = random.Random(SEED)
     before = _fd_set()
     log = seglog.Log.open(tmp_path / "l", segment_bytes=4096, cleanup_policy="compact,delete",
-                          retention_bytes=60_000, min_cleanable_dirty_ratio=0.0,
+                          retention_bytes=1000, min_cleanable_dirty_ratio=0.0,
                           file_delete_delay_ms=delay_ms, retention_check_ms=None)
     reader = seglog.Log.open(tmp_path / "l", readonly=True)
     for _ in range(6):

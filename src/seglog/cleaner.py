@@ -290,12 +290,21 @@ class _Writer:
 
 
 def _clean_group(log: "Log", group: list[Segment], omap: OffsetMap, now: int,
-                 stats: CompactionStats) -> _Writer:
+                 stats: CompactionStats, end: int) -> _Writer:
+    """Write the kept records of ``group`` as one segment covering [base, ``end``).
+
+    The last batch written always ends at ``end - 1``: when compaction dropped the
+    last batches (or every record), an empty batch covers the offsets that are gone,
+    so a reader can tell offsets compaction removed from a segment cut short.
+    """
     cfg = log.config
     w = _Writer(log.path, group[0].base_offset, cfg.index_interval_bytes)
+    covered = group[0].base_offset       # offsets below this are in batches written
+    max_ts = -1
     try:
         for seg in group:
             for buf, p, hdr in _batches(seg):
+                max_ts = max(max_ts, hdr[8])
                 horizon = _horizon(buf, p, hdr)
                 keep: list[tuple] = []
                 for m in codec.decode_batch(buf, p, hdr):
@@ -327,6 +336,13 @@ def _clean_group(log: "Log", group: list[Segment], omap: OffsetMap, now: int,
                     offset_deltas=[m[0] - base for m in keep], last_offset_delta=hdr[5],
                     delete_horizon=horizon)
                 w.add(data, base, max(m[1] for m in keep))
+                covered = codec.last_offset(hdr) + 1
+        if covered < end:
+            # no records, offsets covered-..end-1, the segment's largest timestamp (so
+            # time retention judges the segment as before)
+            ts = max(max_ts, 0)
+            w.add(codec.encode_batch(covered, [], ts, offset_deltas=[],
+                                     last_offset_delta=end - 1 - covered), covered, ts)
         w.finish(cfg.max_index_bytes)
     except BaseException:
         w.abort()
@@ -438,7 +454,7 @@ def compact(log: "Log", now_ms: int | None = None) -> CompactionStats:
         for group in _groups(todo, cfg.segment_bytes):
             end = group[-1].next_offset
             assert end is not None
-            w = _clean_group(log, group, omap, now, stats)
+            w = _clean_group(log, group, omap, now, stats, end)
             fsync_dir(log.path)
             recovery.write_checkpoint(log.path, segment_name(group[0].base_offset) + SWAP_SUFFIX, end)
             swap_in(log.path, group[0].base_offset, end)

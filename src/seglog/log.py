@@ -808,10 +808,14 @@ class Log:
 
     def _read_from(self, offset: int, max_bytes: int, end: int) -> MessageSet:
         segs, i = self._locate(offset)
-        for seg in segs[i:]:
+        for j in range(i, len(segs)):
+            seg = segs[j]
             ms = seg.read(max(offset, seg.base_offset), max_bytes)
             if ms:
                 return ms
+            if j + 1 < len(segs):
+                # nothing at or after offset here: the next segment must start there
+                _check_covers(seg, ms.next_offset, segs[j + 1].base_offset, seg.size)
         return MessageSet(b"", min_offset=offset, next_offset=end)
 
     def iter(self, start: int | None = None, end: int | None = None) -> Iterator[Message]:
@@ -916,6 +920,8 @@ class Log:
                     if k >= len(segs):
                         self._raise_corruption()
                         return None
+                    _check_covers(seg, st[2] if st[2] is not None else offset,
+                                  segs[k].base_offset, seg_end)
                     seg = segs[k]
                     st[:] = [seg, 0, seg.base_offset]
                 if not careful:
@@ -950,19 +956,31 @@ class Log:
 
     def _offset_for_time(self, ts: int) -> int | None:
         lo = self._start
-        for seg in self._segs:
+        segs = self._segs
+        for j, seg in enumerate(segs):
             if seg.max_timestamp < ts or not seg.size:
                 continue
             entry = seg.time_index.lookup(ts)
-            pos = seg.index.lookup(entry[1])[1] if entry is not None else 0
+            ix_off, pos = seg.index.lookup(entry[1]) if entry is not None else (seg.base_offset, 0)
             end = seg.size
-            for p, hdr in seg.batches(pos, end):
-                if hdr[8] < ts or codec.last_offset(hdr) < lo:
+            covered = ix_off
+            for p, hdr in seg.batches(pos, end, ix_off):
+                covered = codec.last_offset(hdr) + 1
+                if hdr[8] < ts or covered <= lo:
                     continue
                 ms = seg.read_at(p, lo, 1, end)
                 for m in ms:
                     if m[1] >= ts:
+                        if j and segs[j - 1].base_offset >= lo:
+                            # the answer may have been in records missing from the end
+                            # of the segment before (timestamps mostly ascend)
+                            prev = segs[j - 1]
+                            _check_covers(prev, _end_offset(prev), seg.base_offset, prev.size)
                         return m[0]
+            if j + 1 < len(segs):
+                # walked to the end of a segment whose records reach ts: it must end
+                # where the next begins, or the answer may be in what is missing
+                _check_covers(seg, covered, segs[j + 1].base_offset, end)
         return None
 
     def wait(self, offset: int, timeout: float | None = None) -> bool:
@@ -1189,3 +1207,23 @@ def _maintenance_loop(ref: "weakref.ref[Log]", stop: threading.Event, check_ms: 
                 if not log._closed and not log._closing:
                     _log.warning("seglog: maintenance of %s failed: %s", log.path, e)
         del log
+
+
+def _end_offset(seg: Segment) -> int:
+    """One past the last offset of a sealed segment's last batch (a short walk from
+    its last offset-index entry)."""
+    off, pos = seg.index.last_entry()
+    end = off
+    for _, hdr in seg.batches(pos, seg.size, off):
+        end = codec.last_offset(hdr) + 1
+    return end
+
+
+def _check_covers(seg: Segment, covered: int, next_base: int, position: int) -> None:
+    """A sealed segment's batches end where the next segment begins (compaction
+    leaves an empty batch over offsets it removed at the end): else offsets are
+    missing from the middle of the log, which is damage, never a silent skip."""
+    if covered < next_base:
+        raise CorruptRecordError(
+            f"offsets {covered} to {next_base - 1} are missing: the segment ends early "
+            f"(cut back?) before the next segment starts", seg.path, position, covered)

@@ -556,8 +556,11 @@ class Segment:
         pos = start
         fd = self.fileno()
         while pos < end:
-            buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+            want = min(_SCAN_CHUNK, end - pos)
+            buf = os.pread(fd, want, pos)
             n = len(buf)
+            if n < want:
+                self._short(pos + n, end)
             p = 0
             while True:
                 hdr = self._header(buf, p, n, pos)
@@ -577,6 +580,10 @@ class Segment:
                 yield pos, hdr
                 p = codec.batch_size(hdr)
             pos += p
+
+    def _short(self, at: int, end: int) -> None:
+        raise CorruptRecordError(f"the file ends at {at}, before the {end} bytes of whole "
+                                 f"batches it held (cut back?)", self.path, at)
 
     def _header(self, buf: bytes, p: int, n: int, filepos: int) -> codec.BatchHeader | None:
         try:
@@ -625,6 +632,10 @@ class Segment:
         """
         end = self.size if end is None else end
         start, hdr = self.find_position(offset, end)
+        while hdr is not None and not hdr[6]:
+            # an empty batch over offsets compaction removed: nothing to return from it
+            offset = codec.last_offset(hdr) + 1
+            start, hdr = self.find_position(offset, end)
         if hdr is None:
             return MessageSet(b"", min_offset=offset, next_offset=offset)
         return self.read_at(start, offset, max_bytes, end, max_offset, expect=hdr[0])
@@ -636,6 +647,8 @@ class Segment:
         want = max(min(max_bytes, end - start), codec.HEADER_SIZE)
         buf = self.pread(want, start)
         n = len(buf)
+        if n < min(want, end - start):
+            self._short(start + n, end)
         p = 0
         last = None
         while True:
