@@ -11,6 +11,9 @@ from hypothesis import strategies as st
 import seglog
 from seglog import Log, cleaner
 
+# records here carry made-up timestamps near 0 ms
+pytestmark = pytest.mark.usefixtures("synthetic_clock")
+
 DAY = 86_400_000
 CFG = dict(segment_bytes=2048, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0,
            flush_ms=None, index_interval_bytes=256)
@@ -169,10 +172,11 @@ def test_interrupted_swap_rolls_forward(logdir, monkeypatch):
         log._lock_fd = -1
         log._closed = True
     names = os.listdir(logdir)
-    assert any(n.endswith(".swap") for n in names) and any(n.endswith(".cleaned") for n in names)
+    assert (any(n.startswith(".seglog-swap.") for n in names)
+            and any(n.startswith(".seglog-cleaned.") for n in names))
     with Log.open(logdir, **CFG) as log:
         names = os.listdir(logdir)
-        assert not any(n.endswith((".swap", ".cleaned")) for n in names)
+        assert not any(n.startswith((".seglog-swap.", ".seglog-cleaned.")) for n in names)
         got = [(m.offset, m.key, m.value) for m in log.iter()]
         # every key's latest value is there; the rolled-forward group is compacted
         latest = {}
@@ -189,7 +193,7 @@ def test_uncommitted_cleaned_files_are_dropped(logdir):
         fill(log, 300)
         before = [m for m in log.iter()]
         seg = log.segments[0]
-    junk = seg.path + ".cleaned"
+    junk = os.path.join(os.path.dirname(seg.path), ".seglog-cleaned." + os.path.basename(seg.path))
     with open(junk, "wb") as f:
         f.write(b"partial")
     with Log.open(logdir, **CFG) as log:

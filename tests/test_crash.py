@@ -20,6 +20,9 @@ import seglog
 from seglog import Log, codec
 from seglog.testing import FaultyFS, abandon
 
+# records here carry made-up timestamps near 0 ms
+pytestmark = pytest.mark.usefixtures("synthetic_clock")
+
 SCALE = int(os.environ.get("SEGLOG_TORTURE", "1"))
 
 

@@ -12,6 +12,9 @@ import pytest
 import seglog
 from seglog import Log, Record
 
+# records here carry made-up timestamps near 0 ms
+pytestmark = pytest.mark.usefixtures("synthetic_clock")
+
 
 def values(log: Log, start: int | None = None, end: int | None = None) -> list:
     return [m.value for m in log.iter(start, end)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 import tempfile
 
+import pytest
+
 import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -12,6 +14,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import seglog
 from seglog import Log, Record
 from seglog.testing import abandon
+
+# records here carry made-up timestamps near 0 ms
+pytestmark = pytest.mark.usefixtures("synthetic_clock")
 
 values = st.one_of(st.binary(max_size=300), st.none())
 keys = st.one_of(st.none(), st.binary(max_size=8))

@@ -16,6 +16,9 @@ import seglog
 from seglog import Log
 from seglog.testing import FaultyFS
 
+# records here carry made-up timestamps near 0 ms
+pytestmark = pytest.mark.usefixtures("synthetic_clock")
+
 DAY = 86_400_000
 
 
@@ -83,10 +86,11 @@ def test_delayed_delete_renames_aside_then_unlinks(logdir):
         fill(log, 60, 1000)
         first = log.segments[0]
         assert log.enforce_retention(now_ms=10**12)
-        assert not os.path.exists(first.path) and os.path.exists(first.path + ".deleted")
+        aside = os.path.join(logdir, ".seglog-deleted." + os.path.basename(first.path))
+        assert not os.path.exists(first.path) and os.path.exists(aside)
         time.sleep(0.15)
         log.enforce_retention(now_ms=10**12)                    # a later pass purges
-        assert not os.path.exists(first.path + ".deleted")
+        assert not os.path.exists(aside)
 
 
 def test_background_maintenance_applies_retention(logdir):

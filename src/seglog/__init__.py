@@ -9,8 +9,8 @@
 
 from .config import LogConfig
 from .errors import (CorruptRecordError, InvalidConfigError, LogClosedError, LogLockedError,
-                     MessageTooLargeError, OffsetOutOfRangeError, ReadOnlyError, SeglogError,
-                     StorageError)
+                     MessageTooLargeError, NotALogError, OffsetOutOfRangeError, ReadOnlyError,
+                     SeglogError, StorageError)
 from .index import OffsetIndex, TimeIndex
 from .log import Log
 from .message import Message, MessageSet, Record
@@ -20,5 +20,6 @@ __all__ = [
     "Log", "LogConfig", "Record", "Message", "MessageSet", "Segment", "OffsetIndex", "TimeIndex",
     "SeglogError", "OffsetOutOfRangeError", "MessageTooLargeError", "CorruptRecordError",
     "LogLockedError", "LogClosedError", "InvalidConfigError", "StorageError", "ReadOnlyError",
+    "NotALogError",
 ]
 __version__ = "0.1.0"

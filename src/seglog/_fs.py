@@ -1,8 +1,57 @@
-"""File-system primitives with the fsyncs durability needs (rules R2-R4)."""
+"""File names and file-system primitives with the fsyncs durability needs (rules
+R2-R4 in docs/DURABILITY.md).
+
+Ownership: seglog only ever removes or rewrites files whose names it can prove are
+its own. A log directory holds the marker ``seglog.json`` (written when seglog
+creates the log); segment files are named ``<20 digits>.log/.index/.timeindex``;
+every file seglog leaves behind on the way (temp files of checkpoints, retention's
+renamed-aside files, compaction's new files and swap manifests) carries the prefix
+``.seglog-`` and is removed at the next writer's open only when its name matches one
+of those exact forms.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+
+MARKER = "seglog.json"
+PREFIX = ".seglog-"
+TMP = PREFIX + "tmp."            # + the name being replaced (checkpoints, indexes)
+DELETED = PREFIX + "deleted."    # + a segment file name (retention, delayed delete)
+CLEANED = PREFIX + "cleaned."    # + a segment file name (compaction output)
+SWAP = PREFIX + "swap."          # + a 20-digit base offset (compaction manifest)
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+_MAX_BASE = (1 << 63) - 1
+_SEGMENT_FILE = re.compile(r"(\d{20})\.(log|index|timeindex)")
+_LEFTOVER = re.compile(
+    r"\.seglog-(?:(?:tmp|deleted|cleaned)\.(\d{20})\.(?:log|index|timeindex)"
+    r"|tmp\.[A-Za-z0-9_.-]+|swap\.(\d{20}))")
+
+
+def segment_base(name: str) -> int | None:
+    """The base offset of a segment file name (``.log``, ``.index``, ``.timeindex``),
+    None if the name is not one seglog gives (20 digits, below 2**63)."""
+    m = _SEGMENT_FILE.fullmatch(name)
+    if m is None:
+        return None
+    base = int(m.group(1))
+    return base if base <= _MAX_BASE else None
+
+
+def is_leftover(name: str) -> bool:
+    """True for names of seglog's own unfinished work (see the module docstring)."""
+    m = _LEFTOVER.fullmatch(name)
+    if m is None:
+        return False
+    digits = m.group(1) or m.group(2)
+    return digits is None or int(digits) <= _MAX_BASE
+
+
+def tmp_path(path: str) -> str:
+    """Where a replacement of ``path`` is written before the rename."""
+    d, name = os.path.split(path)
+    return os.path.join(d, TMP + name)
 
 
 def fsync_file(fd: int) -> None:
@@ -20,7 +69,7 @@ def fsync_dir(path: str) -> None:
 
 def atomic_write(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data``: temp file, fsync, rename, fsync directory (R3)."""
-    tmp = path + ".tmp"
+    tmp = tmp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)

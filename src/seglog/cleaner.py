@@ -15,11 +15,11 @@ A pass:
    ``delete_retention_ms`` after the pass that first cleaned them (the horizon is
    stored in the batch). Offsets never change; holes are left where records went.
 4. Swaps each rewritten group in atomically (rule R4): the new files are written as
-   ``*.cleaned`` and fsynced; a manifest ``<base>.swap`` naming the replaced range
+   ``.seglog-cleaned.<name>`` and fsynced; a manifest ``.seglog-swap.<base>`` naming the replaced range
    is written (temp, fsync, rename, fsync dir) -- the commit point; then the new
    files are renamed over the first old segment, the others deleted, and the
    manifest removed. Recovery rolls a swap with a manifest forward and deletes
-   ``*.cleaned`` files without one.
+   cleaned files without one.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Iterator
 import xxhash
 
 from . import codec, recovery
-from ._fs import fsync_dir, fsync_file, remove
+from ._fs import CLEANED, SWAP, fsync_dir, fsync_file, is_leftover, remove
 from .errors import CorruptRecordError
 from .segment import Segment, segment_name
 
@@ -44,8 +44,6 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 # the earliest delete horizon of a tombstone kept in cleaned segments: a pass is due
 # then even if nothing new is dirty
 HORIZON_CHECKPOINT = "cleaner-horizon-checkpoint"
-SWAP_SUFFIX = ".swap"
-CLEANED_SUFFIX = ".cleaned"
 _M64 = (1 << 64) - 1
 _READ_CHUNK = 1 << 20
 
@@ -238,9 +236,9 @@ class _Writer:
     def __init__(self, directory: str, base: int, interval: int) -> None:
         self.base = base
         stem = os.path.join(directory, segment_name(base))
-        self.path = stem + ".log" + CLEANED_SUFFIX
-        self.index_path = stem + ".index" + CLEANED_SUFFIX
-        self.timeindex_path = stem + ".timeindex" + CLEANED_SUFFIX
+        self.path = _cleaned(stem + ".log")
+        self.index_path = _cleaned(stem + ".index")
+        self.timeindex_path = _cleaned(stem + ".timeindex")
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.pos = 0
         self.interval = interval
@@ -371,7 +369,7 @@ def swap_in(directory: str, base: int, end: int) -> None:
     """
     stem = os.path.join(directory, segment_name(base))
     for ext in (".log", ".index", ".timeindex"):
-        src = stem + ext + CLEANED_SUFFIX
+        src = _cleaned(stem + ext)
         if os.path.exists(src):
             os.rename(src, stem + ext)
     fsync_dir(directory)
@@ -383,26 +381,25 @@ def swap_in(directory: str, base: int, end: int) -> None:
             gone = True
     if gone:
         fsync_dir(directory)
-    remove(os.path.join(directory, segment_name(base) + SWAP_SUFFIX))
+    remove(os.path.join(directory, SWAP + segment_name(base)))
     fsync_dir(directory)
 
 
+def _cleaned(path: str) -> str:
+    d, name = os.path.split(path)
+    return os.path.join(d, CLEANED + name)
+
+
 def resolve_interrupted(directory: str) -> None:
-    """At open: finish committed swaps, drop uncommitted cleaned files (R4)."""
-    names = os.listdir(directory)
-    done = set()
-    for name in names:
-        if name.endswith(SWAP_SUFFIX):
-            base_s = name[:-len(SWAP_SUFFIX)]
+    """At open: finish committed swaps (R4). Cleaned files no manifest committed are
+    removed with the other leftovers (``retention.remove_leftovers``)."""
+    for name in os.listdir(directory):
+        if name.startswith(SWAP) and is_leftover(name):
             end = recovery.read_checkpoint(directory, name)
-            if base_s.isdigit() and end is not None:
-                swap_in(directory, int(base_s), end)
-                done.add(base_s)
-            else:
-                remove(os.path.join(directory, name))
-    for name in names:
-        if name.endswith(CLEANED_SUFFIX) and name.split(".")[0] not in done:
-            remove(os.path.join(directory, name))
+            if end is not None:
+                swap_in(directory, int(name[len(SWAP):]), end)
+            elif remove(os.path.join(directory, name)):
+                fsync_dir(directory)
 
 
 def compact(log: "Log", now_ms: int | None = None) -> CompactionStats:
@@ -456,7 +453,7 @@ def compact(log: "Log", now_ms: int | None = None) -> CompactionStats:
             assert end is not None
             w = _clean_group(log, group, omap, now, stats, end)
             fsync_dir(log.path)
-            recovery.write_checkpoint(log.path, segment_name(group[0].base_offset) + SWAP_SUFFIX, end)
+            recovery.write_checkpoint(log.path, SWAP + segment_name(group[0].base_offset), end)
             swap_in(log.path, group[0].base_offset, end)
             new = Segment(log.path, group[0].base_offset, size=w.pos, next_offset=end,
                           max_index_bytes=cfg.max_index_bytes)

@@ -32,6 +32,13 @@ class LogConfig:
     cleaner_buffer_bytes: memory for compaction's offset map (24 bytes a key).
     retention_check_ms: how often a background thread applies retention and
         compaction (None: only when ``enforce_retention``/``compact`` are called).
+    message_timestamp_before_max_ms / message_timestamp_after_max_ms: how far
+        before / after the writer's clock a given record timestamp may be
+        (``ValueError`` otherwise; None: no bound). The defaults, 20 years and 1
+        hour, reject seconds passed as milliseconds and runaway clocks.
+
+    A log stores its settings (``seglog.json``): reopening without options keeps
+    them; options given to a writer's ``open`` override them and are saved.
     """
 
     segment_bytes: int = 1 << 30
@@ -51,6 +58,8 @@ class LogConfig:
     file_delete_delay_ms: int = 60_000
     cleaner_buffer_bytes: int = 32 << 20
     retention_check_ms: int | None = 300_000
+    message_timestamp_before_max_ms: int | None = 20 * 365 * _DAY_MS
+    message_timestamp_after_max_ms: int | None = 3600 * 1000
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> "LogConfig":
@@ -78,6 +87,10 @@ class LogConfig:
         _int("file_delete_delay_ms", self.file_delete_delay_ms, 0, None)
         _int("cleaner_buffer_bytes", self.cleaner_buffer_bytes, 1024, None)
         _int("retention_check_ms", self.retention_check_ms, 1, None, optional=True)
+        _int("message_timestamp_before_max_ms", self.message_timestamp_before_max_ms, 0, None,
+             optional=True)
+        _int("message_timestamp_after_max_ms", self.message_timestamp_after_max_ms, 0, None,
+             optional=True)
         if self.cleanup_policy not in ("delete", "compact", "compact,delete", "delete,compact"):
             raise InvalidConfigError(
                 f"cleanup_policy must be 'delete', 'compact' or 'compact,delete', "

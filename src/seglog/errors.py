@@ -58,5 +58,11 @@ class StorageError(SeglogError, OSError):
     """A write or fsync failed; the log refuses further writes until reopened."""
 
 
+class NotALogError(SeglogError):
+    """The directory holds files but no seglog marker: seglog did not create it, and
+    refuses to open it (it never truncates or deletes files it cannot prove are its
+    own). Also raised when the marker itself is unreadable."""
+
+
 class ReadOnlyError(SeglogError):
     """A write was attempted on a log opened with ``readonly=True``."""

@@ -18,10 +18,11 @@ from struct import Struct
 from bisect import bisect_right
 from operator import attrgetter
 from itertools import chain, islice
+from dataclasses import asdict, fields
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
-from . import codec, recovery
+from . import _marker, codec, recovery
 from .config import LogConfig
 from .errors import (CorruptRecordError, LogClosedError, LogLockedError, MessageTooLargeError,
                      OffsetOutOfRangeError, ReadOnlyError, SeglogError, StorageError)
@@ -249,13 +250,24 @@ class Log:
         (``LogLockedError`` at once if held) and recovers from a crash. A
         ``readonly`` reader takes no lock and never writes. Unknown or
         out-of-range options raise ``InvalidConfigError``.
+
+        Settings: a log stores them (``seglog.json``). Opened without options it
+        keeps them; options given to a writer override them and are saved; options
+        given to a reader apply to that reader only. ``log.config`` is the result.
+        A directory that holds files but no marker was not created by seglog:
+        ``NotALogError``, and nothing in it is changed.
         """
-        cfg = LogConfig.from_kwargs(config)
+        LogConfig.from_kwargs(config)      # bad options: an error before anything is made
         path = os.path.abspath(os.fspath(path))
-        log = cls(path, cfg, readonly)
         if readonly:
             if not os.path.isdir(path):
                 raise FileNotFoundError(f"no log directory at {path}")
+            marker = None
+            if _marker.ownership(path, os.listdir(path)) == "marked":
+                marker = _marker.read(path)
+            cfg = (_marker.stored_config(marker, config, strict=False) if marker is not None
+                   else LogConfig.from_kwargs(config))
+            log = cls(path, cfg, True)
             try:
                 log._refresh(force=True)
             except BaseException:
@@ -263,15 +275,22 @@ class Log:
                 raise
             _READERS.add(log)
             return log
+        if os.path.isdir(path):
+            _marker.ownership(path, os.listdir(path))   # refuse before creating anything
         os.makedirs(path, exist_ok=True)
-        log._lock_fd = os.open(os.path.join(path, _LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        lock_fd = os.open(os.path.join(path, _LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(log._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(log._lock_fd)
-            log._lock_fd = -1
-            log._closed = True
+            os.close(lock_fd)
             raise LogLockedError(f"another writer holds {path}") from None
+        try:
+            cfg = _writer_config(path, config)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        log = cls(path, cfg, False)
+        log._lock_fd = lock_fd
         try:
             loaded = recovery.load_for_writer(path, log._capacity, cfg.index_interval_bytes,
                                               cfg.max_index_bytes)
@@ -517,7 +536,11 @@ class Log:
         if type(value) is bytes and key is None and not headers and self._fast:
             # the hot path: one short keyless record, written straight into the map
             n = len(value)
-            ts = _time_ns() // 1_000_000 if timestamp is None else _check_ts(timestamp)
+            if timestamp is None:
+                ts = _time_ns() // 1_000_000
+            else:
+                ts = _check_ts(timestamp)
+                self._check_window(ts, ts, _time_ns() // 1_000_000)
             if n <= self._fast_max:
                 if ts != self._crc_ts:
                     self._crc_ts = ts
@@ -598,6 +621,10 @@ class Log:
                 batches = [(parts, len(items), now, size)]
         if batches is None:
             values, keys, stamps, headers = _prepare(items, now, self._max_msg)
+            if type(stamps) is int:
+                self._check_window(stamps, stamps, now)
+            else:
+                self._check_window(min(stamps), max(stamps), now)   # type: ignore[arg-type]
             batches = self._encode(values, keys, stamps, headers)
         lock = self._lock
         lock.acquire()
@@ -626,6 +653,19 @@ class Log:
         if off - 1 >= self._flush_at:
             self.flush()
         return range(first, off)
+
+    def _check_window(self, lo: int, hi: int, now: int) -> None:
+        """Record timestamps ``lo``..``hi`` within the configured window around ``now``."""
+        before = self.config.message_timestamp_before_max_ms
+        after = self.config.message_timestamp_after_max_ms
+        if before is not None and lo < now - before:
+            raise ValueError(
+                f"timestamp {lo} is more than message_timestamp_before_max_ms={before} before "
+                f"now ({now}); timestamps are milliseconds since the epoch (seconds given?)")
+        if after is not None and hi > now + after:
+            raise ValueError(
+                f"timestamp {hi} is more than message_timestamp_after_max_ms={after} after "
+                f"now ({now}); timestamps are milliseconds since the epoch")
 
     def _encode(self, values: list[bytes | None], keys: list[bytes | None] | None,
                 stamps: int | list[int], headers: list | None) -> list[tuple[Any, int, int, int]]:
@@ -1122,8 +1162,30 @@ class Log:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("readonly" if self.readonly else "writer")
+        # the settings that differ from the defaults (all of them: log.config)
+        changed = " ".join(f"{f.name}={getattr(self.config, f.name)!r}"
+                           for f in fields(self.config)
+                           if getattr(self.config, f.name) != f.default)
         return (f"<seglog.Log {self.path} [{self._start}, {self._end}) "
-                f"{len(self._segs)} segment(s) {state}>")
+                f"{len(self._segs)} segment(s) {state}{' ' + changed if changed else ''}>")
+
+
+def _writer_config(path: str, options: dict[str, Any]) -> LogConfig:
+    """The writer's settings (lock held): stored ones with ``options`` applied; the
+    marker is written when the log is new or a setting changed."""
+    state = _marker.ownership(path, os.listdir(path))
+    marker = _marker.read(path) if state == "marked" else None
+    if marker is not None:
+        cfg = _marker.stored_config(marker, options, strict=True)
+        if asdict(cfg) == marker["config"]:
+            return cfg
+    else:
+        cfg = LogConfig.from_kwargs(options)
+    try:
+        _marker.write(path, cfg, marker)
+    except OSError as e:
+        raise StorageError(f"writing the settings of {path} failed: {e}") from e
+    return cfg
 
 
 def _live_segment(seg: Segment, max_index_bytes: int) -> Segment:

@@ -18,7 +18,7 @@ from operator import ge
 from dataclasses import dataclass, field
 
 from . import codec
-from ._fs import atomic_write, fsync_dir, remove
+from ._fs import atomic_write, fsync_dir, is_leftover, remove, segment_base, tmp_path
 from .errors import CorruptRecordError
 from .segment import Segment
 
@@ -27,7 +27,6 @@ RECOVERY_POINT = "recovery-point"
 LOG_START = "log-start-offset"
 _CHECKPOINT_MAGIC = "seglog-checkpoint 1"
 _SCAN_CHUNK = 1 << 20
-_SEGMENT_FILES = (".log", ".index", ".timeindex")
 
 
 def read_checkpoint(directory: str, name: str) -> int | None:
@@ -48,9 +47,16 @@ def write_checkpoint(directory: str, name: str, offset: int) -> None:
 
 
 def list_segments(directory: str, names: list[str] | None = None) -> list[int]:
-    """Base offsets of the ``.log`` files in ``directory`` (or ``names``), ascending."""
-    bases = [int(n[:20]) for n in (os.listdir(directory) if names is None else names)
-             if len(n) == 24 and n.endswith(".log") and n[:20].isdigit()]
+    """Base offsets of the ``.log`` files in ``directory`` (or ``names``), ascending.
+
+    Only names seglog gives count (20 digits, below 2**63): other files are not
+    seglog's and are never touched."""
+    bases = []
+    for n in (os.listdir(directory) if names is None else names):
+        if n.endswith(".log"):
+            b = segment_base(n)
+            if b is not None:
+                bases.append(b)
     bases.sort()
     return bases
 
@@ -177,14 +183,11 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
     from .cleaner import resolve_interrupted
     from .retention import remove_leftovers
     names = os.listdir(directory)
-    # one listing serves a clean open; the rare leftovers of interrupted work re-list
-    odd = [n for n in names if not n.endswith(_SEGMENT_FILES)]
-    if any(n.endswith((".tmp", ".deleted", ".swap", ".cleaned")) for n in odd):
-        remove_leftovers(directory)
-        for name in os.listdir(directory):
-            if name.endswith(".tmp"):
-                remove(os.path.join(directory, name))
+    # one listing serves a clean open; the rare leftovers of interrupted work re-list.
+    # Committed compaction swaps are finished first (they rename cleaned files in)
+    if any(map(is_leftover, names)):
         resolve_interrupted(directory)
+        remove_leftovers(directory)
         names = os.listdir(directory)
     bases = list_segments(directory, names)
     start = read_checkpoint(directory, LOG_START)
@@ -222,7 +225,10 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
         write_session(directory)
         return Loaded(segs, start, marker["end_offset"], marker["end_offset"], clean=True)
     _remove_marker(directory, marker)
-    rp = read_checkpoint(directory, RECOVERY_POINT) or 0
+    # a segment with a successor was sealed and fsynced before the successor was
+    # created (and compaction output is fsynced before it is swapped in): everything
+    # below the last segment is durable, whatever the checkpoint says or if it is lost
+    rp = max(read_checkpoint(directory, RECOVERY_POINT) or 0, bases[-1])
     same_boot = _previous_boot(directory) == boot_id() is not None
     report = RecoveryReport(recovery_point=rp, same_boot=same_boot)
     first = 0
@@ -410,7 +416,7 @@ def write_session(directory: str) -> None:
 
 
 def _rebuild_indexes(seg: Segment, res: ScanResult, max_index_bytes: int, keep_writable: bool) -> None:
-    tmp_ix, tmp_tix = seg.index_path + ".tmp", seg.timeindex_path + ".tmp"
+    tmp_ix, tmp_tix = tmp_path(seg.index_path), tmp_path(seg.timeindex_path)
     write_index_files(seg.base_offset, res, max_index_bytes, not keep_writable, tmp_ix, tmp_tix)
     os.rename(tmp_ix, seg.index_path)
     os.rename(tmp_tix, seg.timeindex_path)

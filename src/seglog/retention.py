@@ -1,7 +1,7 @@
 """Delete policy: whole segments by age (``retention_ms``) and total size (``retention_bytes``).
 
 Deletion is in two steps, as in Kafka: a deleted segment's files are renamed aside
-(``*.deleted``) at once and unlinked ``file_delete_delay_ms`` later, by the log's
+(``.seglog-deleted.<name>``) at once and unlinked ``file_delete_delay_ms`` later, by the log's
 maintenance thread, the next pass, or ``close()``; a writer that opens the log
 removes leftovers. Readers that already hold a segment keep reading it either way
 (they hold open descriptors); the delay serves readers that listed the directory
@@ -15,9 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from . import recovery
-from ._fs import fsync_dir, remove
-
-DELETED_SUFFIX = ".deleted"
+from ._fs import DELETED, fsync_dir, is_leftover, remove
 
 if TYPE_CHECKING:
     from .log import Log
@@ -84,9 +82,10 @@ def schedule_delete(log: "Log", seg: "Segment", delay_ms: int) -> None:
     """Rename the segment's files aside now; unlink them after ``delay_ms``."""
     names = []
     for p in (seg.path, seg.index_path, seg.timeindex_path):
+        aside = os.path.join(os.path.dirname(p), DELETED + os.path.basename(p))
         try:
-            os.rename(p, p + DELETED_SUFFIX)
-            names.append(p + DELETED_SUFFIX)
+            os.rename(p, aside)
+            names.append(aside)
         except FileNotFoundError:
             pass
     log._pending_deletes.append((time.monotonic() + delay_ms / 1000.0, names))
@@ -107,10 +106,12 @@ def purge_due(log: "Log", everything: bool = False) -> int:
 
 
 def remove_leftovers(directory: str) -> None:
-    """At a writer's open: files renamed aside by an earlier writer are gone for good."""
+    """At a writer's open: seglog's own leftovers (files renamed aside by retention,
+    temp files of checkpoints and indexes, cleaned files no swap committed) are gone
+    for good. Only names of seglog's exact forms are removed."""
     gone = False
     for name in os.listdir(directory):
-        if name.endswith(DELETED_SUFFIX):
+        if is_leftover(name):
             gone = remove(os.path.join(directory, name)) or gone
     if gone:
         fsync_dir(directory)

@@ -27,7 +27,7 @@ from struct import Struct
 from typing import Iterator
 
 from . import _prefault, codec
-from ._fs import fsync_dir, fsync_file
+from ._fs import fsync_dir, fsync_file, tmp_path
 from .errors import CorruptRecordError, OffsetOutOfRangeError
 from .index import OffsetIndex, TimeIndex
 from .message import MessageSet
@@ -310,7 +310,7 @@ class Segment:
         from . import recovery
         res = recovery.scan(self, 0, self.size, None, self._interval)
         if self.writer:
-            tmp_ix, tmp_tix = self.index_path + ".tmp", self.timeindex_path + ".tmp"
+            tmp_ix, tmp_tix = tmp_path(self.index_path), tmp_path(self.timeindex_path)
             recovery.write_index_files(self.base_offset, res, self._max_index_bytes, True,
                                        tmp_ix, tmp_tix)
             os.rename(tmp_ix, self.index_path)

@@ -1,0 +1,107 @@
+"""The log directory's marker, ``seglog.json``: proof that seglog created the
+directory, the format version, and the log's stored settings.
+
+Written when a writer creates the log and whenever a writer opens it with options
+that change a setting (temp file, fsync, rename, fsync directory). seglog refuses
+to open a directory that holds files but no marker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import asdict, fields
+from typing import Any
+
+from ._fs import MARKER, PREFIX, atomic_write, is_leftover
+from .config import LogConfig
+from .errors import InvalidConfigError, NotALogError
+
+FORMAT = 1
+_LOCK_FILE = ".lock"
+_CHECKPOINT_MAGIC = "seglog-checkpoint 1"
+# files whose content proves a directory was written by seglog before it had a marker
+_LEGACY_PROOF = ("recovery-point", "log-start-offset", "writer-session")
+
+
+def read(directory: str) -> dict[str, Any] | None:
+    """The marker's contents, None if there is none; ``NotALogError`` if damaged."""
+    path = os.path.join(directory, MARKER)
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise NotALogError(f"{path} is unreadable ({e}); nothing was changed. Restore "
+                           f"it or move the log's files to a new directory") from None
+    if (not isinstance(data, dict) or data.get("seglog") != "log"
+            or not isinstance(data.get("format"), int) or not isinstance(data.get("config"), dict)):
+        raise NotALogError(f"{path} is not a seglog marker; nothing was changed")
+    if data["format"] > FORMAT:
+        raise NotALogError(f"{path}: log format {data['format']} is newer than this seglog "
+                           f"supports ({FORMAT}); upgrade seglog")
+    return data
+
+
+def write(directory: str, config: LogConfig, created: dict[str, Any] | None = None) -> None:
+    data = {"seglog": "log", "format": FORMAT,
+            "id": (created or {}).get("id") or uuid.uuid4().hex,
+            "created_ms": (created or {}).get("created_ms") or time.time_ns() // 1_000_000,
+            "config": asdict(config)}
+    atomic_write(os.path.join(directory, MARKER), json.dumps(data, indent=1).encode())
+
+
+def stored_config(marker: dict[str, Any], overrides: dict[str, Any], strict: bool) -> LogConfig:
+    """The stored settings with ``overrides`` applied. ``strict`` (a writer): a stored
+    setting this version does not know is an error (it may change how the log must
+    be kept); a reader ignores it."""
+    known = {f.name for f in fields(LogConfig)}
+    stored = {k: v for k, v in marker["config"].items() if k in known}
+    unknown = sorted(set(marker["config"]) - known)
+    if unknown and strict:
+        raise InvalidConfigError(
+            f"the log's stored settings include {', '.join(unknown)}, unknown to this seglog "
+            f"version; upgrade seglog (nothing was changed)")
+    try:
+        return LogConfig.from_kwargs({**stored, **overrides})
+    except InvalidConfigError as e:
+        raise InvalidConfigError(f"{e} (stored settings merged with the options given)") from None
+
+
+def ownership(directory: str, names: list[str]) -> str:
+    """"marked", "empty" (seglog may create a log here) or "legacy" (written by seglog
+    before markers existed); ``NotALogError`` for anything else."""
+    if MARKER in names:
+        return "marked"
+    others = [n for n in names if n != _LOCK_FILE and not is_leftover(n)]
+    if not others:
+        return "empty"
+    for name in _LEGACY_PROOF:
+        if name in others and _proves_seglog(os.path.join(directory, name)):
+            return "legacy"
+    shown = ", ".join(sorted(others)[:5]) + (" ..." if len(others) > 5 else "")
+    raise NotALogError(
+        f"{directory} holds files ({shown}) but no {MARKER}: it was not created by "
+        f"seglog, and seglog never changes files it cannot prove are its own. "
+        f"Use an empty or new directory")
+
+
+def _proves_seglog(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    if head.startswith(_CHECKPOINT_MAGIC.encode() + b"\n"):
+        return True
+    try:
+        data = json.loads(head)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("version") == 1 and "boot_id" in data
+
+
+__all__ = ["read", "write", "stored_config", "ownership", "MARKER", "PREFIX"]

@@ -1,0 +1,143 @@
+"""A log keeps its settings; record timestamps are checked against a sane window."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+import pytest
+
+import seglog
+from seglog import InvalidConfigError, Log, Record
+
+
+def _tree(path) -> dict[str, str]:
+    out = {}
+    for name in sorted(os.listdir(path)):
+        with open(os.path.join(path, name), "rb") as f:
+            out[name] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def test_reopen_without_options_keeps_settings(tmp_path):
+    """Created compact with no time retention; reopened with Log.open(path): before,
+    retention deleted 6 of 7 segments."""
+    path = tmp_path / "l"
+    old = int(time.time() * 1000) - 30 * 24 * 3600 * 1000       # a month ago
+    with Log.open(path, cleanup_policy="compact", retention_ms=None, segment_bytes=1024,
+                  retention_check_ms=None) as log:
+        for i in range(200):
+            log.append(b"v%d" % i, key=b"k%d" % i, timestamp=old + i)
+        segs = len(log.segments)
+    assert segs >= 5
+    with Log.open(path, retention_check_ms=10) as log:
+        assert log.config.cleanup_policy == "compact" and log.config.retention_ms is None
+        assert log.enforce_retention() == []
+        time.sleep(0.1)                                          # the background pass ran
+        assert len(log.segments) == segs and log.start_offset == 0
+        assert "cleanup_policy='compact'" in repr(log) and "retention_ms=None" in repr(log)
+
+
+def test_options_at_open_override_and_are_saved(tmp_path):
+    path = tmp_path / "l"
+    with Log.open(path, segment_bytes=4096):
+        pass
+    with Log.open(path, retention_bytes=10_000) as log:
+        assert (log.config.segment_bytes, log.config.retention_bytes) == (4096, 10_000)
+    with Log.open(path) as log:
+        assert (log.config.segment_bytes, log.config.retention_bytes) == (4096, 10_000)
+    with open(path / "seglog.json") as f:
+        assert json.load(f)["config"]["retention_bytes"] == 10_000
+
+
+def test_reader_uses_stored_settings_and_writes_nothing(tmp_path):
+    path = tmp_path / "l"
+    with Log.open(path, max_index_bytes=4096, cleanup_policy="compact") as log:
+        log.append(b"x", key=b"k")
+    before = _tree(path)
+    r = Log.open(path, readonly=True, flush_ms=None)
+    assert r.config.max_index_bytes == 4096 and r.config.cleanup_policy == "compact"
+    assert r.config.flush_ms is None           # for this reader only
+    r.close()
+    assert _tree(path) == before
+    with Log.open(path) as log:
+        assert log.config.flush_ms == 1000
+
+
+def test_stored_setting_unknown_to_this_version(tmp_path):
+    path = tmp_path / "l"
+    with Log.open(path):
+        pass
+    with open(path / "seglog.json") as f:
+        m = json.load(f)
+    m["config"]["tiered_storage"] = True       # written by a newer seglog
+    with open(path / "seglog.json", "w") as f:
+        json.dump(m, f)
+    before = _tree(path)
+    with pytest.raises(InvalidConfigError, match="tiered_storage"):
+        Log.open(path)
+    assert _tree(path) == before
+    with Log.open(path, readonly=True) as r:   # a reader ignores it
+        assert r.end_offset == 0
+
+
+def test_bad_option_against_stored_settings_changes_nothing(tmp_path):
+    path = tmp_path / "l"
+    with Log.open(path):
+        pass
+    before = _tree(path)
+    with pytest.raises(InvalidConfigError):
+        Log.open(path, cleanup_policy="sometimes")
+    assert _tree(path) == before
+
+
+NOW = lambda: time.time_ns() // 1_000_000  # noqa: E731
+
+
+@pytest.mark.parametrize("how", ["append", "batch", "batch-mixed", "record-list"])
+def test_seconds_instead_of_milliseconds_are_rejected(tmp_path, how):
+    path = tmp_path / "l"
+    # small files: the test hashes them (a default segment is a 1 GiB sparse file)
+    with Log.open(path, segment_bytes=65536, max_message_bytes=4096) as log:
+        log.append(b"ok")
+        secs = int(time.time())
+        before = _tree(path)
+        end = log.end_offset
+        with pytest.raises(ValueError, match="milliseconds"):
+            if how == "append":
+                log.append(b"x", timestamp=secs)
+            elif how == "batch":
+                log.append_batch([Record(b"x", timestamp=secs)])
+            elif how == "batch-mixed":
+                log.append_batch([Record(b"a", timestamp=NOW()), Record(b"x", timestamp=secs)])
+            else:
+                log.append_batch([Record(b"a", key=b"k", timestamp=secs)] * 3)
+        assert log.end_offset == end
+        log.flush()
+        # nothing was written: the data files are as they were
+        assert {k: v for k, v in _tree(path).items() if k.endswith(".log")} == \
+            {k: v for k, v in before.items() if k.endswith(".log")}
+
+
+def test_future_timestamps_are_rejected(tmp_path):
+    with Log.open(tmp_path / "l") as log:
+        with pytest.raises(ValueError, match="after"):
+            log.append(b"x", timestamp=NOW() + 2 * 3600 * 1000)
+        log.append(b"x", timestamp=NOW() + 60_000)             # a minute ahead is fine
+        assert log.end_offset == 1
+
+
+def test_window_is_configurable_and_none_switches_it_off(tmp_path):
+    with Log.open(tmp_path / "a", message_timestamp_before_max_ms=None,
+                  message_timestamp_after_max_ms=None) as log:
+        log.append(b"1970", timestamp=1000)
+        log.append(b"far", timestamp=NOW() + 10**12)
+        assert log.end_offset == 2
+    with Log.open(tmp_path / "b", message_timestamp_before_max_ms=1000) as log:
+        with pytest.raises(ValueError):
+            log.append(b"x", timestamp=NOW() - 60_000)
+        log.append(b"x", timestamp=NOW())
+    with pytest.raises(InvalidConfigError):
+        Log.open(tmp_path / "c", message_timestamp_after_max_ms=-1)
