@@ -358,8 +358,8 @@ def test_io_error_loop(tmp_path, op, times):
     with FaultyFS(path) as fs:
         log = Log.open(path, segment_bytes=2048, max_message_bytes=1024, flush_ms=None,
                        retention_ms=None, max_index_bytes=480)
-        fs.fail(op, nth=rnd.randint(1, 6), errno=rnd.choice([errno.EIO, errno.ENOSPC]),
-                times=times)
+        err = rnd.choice([errno.EIO, errno.ENOSPC])
+        fs.fail(op, nth=rnd.randint(1, 6), errno=err, times=times)
         n = 0
         for step in range(300):
             try:
@@ -406,7 +406,10 @@ def test_io_error_loop(tmp_path, op, times):
         except (seglog.SeglogError, OSError):
             pass
         fs.clear_faults()
-    assert failures >= 1, "the injected fault never fired"
+    # a single ENOSPC from fallocate is absorbed: the writer retries with just what the
+    # append needs (a nearly full disk still takes small appends)
+    absorbed = op == "fallocate" and err == errno.ENOSPC and times == 1
+    assert failures >= 1 or absorbed, "the injected fault never fired"
     with Log.open(path) as log:
         check_prefix(log, acked, "final reopen")
     after = _open_fds()

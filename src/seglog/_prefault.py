@@ -24,8 +24,10 @@ import os
 import threading
 from typing import Any, Callable
 
-# MADV_POPULATE_WRITE (Linux 5.14+): fault pages in writable, in bulk
-POPULATE: int = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+from . import _platform
+
+# MADV_POPULATE_WRITE (Linux 5.14+): fault pages in writable, in bulk; None elsewhere
+POPULATE: int | None = _platform.POPULATE
 
 
 class Prefaulter:
@@ -89,7 +91,7 @@ def get() -> Prefaulter | None:
     inst = _instance
     if inst is not None:
         return None if inst.disabled else inst
-    if _unavailable:
+    if _unavailable or POPULATE is None:
         return None
     with _lock:
         if _instance is None and not _unavailable:

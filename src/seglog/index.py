@@ -6,8 +6,13 @@ scanning, and an index can always be rebuilt from the log.
 
 Three ways to hold one, chosen by the segment:
 
-* ``writable``: the writer's index of its active segment, preallocated to
-  ``max_index_bytes`` and mapped read-write; the entry count lives in memory.
+* ``writable``: the writer's index of its active segment, a sparse file of
+  ``max_index_bytes`` mapped read-write; the entry count lives in memory. Disk
+  blocks are reserved (``posix_fallocate``) ahead of the entries before any is
+  written through the mapping, so a full disk is an ``OSError`` from a system call
+  and never a ``SIGBUS`` from a page fault.
+* in memory: a reader's stand-in for a damaged index, rebuilt from the log into
+  anonymous memory (a reader writes nothing, and needs no disk space).
 * read-only and final (a rolled segment): mapped read-only; entries = size / entry.
 * ``live``: another process's active index. It is read with ``os.pread`` and never
   mapped, because its writer trims the file on roll and a mapping beyond the new end
@@ -16,16 +21,19 @@ Three ways to hold one, chosen by the segment:
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from struct import Struct
 from typing import Callable
 
 from ._fs import fsync_file
+from . import _platform
 
 
 _OFFSET_ENTRY = Struct("<II")
 _TIME_ENTRY = Struct("<qI")
+_RESERVE_SLOTS = 4096       # blocks are reserved this many entries at a time
 
 
 class _Index:
@@ -41,19 +49,21 @@ class _Index:
         self._live = live and not writable
         self._mm: mmap.mmap | None = None
         self._fd = -1
-        # slots an append may fill: all of them while writable and mapped, else none,
-        # so the append path tests one number
+        # slots an append may fill without reserving more disk blocks (none unless
+        # writable), so the append path tests one number; _slots: the most there can be
         self._room = 0
+        self._slots = self.max_bytes // self.SIZE
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY, 0o644)
         try:
             size = os.fstat(self._fd).st_size
             if writable:
                 self._entries = size // self.SIZE if entries is None else entries
-                self._entries = min(self._entries, self.max_bytes // self.SIZE)
+                self._entries = min(self._entries, self._slots)
                 if size < self.max_bytes:
                     os.ftruncate(self._fd, self.max_bytes)
                 self._mm = mmap.mmap(self._fd, self.max_bytes)
-                self._room = self.max_bytes // self.SIZE
+                # blocks of entries already written exist; the rest is reserved on demand
+                self._room = self._entries
             else:
                 self._entries = size // self.SIZE
                 if not self._live and self._entries:
@@ -115,13 +125,53 @@ class _Index:
 
     @property
     def is_full(self) -> bool:
-        return self._entries >= self.max_bytes // self.SIZE
+        return self._entries >= self._slots
+
+    @classmethod
+    def in_memory(cls, base_offset: int, entries: list[tuple[int, int]],
+                  max_bytes: int = 10 << 20) -> "_Index":
+        """A read-only index of ``entries`` (absolute keys) in anonymous memory."""
+        ix = cls.__new__(cls)
+        ix.path = "<memory>"
+        ix.base_offset = base_offset
+        ix.max_bytes = max_bytes - max_bytes % cls.SIZE
+        ix._writable = ix._live = False
+        ix._fd = -1
+        ix._room = 0
+        ix._slots = ix.max_bytes // cls.SIZE
+        entries = entries[:ix._slots]
+        ix._entries = len(entries)
+        ix._mm = mmap.mmap(-1, max(1, len(entries) * cls.SIZE)) if entries else None
+        for i, e in enumerate(entries):
+            cls.ENTRY.pack_into(ix._mm, i * cls.SIZE, *e)   # type: ignore[arg-type]
+        return ix
+
+    def reserve(self, slots: int) -> None:
+        """Reserve disk blocks for at least ``slots`` entries (capped at the maximum)
+        before they are written through the mapping. ``OSError`` (ENOSPC) if the
+        disk is full: nothing was written."""
+        if slots <= self._room or not self._writable or self._mm is None:
+            return
+        need = min(self._slots, slots)
+        want = min(self._slots, max(slots, self._room + _RESERVE_SLOTS))
+        lo = self._room * self.SIZE
+        try:
+            _platform.reserve(self._fd, lo, want * self.SIZE - lo)
+        except OSError as e:
+            if e.errno != errno.ENOSPC or want <= need:
+                raise
+            want = need          # a nearly full disk: just what is needed now
+            _platform.reserve(self._fd, lo, want * self.SIZE - lo)
+        self._room = want
 
     # -- writing ---------------------------------------------------------------
-    def _refuse(self) -> None:
+    def _make_room(self) -> None:
+        """The slow branch of an append: reserve more blocks, or refuse."""
         if not self._writable or self._mm is None:
             raise ValueError(f"index {self.path} is not writable")
-        raise ValueError(f"index {self.path} is full")
+        if self._entries >= self._slots:
+            raise ValueError(f"index {self.path} is full")
+        self.reserve(self._entries + 1)
 
     def truncate_entries(self, n: int) -> None:
         """Keep the first ``n`` entries (recovery drops entries past a truncation)."""
@@ -200,7 +250,7 @@ class OffsetIndex(_Index):
         """Add an entry for the batch starting at ``position`` with base ``offset``."""
         n = self._entries
         if n >= self._room:
-            self._refuse()
+            self._make_room()
         # inlined _append: once per index interval on the append path
         _OFFSET_ENTRY.pack_into(self._mm, n * 8, offset - self.base_offset, position)  # type: ignore[arg-type]
         self._entries = n + 1
@@ -251,7 +301,7 @@ class TimeIndex(_Index):
             return
         n = self._entries
         if n >= self._room:
-            self._refuse()
+            self._make_room()
         _TIME_ENTRY.pack_into(self._mm, n * 12, timestamp, offset - self.base_offset)  # type: ignore[arg-type]
         self._entries = n + 1
         self._last_ts = timestamp

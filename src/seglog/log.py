@@ -6,7 +6,6 @@ mechanism (bytes in files) is in ``segment``, ``index`` and ``codec``.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import math
 import os
@@ -22,7 +21,7 @@ from dataclasses import asdict, fields
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
-from . import _marker, codec, recovery
+from . import _marker, _platform, codec, recovery
 from .config import LogConfig
 from .errors import (CorruptRecordError, LogClosedError, LogLockedError, MessageTooLargeError,
                      OffsetOutOfRangeError, ReadOnlyError, SeglogError, StorageError)
@@ -280,7 +279,7 @@ class Log:
         os.makedirs(path, exist_ok=True)
         lock_fd = os.open(os.path.join(path, _LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _platform.flock(lock_fd, _platform.LOCK_EX_NB)
         except BlockingIOError:
             os.close(lock_fd)
             raise LogLockedError(f"another writer holds {path}") from None
@@ -294,10 +293,14 @@ class Log:
         try:
             loaded = recovery.load_for_writer(path, log._capacity, cfg.index_interval_bytes,
                                               cfg.max_index_bytes)
-        except BaseException:
+        except BaseException as e:
             os.close(log._lock_fd)
             log._lock_fd = -1          # never closed again by __del__ (the number is reused)
             log._closed = True
+            if isinstance(e, OSError) and not isinstance(e, SeglogError):
+                # a full disk or an I/O error while recovering: nothing was lost, and
+                # a readonly open still works; retry once the cause is fixed
+                raise StorageError(f"opening {path} failed: {e}") from e
             raise
         log._set_segments(loaded.segments)
         log._start = loaded.start_offset

@@ -17,7 +17,7 @@ from bisect import bisect_right
 from operator import ge
 from dataclasses import dataclass, field
 
-from . import codec
+from . import _platform, codec
 from ._fs import atomic_write, fsync_dir, is_leftover, remove, segment_base, tmp_path
 from .errors import CorruptRecordError
 from .segment import Segment
@@ -260,6 +260,11 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
             res.index[:0] = trusted[0]
             res.time_index[:0] = trusted[1]
             res.first_timestamp = _first_timestamp(seg)
+        if res.end < file_size:
+            # cut the torn tail (and the old preallocation) off first, which also frees
+            # its blocks for the index rebuild on a nearly full disk; make_active
+            # extends the file again with fresh zeros. Nothing maps it yet (rule R8).
+            _truncate_durably(seg.path, res.end)
         _rebuild_indexes(seg, res, max_index_bytes, keep_writable=last or res.stop != "end")
         seg._size = res.end
         seg.next_offset = res.next_offset
@@ -274,16 +279,10 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
             if len(segs) > i + 1:
                 fsync_dir(directory)
             keep = i + 1
-            if res.end < file_size:
-                # cut the torn tail (and the old preallocation) off; make_active extends
-                # the file again with fresh zeros. Nothing maps it yet (rule R8).
-                _truncate_durably(seg.path, res.end)
             seg.make_active(capacity, interval, (len(res.index), len(res.time_index)),
                             res.max_timestamp, res.max_ts_offset, res.first_timestamp)
             break
         seg.next_offset = segs[i + 1].base_offset   # a sealed segment covers up to the next
-        if res.end < file_size:
-            _truncate_durably(seg.path, res.end)
     segs = segs[:keep]
     end = segs[-1].next_offset
     assert end is not None
@@ -394,11 +393,7 @@ SESSION = "writer-session"
 
 def boot_id() -> str | None:
     """This boot's id (changes when the machine restarts), None if unknown."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
+    return _platform.boot_id()
 
 
 def _previous_boot(directory: str) -> str | None:

@@ -24,9 +24,11 @@ import threading
 from array import array
 from operator import ge
 from struct import Struct
-from typing import Iterator
+from typing import Any, Iterator
 
-from . import _prefault, codec
+import errno
+
+from . import _platform, _prefault, codec
 from ._fs import fsync_dir, fsync_file, tmp_path
 from .errors import CorruptRecordError, OffsetOutOfRangeError
 from .index import OffsetIndex, TimeIndex
@@ -69,23 +71,16 @@ def _index_ok(ix: OffsetIndex, tix: TimeIndex, size: int, path: str, sealed: boo
     return True
 
 
-class _MemoryIndexes:
-    """A reader's stand-in for a damaged index it may not rewrite: lookups from
-    entries rebuilt in memory."""
-
-    @staticmethod
-    def build(seg: "Segment", res: "object") -> tuple[OffsetIndex, TimeIndex]:
-        import tempfile
-        d = tempfile.mkdtemp(prefix="seglog-index-")
-        from . import recovery
-        ip, tp = os.path.join(d, "i"), os.path.join(d, "t")
-        recovery.write_index_files(seg.base_offset, res, seg._max_index_bytes, True, ip, tp)  # type: ignore[arg-type]
-        ix = OffsetIndex(ip, seg.base_offset, seg._max_index_bytes)
-        tix = TimeIndex(tp, seg.base_offset, seg._max_index_bytes)
-        for p in (ip, tp):
-            os.unlink(p)          # the open mappings keep the data
-        os.rmdir(d)
-        return ix, tix
+def _memory_indexes(seg: "Segment", res: Any) -> tuple[OffsetIndex, TimeIndex]:
+    """A reader's stand-in for a damaged index it may not rewrite (or a writer's on a
+    full disk): the rebuilt entries in anonymous memory, no file, no disk space."""
+    base = seg.base_offset
+    times = list(res.time_index)
+    if res.max_timestamp >= 0 and (not times or times[-1][0] < res.max_timestamp):
+        times.append((res.max_timestamp, res.max_ts_offset))    # a sealed segment's last
+    ix = OffsetIndex.in_memory(base, [(o - base, p) for o, p in res.index], seg._max_index_bytes)
+    tix = TimeIndex.in_memory(base, [(t, o - base) for t, o in times], seg._max_index_bytes)
+    return ix, tix  # type: ignore[return-value]
 
 
 class SegmentGoneError(OffsetOutOfRangeError):
@@ -311,14 +306,22 @@ class Segment:
         res = recovery.scan(self, 0, self.size, None, self._interval)
         if self.writer:
             tmp_ix, tmp_tix = tmp_path(self.index_path), tmp_path(self.timeindex_path)
-            recovery.write_index_files(self.base_offset, res, self._max_index_bytes, True,
-                                       tmp_ix, tmp_tix)
-            os.rename(tmp_ix, self.index_path)
-            os.rename(tmp_tix, self.timeindex_path)
-            fsync_dir(self.directory)
-            return (OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes),
-                    TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes))
-        return _MemoryIndexes.build(self, res)
+            try:
+                recovery.write_index_files(self.base_offset, res, self._max_index_bytes, True,
+                                           tmp_ix, tmp_tix)
+                os.rename(tmp_ix, self.index_path)
+                os.rename(tmp_tix, self.timeindex_path)
+                fsync_dir(self.directory)
+                return (OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes),
+                        TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes))
+            except OSError:
+                # a full disk must not fail a read: the next open rebuilds it on disk
+                for p in (tmp_ix, tmp_tix):
+                    try:
+                        os.unlink(p)
+                    except OSError:
+                        pass
+        return _memory_indexes(self, res)
 
     def fileno(self) -> int:
         return self.file.fileno()
@@ -394,13 +397,15 @@ class Segment:
     def _add_index_entry(self, offset: int, pos: int) -> None:
         ix, tix = self._index, self._timeindex
         assert ix is not None and tix is not None
-        if ix._entries >= ix._room or tix._entries >= tix._room:   # full
+        # room is reserved ahead by allocate(); a full index takes no more entries
+        # (one time-index slot stays free for the entry seal adds)
+        if ix._entries >= ix._slots or tix._entries >= tix._slots - 1:
             self._next_index_pos = 1 << 62
             return
         ix.append(offset, pos)
         tix.append(self._max_ts, self._max_ts_offset)  # type: ignore[arg-type]
         self._next_index_pos = pos + self._interval
-        if ix._entries >= ix._room or tix._entries >= tix._room:
+        if ix._entries >= ix._slots or tix._entries >= tix._slots - 1:
             self.on_index_full()
 
     def on_index_full(self) -> None:
@@ -415,11 +420,28 @@ class Segment:
         process's prefaulter thread does it on another core when it can, else it
         is done here.
         """
+        if end > self._capacity:
+            raise OSError(errno.EFBIG, f"a batch ending at {end} does not fit the segment's "
+                                       f"capacity {self._capacity}")
         reserved = self._reserved
         if end > reserved or reserved - end < _LEAD:
             new_end = min(self._capacity, max(end, reserved + _ALLOC_CHUNK))
             if new_end > reserved:
-                os.posix_fallocate(self.file.fileno(), reserved, new_end - reserved)
+                fd = self.file.fileno()
+                try:
+                    _platform.reserve(fd, reserved, new_end - reserved)
+                except OSError as e:
+                    if e.errno != errno.ENOSPC or new_end <= end:
+                        raise
+                    # a nearly full disk: just what this append needs
+                    new_end = end
+                    _platform.reserve(fd, reserved, new_end - reserved)
+                # and index room for every entry these bytes can take (plus the one
+                # seal adds), before any of them is written through a mapping
+                slots = new_end // self._interval + 2
+                for ix in (self._index, self._timeindex):
+                    if ix is not None:
+                        ix.reserve(slots)
                 self._reserved = reserved = new_end
         if self._mm is None or _POPULATE is None:
             self._alloc_end = reserved

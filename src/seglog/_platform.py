@@ -1,0 +1,76 @@
+"""What seglog needs from the operating system, and the fallbacks, in one place.
+
+Supported: Linux (every feature) and macOS (no ``posix_fallocate``: blocks are
+reserved by writing zeros; no ``MADV_POPULATE_WRITE``: the writer's copies fault
+pages in themselves; the boot id comes from ``sysctl kern.bootsessionuuid``).
+Elsewhere (Windows: no ``fcntl.flock``, no fork) importing seglog raises
+``ImportError``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if os.name != "posix":
+    raise ImportError(f"seglog supports Linux and macOS (POSIX file locks and shared "
+                      f"mappings); this platform is {sys.platform!r}")
+
+import fcntl  # noqa: E402  (after the platform check: ImportError names the reason)
+
+LINUX = sys.platform.startswith("linux")
+MACOS = sys.platform == "darwin"
+flock = fcntl.flock
+LOCK_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
+
+_ZEROS = bytes(1 << 20)
+
+
+def _reserve_by_writing(fd: int, offset: int, length: int) -> None:
+    """Reserve blocks by writing zeros (where ``posix_fallocate`` is missing). Only
+    for ranges past the data: what is there already must be zeros."""
+    end = offset + length
+    while offset < end:
+        n = os.pwrite(fd, _ZEROS[:min(len(_ZEROS), end - offset)], offset)
+        offset += n
+
+
+def _reserve_fallocate(fd: int, offset: int, length: int) -> None:
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as e:
+        # a file system without fallocate support (EOPNOTSUPP/EINVAL): write zeros;
+        # ENOSPC and the like are real answers
+        import errno
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", -1)):
+            raise
+        _reserve_by_writing(fd, offset, length)
+
+
+# reserve(fd, offset, length): disk blocks for [offset, offset + length), so that a
+# later write through a mapping cannot fault (SIGBUS) on a full disk
+reserve = _reserve_fallocate if hasattr(os, "posix_fallocate") else _reserve_by_writing
+
+# MADV_POPULATE_WRITE is Linux's (5.14+); the number means something else elsewhere
+POPULATE: int | None = getattr(__import__("mmap"), "MADV_POPULATE_WRITE", 23) if LINUX else None
+
+
+def boot_id() -> str | None:
+    """This boot's id (changes when the machine restarts), None if unknown."""
+    if LINUX:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                return f.read().strip() or None
+        except OSError:
+            return None
+    if MACOS:
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None)
+            size = ctypes.c_size_t(64)
+            buf = ctypes.create_string_buffer(64)
+            if libc.sysctlbyname(b"kern.bootsessionuuid", buf, ctypes.byref(size), None, 0) == 0:
+                return buf.value.decode() or None
+        except (OSError, AttributeError, ValueError):
+            return None
+    return None
