@@ -1007,7 +1007,7 @@ class Log:
             ix_off, pos = seg.index.lookup(entry[1]) if entry is not None else (seg.base_offset, 0)
             end = seg.size
             covered = ix_off
-            for p, hdr in seg.batches(pos, end, ix_off):
+            for p, hdr in seg.batches(pos, end):
                 covered = codec.last_offset(hdr) + 1
                 if hdr[8] < ts or covered <= lo:
                     continue

@@ -396,6 +396,9 @@ def abandon(log: "object") -> None:
             if seg._file is not None:
                 seg._file.close()
                 seg._file = None
+        for close in lg._graveyard:      # retired segments' descriptors
+            close()
+        lg._graveyard.clear()
         if lg._lock_fd >= 0:
             os.close(lg._lock_fd)
             lg._lock_fd = -1
