@@ -55,25 +55,29 @@ def check_prefix(log: Log, at_least: int, where: str = "", start: int = 0) -> in
     return end
 
 
-def append_some(log: Log, rnd: random.Random, i: int, p_single: float, max_batch: int) -> int:
-    """One append or one append_batch of value(i), value(i + 1), ...; the next offset."""
+def append_some(log: Log, rnd: random.Random, i: int, p_single: float, max_batch: int,
+                make=value) -> int:
+    """One append or one append_batch of make(i), make(i + 1), ...; the next offset."""
     if rnd.random() < p_single:
-        log.append(value(i))
+        log.append(make(i))
         return i + 1
     k = rnd.randint(1, max_batch)
-    log.append_batch([value(j) for j in range(i, i + k)])
+    log.append_batch([make(j) for j in range(i, i + k)])
     return i + k
 
 
 # -- SIGKILL -------------------------------------------------------------------------
-def _child_writer(path: str, wfd: int, seed: int) -> None:
+def child_writer(path: str, wfd: int, seed: int, make=value, max_batch: int = 8,
+                 **config) -> None:
+    """Append make(i) for ever, reporting each acknowledged end offset to ``wfd``."""
     rnd = random.Random(seed)
     try:
-        log = Log.open(path, segment_bytes=4096, max_message_bytes=2048,
-                       flush_ms=rnd.choice([None, 5, 50]), index_interval_bytes=256)
+        log = Log.open(path, **{"segment_bytes": 4096, "max_message_bytes": 2048,
+                                "flush_ms": rnd.choice([None, 5, 50]),
+                                "index_interval_bytes": 256, **config})
         i = log.end_offset
         while True:
-            i = append_some(log, rnd, i, 0.5, 8)
+            i = append_some(log, rnd, i, 0.5, max_batch, make)
             if rnd.random() < 0.05:
                 log.flush()
             os.write(wfd, struct.pack("<q", i))   # acknowledged: every offset below i
@@ -88,27 +92,8 @@ def test_sigkill_at_random_instants(tmp_path):
     rounds = 200 * SCALE
     acked = verified = 0
     for r in range(rounds):
-        rfd, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(rfd)
-            _child_writer(path, wfd, seed + r)
-            os._exit(0)
-        os.close(wfd)
-        deadline = time.monotonic() + rnd.uniform(0.002, 0.08)
-        buf = b""
-        while time.monotonic() < deadline:
-            chunk = os.read(rfd, 8192)
-            if not chunk:
-                break
-            buf += chunk
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        buf += _drain(rfd)
-        os.close(rfd)
-        whole = len(buf) // 8 * 8
-        if whole:
-            acked = max(acked, struct.unpack_from("<q", buf, whole - 8)[0])
+        acked = max(acked, kill_at_random(lambda wfd: child_writer(path, wfd, seed + r),
+                                          rnd.uniform(0.002, 0.08)))
         if r % 10 == 9 or r == rounds - 1:
             with Log.open(path) as log:        # the writer's recovery
                 verified = check_prefix(log, acked, f"round {r}", verified)
@@ -118,6 +103,31 @@ def test_sigkill_at_random_instants(tmp_path):
     with Log.open(path) as log:
         check_prefix(log, acked, "after all rounds")
     print(f"sigkill: {rounds} rounds, {acked} messages acknowledged, 0 lost")
+
+
+def kill_at_random(child, after: float) -> int:
+    """Fork; the child runs ``child(wfd)``, writing each acknowledged end offset as an
+    int64 to ``wfd``; SIGKILL it ``after`` seconds in. The last offset it reported."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        child(wfd)
+        os._exit(0)
+    os.close(wfd)
+    deadline = time.monotonic() + after
+    buf = b""
+    while time.monotonic() < deadline:
+        chunk = os.read(rfd, 8192)
+        if not chunk:
+            break
+        buf += chunk
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    buf += _drain(rfd)
+    os.close(rfd)
+    whole = len(buf) // 8 * 8
+    return struct.unpack_from("<q", buf, whole - 8)[0] if whole else 0
 
 
 def _drain(fd: int) -> bytes:

@@ -17,7 +17,6 @@ import textwrap
 
 import pytest
 
-import seglog
 from seglog import Log
 
 SEED = int(os.environ.get("SEGLOG_SEED", "20261122"))

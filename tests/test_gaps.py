@@ -4,7 +4,6 @@ silent skip. Holes compaction leaves are not holes: an empty batch covers them."
 from __future__ import annotations
 
 import os
-import random
 import subprocess
 import sys
 import threading
@@ -13,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import seglog
 from seglog import CorruptRecordError, Log, Record, codec
 
 TS0 = 1_700_000_000_000

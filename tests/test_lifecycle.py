@@ -42,6 +42,12 @@ def _keyed(log: seglog.Log, rng: random.Random, n: int, keys: int) -> None:
                           for _ in range(50)])
 
 
+def _compacting(path, segment_bytes: int) -> seglog.Log:
+    """A writer that compacts whenever asked (no lag, no dirty ratio, no thread)."""
+    return seglog.Log.open(path, segment_bytes=segment_bytes, cleanup_policy="compact",
+                           min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+
+
 def _kept(log: seglog.Log) -> set[tuple[int, bytes | None, bytes | None]]:
     return {(m.offset, m.key, m.value) for m in log.iter()}
 
@@ -79,8 +85,7 @@ def test_close_releases_every_descriptor_after_compaction_and_retention(tmp_path
 def test_replaced_segments_close_once_no_reader_holds_them(tmp_path):
     """Without close(): the descriptors of replaced segments do not pile up."""
     rng = random.Random(SEED)
-    log = seglog.Log.open(tmp_path / "l", segment_bytes=4096, cleanup_policy="compact",
-                          min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+    log = _compacting(tmp_path / "l", 4096)
     _keyed(log, rng, 1000, 20)
     log.compact()
     sum(1 for _ in log.iter())
@@ -97,8 +102,7 @@ def test_replaced_segments_close_once_no_reader_holds_them(tmp_path):
 
 def test_iterator_paused_across_compaction_sees_kept_records(tmp_path):
     rng = random.Random(SEED)
-    log = seglog.Log.open(tmp_path / "l", segment_bytes=4096, cleanup_policy="compact",
-                          min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+    log = _compacting(tmp_path / "l", 4096)
     _keyed(log, rng, 3000, 30)
     before = _kept(log)
     it = log.iter()
@@ -120,8 +124,7 @@ def test_iterator_paused_across_compaction_sees_kept_records(tmp_path):
 
 def test_readonly_reader_sees_exactly_kept_records_after_compaction(tmp_path):
     rng = random.Random(SEED)
-    log = seglog.Log.open(tmp_path / "l", segment_bytes=4096, cleanup_policy="compact",
-                          min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+    log = _compacting(tmp_path / "l", 4096)
     reader = seglog.Log.open(tmp_path / "l", readonly=True)
     for _ in range(4):
         _keyed(log, rng, 1500, 25)
@@ -180,8 +183,7 @@ r.close()
 def test_reader_in_another_process_sees_kept_records_after_compaction(tmp_path):
     rng = random.Random(SEED)
     path = str(tmp_path / "l")
-    log = seglog.Log.open(path, segment_bytes=4096, cleanup_policy="compact",
-                          min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+    log = _compacting(path, 4096)
     _keyed(log, rng, 3000, 30)
     log.flush()
     p = subprocess.Popen([sys.executable, "-c", _OTHER_READER, path], stdin=subprocess.PIPE,
@@ -205,8 +207,7 @@ def test_reader_in_another_process_sees_kept_records_after_compaction(tmp_path):
 
 def test_close_waits_for_compaction_in_another_thread(tmp_path):
     rng = random.Random(SEED)
-    log = seglog.Log.open(tmp_path / "l", segment_bytes=16384, cleanup_policy="compact",
-                          min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+    log = _compacting(tmp_path / "l", 16384)
     _keyed(log, rng, 20000, 2000)
     errors: list[BaseException] = []
     started = threading.Event()
@@ -395,8 +396,7 @@ def test_reader_that_listed_but_did_not_open_survives_retention(tmp_path):
 def test_reader_with_open_segments_sees_compaction_in_the_same_tick(tmp_path):
     rng = random.Random(SEED)
     path = tmp_path / "l"
-    log = seglog.Log.open(path, segment_bytes=4096, cleanup_policy="compact",
-                          min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+    log = _compacting(path, 4096)
     _keyed(log, rng, 3000, 30)
     reader = seglog.Log.open(path, readonly=True)
     sum(1 for _ in reader.iter())          # every segment opened, sizes known

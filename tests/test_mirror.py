@@ -11,13 +11,10 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
-import struct
-import time
 
-import seglog
 from seglog import Log, MessageSet
 from seglog.testing import abandon
+from test_crash import child_writer, kill_at_random
 
 SCALE = int(os.environ.get("SEGLOG_TORTURE", "1"))
 TS = 1_700_000_000_000
@@ -81,27 +78,6 @@ def test_torn_last_append_of_a_batch_shaped_value_at_every_cut(tmp_path):
         shutil.rmtree(d)
 
 
-def _child(path: str, wfd: int, seed: int) -> None:
-    rnd = random.Random(seed)
-    try:
-        log = Log.open(path, segment_bytes=8192, flush_ms=rnd.choice([None, 5]),
-                       index_interval_bytes=256)
-        i = log.end_offset
-        while True:
-            if rnd.random() < 0.6:
-                log.append(mirrored(i))
-                i += 1
-            else:
-                k = rnd.randint(1, 4)
-                log.append_batch([mirrored(j) for j in range(i, i + k)])
-                i += k
-            if rnd.random() < 0.05:
-                log.flush()
-            os.write(wfd, struct.pack("<q", i))
-    except BaseException:
-        os._exit(3)
-
-
 def test_sigkill_while_mirroring_batches(tmp_path):
     seed = seed_for("mirror sigkill")
     rnd = random.Random(seed)
@@ -109,31 +85,11 @@ def test_sigkill_while_mirroring_batches(tmp_path):
     acked = 0
     rounds = 30 * SCALE
     for r in range(rounds):
-        rfd, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(rfd)
-            _child(path, wfd, seed + r)
-            os._exit(0)
-        os.close(wfd)
-        deadline = time.monotonic() + rnd.uniform(0.005, 0.08)
-        buf = b""
-        while time.monotonic() < deadline:
-            chunk = os.read(rfd, 8192)
-            if not chunk:
-                break
-            buf += chunk
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        while True:
-            chunk = os.read(rfd, 65536)
-            if not chunk:
-                break
-            buf += chunk
-        os.close(rfd)
-        whole = len(buf) // 8 * 8
-        if whole:
-            acked = max(acked, struct.unpack_from("<q", buf, whole - 8)[0])
+        def child(wfd: int, r: int = r) -> None:
+            child_writer(path, wfd, seed + r, mirrored, 4, segment_bytes=8192,
+                         max_message_bytes=8192)
+
+        acked = max(acked, kill_at_random(child, rnd.uniform(0.005, 0.08)))
         with Log.open(path) as log:          # never refuses
             check(log, acked, f"round {r}")
     print(f"mirror sigkill: {rounds} rounds, {acked} acknowledged, 0 lost, 0 refusals")

@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
 
 import pytest
 

@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-import seglog
 from seglog import InvalidConfigError, Log, Record
 
 

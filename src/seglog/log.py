@@ -16,7 +16,7 @@ import zlib
 from struct import Struct
 from bisect import bisect_right
 from operator import attrgetter
-from itertools import chain, islice
+from itertools import chain
 from dataclasses import asdict, fields
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence

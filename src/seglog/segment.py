@@ -227,24 +227,20 @@ class Segment:
     @property
     def index(self) -> OffsetIndex:
         ix = self._index
-        if ix is None:
-            with self._open_lock:
-                if self._index is None:
-                    self._check_present()
-                    self._load_indexes()
-                ix = self._index
-        return ix  # type: ignore[return-value]
+        return ix if ix is not None else self._indexes()[0]
 
     @property
     def time_index(self) -> TimeIndex:
         tix = self._timeindex
-        if tix is None:
-            with self._open_lock:
-                if self._timeindex is None:
-                    self._check_present()
-                    self._load_indexes()
-                tix = self._timeindex
-        return tix  # type: ignore[return-value]
+        return tix if tix is not None else self._indexes()[1]
+
+    def _indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        """Both indexes, loaded once even when threads ask at the same time."""
+        with self._open_lock:
+            if self._index is None or self._timeindex is None:
+                self._check_present()
+                self._load_indexes()
+            return self._index, self._timeindex  # type: ignore[return-value]
 
     def _check_present(self) -> None:
         if self._gone is not None:
