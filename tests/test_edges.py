@@ -152,3 +152,44 @@ def test_threads_of_unreferenced_writer_end(tmp_path):
         gc.collect()
         time.sleep(0.05)
     assert not names()
+
+
+def test_active_segment_next_offset_follows_every_append(tmp_path):
+    """append()'s fast path used to update only the segment's size: after 5 appends
+    end_offset was 5 and the active segment's next_offset 2."""
+    with seglog.Log.open(tmp_path / "l", index_interval_bytes=1 << 20) as log:
+        for i in range(5):
+            log.append(b"x")
+            assert log.segments[-1].next_offset == log.end_offset == i + 1
+        log.append_batch([b"a", b"b"])
+        assert log.segments[-1].next_offset == log.end_offset == 7
+
+
+def test_maintenance_on_readonly_is_refused_whatever_the_policy(tmp_path):
+    with seglog.Log.open(tmp_path / "l", cleanup_policy="compact"):
+        pass
+    for policy in ("compact", "delete"):
+        r = seglog.Log.open(tmp_path / "l", readonly=True, cleanup_policy=policy)
+        with pytest.raises(seglog.ReadOnlyError):
+            r.enforce_retention()
+        with pytest.raises(seglog.ReadOnlyError):
+            r.compact()
+        r.close()
+
+
+def test_background_maintenance_failure_is_logged_and_reported(tmp_path, monkeypatch, caplog):
+    import seglog.retention
+    log = seglog.Log.open(tmp_path / "l", retention_check_ms=10)
+
+    def broken(lg, now_ms):
+        raise OSError(5, "injected")
+
+    monkeypatch.setattr(seglog.retention, "enforce", broken)
+    deadline = time.monotonic() + 10
+    while log._background_error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "maintenance of" in caplog.text and "injected" in caplog.text
+    monkeypatch.undo()
+    with pytest.raises(seglog.StorageError, match="injected"):
+        log.compact()
+    log.close()

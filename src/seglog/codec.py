@@ -36,7 +36,6 @@ HEADER_SIZE = HEADER.size                 # 43
 LENGTH_END = 12                           # batch_length counts the bytes after this
 CRC_FROM = 17                             # the CRC covers bytes [17, end of batch)
 MIN_BATCH_LENGTH = HEADER_SIZE - LENGTH_END
-FRAME = Struct("<qI")                     # the two fields every scanner reads first
 _HEAD = Struct("<qIBI")
 _TAIL = Struct("<HIIqq")
 _TAIL_1H = Struct("<HIIqqH")              # single record, short length

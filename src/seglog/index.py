@@ -173,15 +173,6 @@ class _Index:
             raise ValueError(f"index {self.path} is full")
         self.reserve(self._entries + 1)
 
-    def truncate_entries(self, n: int) -> None:
-        """Keep the first ``n`` entries (recovery drops entries past a truncation)."""
-        if not self._writable or self._mm is None:
-            raise ValueError(f"index {self.path} is not writable")
-        n = min(n, self._entries)
-        self._mm[n * self.SIZE:self._entries * self.SIZE] = bytes((self._entries - n) * self.SIZE)
-        self._entries = n
-        self._last_ts = None
-
     def trim(self) -> None:
         """Shrink the file to its entries, make it durable and map it read-only.
 

@@ -239,6 +239,7 @@ class Log:
         self._closing = False
         self._pid = os.getpid()
         self._forked_from: int | None = None
+        self._background_error: BaseException | None = None
 
     # -- opening and closing ------------------------------------------------------
     @classmethod
@@ -581,6 +582,7 @@ class Log:
                             self._set_roll_limits(seg)
                     else:
                         seg._size = end
+                        seg.next_offset = off + 1
                     self._end = off + 1
                 finally:
                     lock.release()
@@ -1148,9 +1150,23 @@ class Log:
 
         Oldest first, never the active segment; the new log start offset is
         checkpointed before any file is removed. Returns the deleted base offsets.
+        ``ReadOnlyError`` on a readonly log (whatever the policy); an I/O error is a
+        ``StorageError`` and poisons the log, as a failed append does. A failure of
+        the background pass is logged and raised by the next call of this method
+        or of ``compact``.
         """
+        self._check_writable()
+        self._raise_background_error()
+        return self._enforce(_now_ms() if now_ms is None else _check_ts(now_ms))
+
+    def _enforce(self, now_ms: int) -> list[int]:
         from .retention import enforce
-        return enforce(self, _now_ms() if now_ms is None else _check_ts(now_ms))
+        try:
+            return enforce(self, now_ms)
+        except OSError as e:
+            if isinstance(e, SeglogError):
+                raise
+            raise self._fail(e) from e
 
     def compact(self, now_ms: int | None = None) -> "CompactionStats":
         """One compaction pass (cleanup_policy "compact"): keep the latest record per key.
@@ -1159,9 +1175,24 @@ class Log:
         go on meanwhile. Returns ``CompactionStats`` (``skipped`` says why a pass did
         nothing). See ``seglog.cleaner``.
         """
-        from .cleaner import compact
         self._check_writable()
-        return compact(self, None if now_ms is None else _check_ts(now_ms))
+        self._raise_background_error()
+        return self._compact(None if now_ms is None else _check_ts(now_ms))
+
+    def _compact(self, now_ms: int | None) -> "CompactionStats":
+        from .cleaner import compact
+        try:
+            return compact(self, now_ms)
+        except OSError as e:
+            if isinstance(e, SeglogError):
+                raise
+            raise self._fail(e) from e
+
+    def _raise_background_error(self) -> None:
+        e = self._background_error
+        if e is not None:
+            self._background_error = None
+            raise StorageError(f"the background maintenance of {self.path} failed: {e}") from e
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("readonly" if self.readonly else "writer")
@@ -1263,14 +1294,16 @@ def _maintenance_loop(ref: "weakref.ref[Log]", stop: threading.Event, check_ms: 
             return
         if log._failed is None:
             try:
+                log._check_writable()
                 if log.config.deletes:
-                    log.enforce_retention()
+                    log._enforce(_now_ms())
                 if log.config.compacted:
-                    log.compact()
+                    log._compact(None)
                 purge_due(log)
             except (SeglogError, OSError) as e:
                 if not log._closed and not log._closing:
                     _log.warning("seglog: maintenance of %s failed: %s", log.path, e)
+                    log._background_error = e
         del log
 
 

@@ -160,7 +160,6 @@ class Loaded:
     start_offset: int
     end_offset: int
     recovery_point: int
-    clean: bool
     report: "RecoveryReport | None" = None
 
 
@@ -198,7 +197,7 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
         opened.append(seg)
         _remove_marker(directory, marker)
         write_session(directory)
-        return Loaded([seg], base, base, base, clean=marker is not None)
+        return Loaded([seg], base, base, base)
     if start is None or start < bases[0]:
         start = bases[0]
     # a retention pass checkpoints the start offset before it deletes: finish its work
@@ -223,7 +222,7 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
         active.make_active(capacity, interval, None, marker["max_timestamp"],
                            marker["max_ts_offset"], marker.get("first_timestamp"))
         write_session(directory)
-        return Loaded(segs, start, marker["end_offset"], marker["end_offset"], clean=True)
+        return Loaded(segs, start, marker["end_offset"], marker["end_offset"])
     _remove_marker(directory, marker)
     # a segment with a successor was sealed and fsynced before the successor was
     # created (and compaction output is fsynced before it is swapped in): everything
@@ -291,7 +290,7 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
     segs[-1].fsync_with_indexes()
     write_checkpoint(directory, RECOVERY_POINT, end)
     write_session(directory)
-    return Loaded(segs, start, end, end, clean=False, report=report)
+    return Loaded(segs, start, end, end, report=report)
 
 
 def _truncate_durably(path: str, size: int) -> None:

@@ -334,9 +334,6 @@ class Segment:
         return f
 
     # -- writing --------------------------------------------------------------------
-    def fits(self, nbytes: int) -> bool:
-        return self.size + nbytes <= self._capacity
-
     def append(self, data: bytes | list[bytes], base_offset: int, next_offset: int,
                max_timestamp: int, size: int | None = None) -> None:
         """Copy one encoded batch (bytes, or its two parts: header, records) to the end.
