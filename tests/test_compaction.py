@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import seglog
 from seglog import Log, cleaner
+from seglog.testing import abandon
 
 # records here carry made-up timestamps near 0 ms
 pytestmark = pytest.mark.usefixtures("synthetic_clock")
@@ -167,10 +168,7 @@ def test_interrupted_swap_rolls_forward(logdir, monkeypatch):
         with pytest.raises(KeyboardInterrupt):
             log.compact()
         monkeypatch.setattr(cleaner, "swap_in", real)
-        log._stop.set()
-        os.close(log._lock_fd)       # "crash": drop the writer without closing
-        log._lock_fd = -1
-        log._closed = True
+        abandon(log)                 # "crash": drop the writer without closing
     names = os.listdir(logdir)
     assert (any(n.startswith(".seglog-swap.") for n in names)
             and any(n.startswith(".seglog-cleaned.") for n in names))

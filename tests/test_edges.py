@@ -136,22 +136,42 @@ def test_unreferenced_writer_releases_its_lock(tmp_path):
             time.sleep(0.05)
 
 
-def test_threads_of_unreferenced_writer_end(tmp_path):
-    import threading
-
-    def names() -> set[str]:
-        return {t.name for t in threading.enumerate() if str(tmp_path) in t.name}
+def test_jobs_of_unreferenced_writer_end(tmp_path):
+    from seglog import _scheduler
 
     def use() -> None:
         log = seglog.Log.open(tmp_path / "l", flush_ms=10, retention_check_ms=10)
         log.append(b"x")
 
+    before = (_scheduler.pending("flush"), _scheduler.pending("maintenance"))
     use()
     deadline = time.monotonic() + 10
-    while names() and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
         gc.collect()
+        if (_scheduler.pending("flush"), _scheduler.pending("maintenance")) == before:
+            break
         time.sleep(0.05)
-    assert not names()
+    assert (_scheduler.pending("flush"), _scheduler.pending("maintenance")) == before
+
+
+def test_one_flusher_and_one_maintenance_thread_for_many_logs(tmp_path):
+    import threading
+    first = seglog.Log.open(tmp_path / "first")     # the process's threads exist now
+    first.append(b"x")
+    before = threading.active_count()
+    logs = [seglog.Log.open(tmp_path / f"p{i}", flush_ms=20, retention_check_ms=50)
+            for i in range(64)]
+    for i, log in enumerate(logs):
+        log.append(b"%d" % i)
+    assert threading.active_count() <= before + 2
+    # and every log's timed flush still runs, within a deadline
+    deadline = time.monotonic() + 10
+    while any(log.flushed_offset < 1 for log in logs) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(log.flushed_offset == 1 for log in logs)
+    for log in logs:
+        log.close()
+    first.close()
 
 
 def test_active_segment_next_offset_follows_every_append(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 
 import seglog
 from seglog import Log, Record
+from seglog.testing import abandon
 
 # records here carry made-up timestamps near 0 ms
 pytestmark = pytest.mark.usefixtures("synthetic_clock")
@@ -291,11 +292,7 @@ def test_reopen_after_unclean_close_recovers(logdir):
     log = Log.open(logdir, segment_bytes=2048)
     log.append_batch([b"%d" % i for i in range(100)])
     log.append(b"tail")
-    # drop it on the floor: no close(), as a crash would (the lock goes with the fd)
-    os.close(log._lock_fd)
-    log._lock_fd = -1
-    log._stop.set()
-    log._closed = True
+    abandon(log)        # drop it on the floor: no close(), as a crash would
     with Log.open(logdir, segment_bytes=2048) as again:
         assert again.end_offset == 101
         assert values(again)[-1] == b"tail"

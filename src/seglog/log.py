@@ -21,7 +21,7 @@ from dataclasses import asdict, fields
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
-from . import _marker, _platform, codec, recovery
+from . import _marker, _platform, _scheduler, codec, recovery
 from .config import LogConfig
 from .errors import (CorruptRecordError, LogClosedError, LogLockedError, MessageTooLargeError,
                      OffsetOutOfRangeError, ReadOnlyError, SeglogError, StorageError)
@@ -201,7 +201,6 @@ class Log:
         # retention and compaction, one at a time, never holding the append lock long
         self._maintenance = threading.RLock()
         self._pending_deletes: list[tuple[float, list[str]]] = []
-        self._maintainer: threading.Thread | None = None
         self._cond = threading.Condition(threading.Lock())
         self._waiters = 0
         self._closed = False
@@ -213,8 +212,7 @@ class Log:
         self._checkpointed = -1
         self._ckpt_lock = threading.Lock()
         self._lock_fd = -1
-        self._flusher: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._jobs: list[_scheduler.Job] = []
         self._compress = codec.CODEC_LZ4 if config.compression == "lz4" else codec.CODEC_NONE
         self._max_msg = config.max_message_bytes
         self._capacity = config.segment_bytes + config.max_message_bytes + 65536
@@ -312,18 +310,15 @@ class Log:
         log._update_flush_at()
         log._watch(loaded.segments[-1])
         log._set_roll_limits(loaded.segments[-1])
-        # the threads hold the log weakly: a writer nobody references is closed (and its
-        # lock released) by the garbage collector, not kept alive by its own threads
-        ref = weakref.ref(log)
+        # one flusher and one maintenance thread per process serve every log; their
+        # jobs hold the log weakly: a writer nobody references is closed (and its lock
+        # released) by the garbage collector, not kept alive by a thread
         if cfg.flush_ms is not None:
-            log._flusher = threading.Thread(target=_flush_loop, args=(ref, log._stop, cfg.flush_ms),
-                                            name=f"seglog-flush {path}", daemon=True)
-            log._flusher.start()
+            log._jobs.append(_scheduler.schedule("flush", log, cfg.flush_ms / 1000.0,
+                                                 _timed_flush))
         if cfg.retention_check_ms is not None:
-            log._maintainer = threading.Thread(
-                target=_maintenance_loop, args=(ref, log._stop, cfg.retention_check_ms),
-                name=f"seglog-maintenance {path}", daemon=True)
-            log._maintainer.start()
+            log._jobs.append(_scheduler.schedule("maintenance", log,
+                                                 cfg.retention_check_ms / 1000.0, _maintain))
         _WRITERS.add(log)
         return log
 
@@ -343,11 +338,10 @@ class Log:
         """
         if self._closed:
             return
-        self._stop.set()
-        for t in (self._flusher, self._maintainer):
-            if t is not None and t is not threading.current_thread():
-                t.join()
-        # a compact() or enforce_retention() in another thread finishes first
+        for job in self._jobs:
+            job.cancel()
+        # a compact() or enforce_retention() in another thread (or the maintenance
+        # thread's pass) finishes first
         with self._maintenance:
             self._close()
 
@@ -1267,46 +1261,35 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _flush_loop(ref: "weakref.ref[Log]", stop: threading.Event, flush_ms: int) -> None:
-    """A writer's timed flush; holds the log only while flushing."""
-    period = flush_ms / 1000.0
-    while not stop.wait(period):
-        log = ref()
-        if log is None:
-            return
-        if log._end > log._flushed and log._failed is None:
-            try:
-                log.flush()
-            except SeglogError as e:
-                if not log._closed and not log._closing:
-                    _log.warning("seglog: timed flush of %s failed: %s", log.path, e)
-        del log
+def _timed_flush(log: Log) -> None:
+    """The process's flusher thread, every ``flush_ms`` of a writer."""
+    if log._end > log._flushed and log._failed is None and not log._closing:
+        try:
+            log.flush()
+        except SeglogError as e:
+            if not log._closed and not log._closing:
+                _log.warning("seglog: timed flush of %s failed: %s", log.path, e)
 
 
-def _maintenance_loop(ref: "weakref.ref[Log]", stop: threading.Event, check_ms: int) -> None:
-    """Retention, compaction and delayed deletes every ``retention_check_ms``; runs
-    beside appends (it takes the append lock only to swap the segment list)."""
+def _maintain(log: Log) -> None:
+    """The process's maintenance thread, every ``retention_check_ms`` of a writer:
+    retention, compaction and delayed deletes, beside appends (the append lock is
+    taken only to swap the segment list)."""
     from .retention import purge_due
-    period = check_ms / 1000.0
-    while not stop.wait(period):
-        log = ref()
-        if log is None:
-            return
-        if log._failed is None:
-            try:
-                log._check_writable()
-                if log.config.deletes:
-                    log._enforce(_now_ms())
-                if log.config.compacted:
-                    log._compact(None)
-                purge_due(log)
-            except (SeglogError, OSError) as e:
-                if not log._closed and not log._closing:
-                    _log.warning("seglog: maintenance of %s failed: %s", log.path, e)
-                    log._background_error = e
-        del log
-
-
+    if log._failed is not None or log._closing or log._closed:
+        return
+    try:
+        with log._maintenance:
+            log._check_writable()
+            if log.config.deletes:
+                log._enforce(_now_ms())
+            if log.config.compacted:
+                log._compact(None)
+            purge_due(log)
+    except (SeglogError, OSError) as e:
+        if not log._closed and not log._closing:
+            _log.warning("seglog: maintenance of %s failed: %s", log.path, e)
+            log._background_error = e
 def _end_offset(seg: Segment) -> int:
     """One past the last offset of a sealed segment's last batch (a short walk from
     its last offset-index entry)."""

@@ -360,8 +360,13 @@ class Segment:
             if end > self._alloc_end:
                 self.allocate(end)
             _OFFSET.pack_into(mm, pos, base_offset)
+            # the header before the records, in two copies: one memcpy may write its
+            # end first, and recovery relies on a torn batch's header being whole
+            # (its length says which bytes are its own)
+            h = pos + codec.HEADER_SIZE
             with memoryview(data) as view:
-                mm[pos + 8:end] = view[8:]
+                mm[pos + 8:h] = view[8:codec.HEADER_SIZE]
+                mm[h:end] = view[codec.HEADER_SIZE:]
         # appended(), inlined: batches of index_interval_bytes or more take an
         # index entry every time
         if pos >= self._next_index_pos:

@@ -377,9 +377,8 @@ def abandon(log: "object") -> None:
     released, so the directory can be opened again, which then recovers.
     """
     lg = log  # type: ignore[assignment]
-    lg._stop.set()
-    if lg._flusher is not None:
-        lg._flusher.join()
+    for job in lg._jobs:
+        job.cancel()
     with lg._flush_lock, lg._lock:
         lg._closed = True
         lg._ok = False
