@@ -25,7 +25,8 @@ from . import _marker, _platform, _scheduler, codec, recovery
 from .config import LogConfig
 from .errors import (CorruptRecordError, LogClosedError, LogLockedError, MessageTooLargeError,
                      OffsetOutOfRangeError, ReadOnlyError, SeglogError, StorageError)
-from .message import Headers, Message, MessageSet, Record
+from .message import (_HEADER_FRAMING, Headers, Message, MessageSet, Record, _check_ts,
+                      prepare_batch)
 from .segment import Segment, SegmentGoneError
 
 if TYPE_CHECKING:
@@ -34,11 +35,9 @@ if TYPE_CHECKING:
 _LOCK_FILE = ".lock"
 _log = logging.getLogger("seglog")
 _BASE = attrgetter("base_offset")
-_MAX_TS = (1 << 63) - 1
 _MAX_DELTA = (1 << 32) - 2
 # per-record bookkeeping bytes counted against max_message_bytes when cutting batches
 _RECORD_OVERHEAD = 24
-_HEADER_FRAMING = 8       # a header's key and value lengths
 _RACY_NS = 3_000_000_000  # a directory listing this close to its mtime is not trusted
 _RELOCATIONS = 64         # a reader re-finds its place at most this often per step
 _ITER_CHUNK = 1 << 20
@@ -52,131 +51,6 @@ _time_ns = time.time_ns
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _check_ts(ts: Any) -> int:
-    if type(ts) is not int:
-        if isinstance(ts, bool) or not isinstance(ts, int):
-            raise TypeError(f"timestamp must be an int (ms since the epoch), not {type(ts).__name__}")
-        ts = int(ts)
-    if not 0 <= ts <= _MAX_TS:
-        raise ValueError(f"timestamp must be in [0, 2**63), not {ts}")
-    return ts
-
-
-def _as_bytes(x: Any, what: str) -> bytes | None:
-    """bytes, or the raw bytes of any buffer (bytearray, memoryview, array, ctypes):
-    its byte size counts, never its ``len()``, which counts items."""
-    if x is None or type(x) is bytes:
-        return x
-    if not isinstance(x, str):
-        try:
-            with memoryview(x) as view:
-                return view.tobytes()
-        except TypeError:
-            pass
-    raise TypeError(f"{what} must be bytes-like or None, not {type(x).__name__}")
-
-
-def _check_headers(headers: Any) -> tuple[tuple[bytes, bytes], ...]:
-    """Validate (str, bytes) pairs; keys come back utf-8 encoded."""
-    if not headers:
-        if headers is None or isinstance(headers, (tuple, list)):
-            return ()
-    if isinstance(headers, (str, bytes, dict)) or not isinstance(headers, Iterable):
-        raise TypeError("headers must be a sequence of (str, bytes) pairs")
-    out = []
-    for pair in headers:
-        if not isinstance(pair, tuple | list) or len(pair) != 2:
-            raise TypeError("each header must be a (str, bytes) pair")
-        k, v = pair
-        if not isinstance(k, str):
-            raise TypeError(f"header key must be str, not {type(k).__name__}")
-        # encodable: a lone surrogate would fail later, after validation
-        k.encode("utf-8")
-        v = _as_bytes(v, "header value")
-        if v is None:
-            raise TypeError("header value must be bytes-like, not None")
-        out.append((k.encode("utf-8"), v))
-    if len(out) > 0xFFFF:
-        raise ValueError("at most 65535 headers per record")
-    return tuple(out)
-
-
-def _prepare(items: Sequence[Any], now: int, max_bytes: int | None
-             ) -> tuple[list[bytes | None], list[bytes | None] | None, int | list[int],
-                        list[tuple[tuple[bytes, bytes], ...]] | None]:
-    """Validate append_batch input: (values, keys or None, timestamps, headers or None).
-
-    Raises TypeError/ValueError/MessageTooLargeError before anything is written.
-    """
-    if set(map(type, items)) <= {bytes}:
-        values: list[bytes | None] = list(items)
-        if max_bytes is not None and values and max(map(len, values)) > max_bytes:  # type: ignore[arg-type]
-            size = max(map(len, values))  # type: ignore[arg-type]
-            raise MessageTooLargeError(f"record of {size} bytes exceeds max_message_bytes={max_bytes}")
-        return values, None, now, None
-    if items and set(map(type, items)) == {Record}:
-        fast = _prepare_records(items, now, max_bytes)
-        if fast is not None:
-            return fast
-    values = []
-    keys: list[bytes | None] = []
-    stamps: list[int] = []
-    headers: list[tuple[tuple[bytes, bytes], ...]] = []
-    for item in items:
-        if isinstance(item, Record):
-            v, k, t, h = item
-            v = _as_bytes(v, "value")
-            k = _as_bytes(k, "key")
-            t = now if t is None else _check_ts(t)
-            hs = _check_headers(h)
-        elif item is None:
-            v, k, t, hs = None, None, now, ()     # a null value, as append(None)
-        else:
-            try:
-                v = _as_bytes(item, "item")
-            except TypeError:
-                raise TypeError(f"append_batch items must be bytes-like, None or Record, "
-                                f"not {type(item).__name__}") from None
-            k, t, hs = None, now, ()
-        if max_bytes is not None:
-            # a header's framing (two lengths) counts: it takes room in the batch too
-            size = ((len(v) if v else 0) + (len(k) if k else 0)
-                    + sum(len(a) + len(b) + _HEADER_FRAMING for a, b in hs))
-            if size > max_bytes:
-                raise MessageTooLargeError(
-                    f"record of {size} bytes exceeds max_message_bytes={max_bytes}")
-        values.append(v)
-        keys.append(k)
-        stamps.append(t)
-        headers.append(hs)
-    return (values, keys if keys.count(None) != len(keys) else None,
-            stamps if stamps.count(stamps[0]) != len(stamps) else (stamps[0] if stamps else now),
-            headers if any(headers) else None)
-
-
-_PLAIN = {bytes, type(None)}
-
-
-def _prepare_records(items: Sequence[Record], now: int, max_bytes: int | None):
-    """Column-wise validation of Records with C-level calls; None if a slow check is needed."""
-    vals, ks, ts, hs = zip(*items)
-    if not (set(map(type, vals)) <= _PLAIN and set(map(type, ks)) <= _PLAIN
-            and set(map(type, ts)) <= {int, type(None)}) or any(hs):
-        return None
-    stamps = [now if t is None else t for t in ts] if None in ts else list(ts)
-    if min(stamps) < 0 or max(stamps) > _MAX_TS:
-        return None
-    if max_bytes is not None:
-        vsize = [len(v) if v is not None else 0 for v in vals] if None in vals else list(map(len, vals))
-        if ks.count(None) != len(ks):
-            vsize = [a + (len(k) if k is not None else 0) for a, k in zip(vsize, ks)]
-        if max(vsize) > max_bytes:
-            return None
-    keys = list(ks) if ks.count(None) != len(ks) else None
-    first = stamps[0]
-    return (list(vals), keys, stamps if stamps.count(first) != len(stamps) else first, None)
 
 
 class Log:
@@ -619,7 +493,7 @@ class Log:
                 size, parts = codec.encode_values_parts(body, lens, now, self._compress)
                 batches = [(parts, len(items), now, size)]
         if batches is None:
-            values, keys, stamps, headers = _prepare(items, now, self._max_msg)
+            values, keys, stamps, headers = prepare_batch(items, now, self._max_msg)
             if type(stamps) is int:
                 self._check_window(stamps, stamps, now)
             else:
