@@ -194,3 +194,29 @@ def test_platform_fallbacks_round_trip(tmp_path, monkeypatch):
     with Log.open(tmp_path / "l") as log:
         _check(log, 3500)
         assert next(iter(log.read(2999))).value == value(2999)
+
+
+def test_storage_error_keeps_the_errno(small_disk):
+    import errno
+    path = small_disk / "log"
+    filler = small_disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    os.truncate(filler, os.path.getsize(filler) - (256 << 10))   # room to create the log
+    code = ("import errno, sys, seglog\n"
+            "log = seglog.Log.open(sys.argv[1], segment_bytes=1 << 20, flush_ms=None)\n"
+            "try:\n"
+            "    while True:\n"
+            "        log.append(b'x' * 4000)\n"
+            "except seglog.StorageError as e:\n"
+            "    print(errno.errorcode.get(e.errno))\n")
+    p = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == errno.errorcode[errno.ENOSPC]

@@ -198,13 +198,13 @@ def test_maintenance_on_readonly_is_refused_whatever_the_policy(tmp_path):
 
 
 def test_background_maintenance_failure_is_logged_and_reported(tmp_path, monkeypatch, caplog):
-    import seglog.retention
+    import seglog.log
     log = seglog.Log.open(tmp_path / "l", retention_check_ms=10)
 
     def broken(lg, now_ms):
         raise OSError(5, "injected")
 
-    monkeypatch.setattr(seglog.retention, "enforce", broken)
+    monkeypatch.setattr(seglog.log, "enforce", broken)
     deadline = time.monotonic() + 10
     while log._background_error is None and time.monotonic() < deadline:
         time.sleep(0.01)

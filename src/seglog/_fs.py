@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import re
 
+from . import _platform
+
 MARKER = "seglog.json"
 PREFIX = ".seglog-"
 TMP = PREFIX + "tmp."            # + the name being replaced (checkpoints, indexes)
@@ -55,14 +57,14 @@ def tmp_path(path: str) -> str:
 
 
 def fsync_file(fd: int) -> None:
-    os.fsync(fd)
+    _platform.fsync(fd)
 
 
 def fsync_dir(path: str) -> None:
     """Make the directory's entries (creates, renames, deletes) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(fd)
+        _platform.fsync(fd)
     finally:
         os.close(fd)
 
@@ -75,7 +77,7 @@ def atomic_write(path: str, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        _platform.fsync(fd)
     finally:
         os.close(fd)
     os.rename(tmp, path)
@@ -89,3 +91,41 @@ def remove(path: str) -> bool:
         return True
     except FileNotFoundError:
         return False
+
+
+# -- checkpoints: an offset in a small file, replaced atomically -------------------
+RECOVERY_POINT = "recovery-point"
+LOG_START = "log-start-offset"
+_CHECKPOINT_MAGIC = "seglog-checkpoint 1"
+
+
+def read_checkpoint(directory: str, name: str) -> int | None:
+    """The offset stored in a checkpoint file, None if absent or unreadable."""
+    try:
+        with open(os.path.join(directory, name), "r", encoding="ascii") as f:
+            magic, value = f.read().split("\n")[:2]
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if magic != _CHECKPOINT_MAGIC or not value.isdigit():
+        return None
+    return int(value)
+
+
+def write_checkpoint(directory: str, name: str, offset: int) -> None:
+    """Durably replace a checkpoint (temp + fsync + rename + fsync dir, rule R3)."""
+    atomic_write(os.path.join(directory, name), f"{_CHECKPOINT_MAGIC}\n{offset}\n".encode())
+
+
+def list_segments(directory: str, names: list[str] | None = None) -> list[int]:
+    """Base offsets of the ``.log`` files in ``directory`` (or ``names``), ascending.
+
+    Only names seglog gives count (20 digits, below 2**63): other files are not
+    seglog's and are never touched."""
+    bases = []
+    for n in (os.listdir(directory) if names is None else names):
+        if n.endswith(".log"):
+            b = segment_base(n)
+            if b is not None:
+                bases.append(b)
+    bases.sort()
+    return bases

@@ -9,6 +9,7 @@ Elsewhere (Windows: no ``fcntl.flock``, no fork) importing seglog raises
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -41,7 +42,6 @@ def _reserve_fallocate(fd: int, offset: int, length: int) -> None:
     except OSError as e:
         # a file system without fallocate support (EOPNOTSUPP/EINVAL): write zeros;
         # ENOSPC and the like are real answers
-        import errno
         if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", -1)):
             raise
         _reserve_by_writing(fd, offset, length)
@@ -74,3 +74,19 @@ def boot_id() -> str | None:
         except (OSError, AttributeError, ValueError):
             return None
     return None
+
+
+def fsync(fd: int) -> None:
+    """Make a file's (or directory's) data durable. On macOS ``fsync`` leaves it in
+    the drive's cache: ``F_FULLFSYNC`` asks the drive to write it out."""
+    if MACOS and hasattr(fcntl, "F_FULLFSYNC"):
+        try:
+            fcntl.fcntl(fd, fcntl.F_FULLFSYNC)
+            return
+        except OSError:
+            pass          # a file system that does not support it: plain fsync
+    os.fsync(fd)
+
+
+# errors that mean "no space", where a smaller reservation may still succeed
+NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))

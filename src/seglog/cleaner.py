@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Iterator
 
 import xxhash
 
-from . import codec, recovery
-from ._fs import CLEANED, SWAP, fsync_dir, fsync_file, is_leftover, remove
+from . import _scan, codec
+from ._fs import (CLEANED, SWAP, fsync_dir, fsync_file, is_leftover, list_segments,
+                  read_checkpoint, remove, write_checkpoint)
 from .errors import CorruptRecordError
 from .segment import Segment, segment_name
 
@@ -244,7 +245,7 @@ class _Writer:
         self.interval = interval
         self.pending: list[bytes] = []
         self.pending_size = 0
-        self.res = recovery.ScanResult(end=0, next_offset=base, max_ts_offset=base)
+        self.res = _scan.ScanResult(end=0, next_offset=base, max_ts_offset=base)
         self._next_index = interval
 
     def add(self, data: bytes, base_offset: int, max_ts: int) -> None:
@@ -275,7 +276,7 @@ class _Writer:
         self._drain()
         fsync_file(self.fd)
         os.close(self.fd)
-        recovery.write_index_files(self.base, self.res, max_index_bytes, True,
+        _scan.write_index_files(self.base, self.res, max_index_bytes, True,
                                    self.index_path, self.timeindex_path)
 
     def abort(self) -> None:
@@ -374,7 +375,7 @@ def swap_in(directory: str, base: int, end: int) -> None:
             os.rename(src, stem + ext)
     fsync_dir(directory)
     gone = False
-    for b in recovery.list_segments(directory):
+    for b in list_segments(directory):
         if base < b < end:
             for ext in (".log", ".index", ".timeindex"):
                 remove(os.path.join(directory, segment_name(b) + ext))
@@ -395,7 +396,7 @@ def resolve_interrupted(directory: str) -> None:
     removed with the other leftovers (``retention.remove_leftovers``)."""
     for name in os.listdir(directory):
         if name.startswith(SWAP) and is_leftover(name):
-            end = recovery.read_checkpoint(directory, name)
+            end = read_checkpoint(directory, name)
             if end is not None:
                 swap_in(directory, int(name[len(SWAP):]), end)
             elif remove(os.path.join(directory, name)):
@@ -422,14 +423,14 @@ def compact(log: "Log", now_ms: int | None = None) -> CompactionStats:
                 break
             cleanable.append(s)
         stats.segments_before = len(cleanable)
-        first_dirty = max(recovery.read_checkpoint(log.path, CLEANER_CHECKPOINT) or 0,
+        first_dirty = max(read_checkpoint(log.path, CLEANER_CHECKPOINT) or 0,
                           log._start)
         stats.first_dirty_offset = first_dirty
         dirty = [s for s in cleanable if (s.next_offset or 0) > first_dirty]
         dirty_bytes = sum(s.size for s in dirty)
         total = sum(s.size for s in cleanable)
         stats.dirty_ratio = dirty_bytes / total if total else 0.0
-        horizon = recovery.read_checkpoint(log.path, HORIZON_CHECKPOINT)
+        horizon = read_checkpoint(log.path, HORIZON_CHECKPOINT)
         tombstones_due = horizon is not None and now > horizon
         omap = OffsetMap(cfg.cleaner_buffer_bytes)
         if dirty and stats.dirty_ratio >= cfg.min_cleanable_dirty_ratio:
@@ -453,7 +454,7 @@ def compact(log: "Log", now_ms: int | None = None) -> CompactionStats:
             assert end is not None
             w = _clean_group(log, group, omap, now, stats, end)
             fsync_dir(log.path)
-            recovery.write_checkpoint(log.path, SWAP + segment_name(group[0].base_offset), end)
+            write_checkpoint(log.path, SWAP + segment_name(group[0].base_offset), end)
             swap_in(log.path, group[0].base_offset, end)
             new = Segment(log.path, group[0].base_offset, size=w.pos, next_offset=end,
                           max_index_bytes=cfg.max_index_bytes)
@@ -467,9 +468,9 @@ def compact(log: "Log", now_ms: int | None = None) -> CompactionStats:
             log._retire(group, "replaced by compaction")
             stats.bytes_after += w.pos
             stats.replaced.append((group[0].base_offset, end))
-        recovery.write_checkpoint(log.path, CLEANER_CHECKPOINT, dirty_end)
+        write_checkpoint(log.path, CLEANER_CHECKPOINT, dirty_end)
         if stats.next_horizon is not None:
-            recovery.write_checkpoint(log.path, HORIZON_CHECKPOINT, stats.next_horizon)
+            write_checkpoint(log.path, HORIZON_CHECKPOINT, stats.next_horizon)
         elif remove(os.path.join(log.path, HORIZON_CHECKPOINT)):
             fsync_dir(log.path)
         stats.segments_after = len(stats.replaced)

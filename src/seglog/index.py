@@ -21,7 +21,6 @@ Three ways to hold one, chosen by the segment:
 
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 from struct import Struct
@@ -158,7 +157,7 @@ class _Index:
         try:
             _platform.reserve(self._fd, lo, want * self.SIZE - lo)
         except OSError as e:
-            if e.errno != errno.ENOSPC or want <= need:
+            if e.errno not in _platform.NO_SPACE or want <= need:
                 raise
             want = need          # a nearly full disk: just what is needed now
             _platform.reserve(self._fd, lo, want * self.SIZE - lo)

@@ -19,7 +19,7 @@ from operator import attrgetter
 from itertools import chain
 from dataclasses import asdict, fields
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from . import _marker, _platform, _scheduler, codec, recovery
 from .config import LogConfig
@@ -27,10 +27,10 @@ from .errors import (CorruptRecordError, LogClosedError, LogLockedError, Message
                      OffsetOutOfRangeError, ReadOnlyError, SeglogError, StorageError)
 from .message import (_HEADER_FRAMING, Headers, Message, MessageSet, Record, _check_ts,
                       prepare_batch)
+from .cleaner import CompactionStats, compact
+from .retention import enforce, purge_due
 from .segment import Segment, SegmentGoneError
 
-if TYPE_CHECKING:
-    from .cleaner import CompactionStats
 
 _LOCK_FILE = ".lock"
 _log = logging.getLogger("seglog")
@@ -173,7 +173,7 @@ class Log:
             if isinstance(e, OSError) and not isinstance(e, SeglogError):
                 # a full disk or an I/O error while recovering: nothing was lost, and
                 # a readonly open still works; retry once the cause is fixed
-                raise StorageError(f"opening {path} failed: {e}") from e
+                raise _storage_error(e, f"opening {path} failed: {e}") from e
             raise
         log._set_segments(loaded.segments)
         log._start = loaded.start_offset
@@ -227,7 +227,6 @@ class Log:
             while self._inflight:
                 self._idle.wait()
         if self._pending_deletes:
-            from .retention import purge_due
             try:
                 purge_due(self, everything=True)
             except OSError:
@@ -248,7 +247,7 @@ class Log:
             except OSError as e:
                 # no clean-shutdown marker: the next open recovers what reached the disk
                 self._failed = e
-                raise StorageError(f"closing {self.path} failed: {e}") from e
+                raise _storage_error(e, f"closing {self.path} failed: {e}") from e
             finally:
                 for seg in self._segs:
                     try:
@@ -387,13 +386,13 @@ class Log:
         if self.readonly:
             raise ReadOnlyError(f"log {self.path} was opened readonly")
         if self._failed is not None:
-            raise StorageError(f"log {self.path} refuses writes after an I/O error: "
-                               f"{self._failed}; reopen it") from self._failed
+            raise _storage_error(self._failed, f"log {self.path} refuses writes after an I/O "
+                                 f"error: {self._failed}; reopen it") from self._failed
 
     def _fail(self, e: BaseException) -> StorageError:
         self._failed = e
         self._ok = False
-        return StorageError(f"write to {self.path} failed: {e}")
+        return _storage_error(e, f"write to {self.path} failed: {e}")
 
     # -- appending ------------------------------------------------------------------
     def append(self, value: bytes | None, key: bytes | None = None, timestamp: int | None = None,
@@ -1028,7 +1027,6 @@ class Log:
         return self._enforce(_now_ms() if now_ms is None else _check_ts(now_ms))
 
     def _enforce(self, now_ms: int) -> list[int]:
-        from .retention import enforce
         try:
             return enforce(self, now_ms)
         except OSError as e:
@@ -1036,7 +1034,7 @@ class Log:
                 raise
             raise self._fail(e) from e
 
-    def compact(self, now_ms: int | None = None) -> "CompactionStats":
+    def compact(self, now_ms: int | None = None) -> CompactionStats:
         """One compaction pass (cleanup_policy "compact"): keep the latest record per key.
 
         Only sealed segments are rewritten; offsets never change; appends and reads
@@ -1047,8 +1045,7 @@ class Log:
         self._raise_background_error()
         return self._compact(None if now_ms is None else _check_ts(now_ms))
 
-    def _compact(self, now_ms: int | None) -> "CompactionStats":
-        from .cleaner import compact
+    def _compact(self, now_ms: int | None) -> CompactionStats:
         try:
             return compact(self, now_ms)
         except OSError as e:
@@ -1060,7 +1057,7 @@ class Log:
         e = self._background_error
         if e is not None:
             self._background_error = None
-            raise StorageError(f"the background maintenance of {self.path} failed: {e}") from e
+            raise _storage_error(e, f"the background maintenance of {self.path} failed: {e}") from e
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("readonly" if self.readonly else "writer")
@@ -1086,7 +1083,7 @@ def _writer_config(path: str, options: dict[str, Any]) -> LogConfig:
     try:
         _marker.write(path, cfg, marker)
     except OSError as e:
-        raise StorageError(f"writing the settings of {path} failed: {e}") from e
+        raise _storage_error(e, f"writing the settings of {path} failed: {e}") from e
     return cfg
 
 
@@ -1149,7 +1146,6 @@ def _maintain(log: Log) -> None:
     """The process's maintenance thread, every ``retention_check_ms`` of a writer:
     retention, compaction and delayed deletes, beside appends (the append lock is
     taken only to swap the segment list)."""
-    from .retention import purge_due
     if log._failed is not None or log._closing or log._closed:
         return
     try:
@@ -1182,3 +1178,9 @@ def _check_covers(seg: Segment, covered: int, next_base: int, position: int) -> 
         raise CorruptRecordError(
             f"offsets {covered} to {next_base - 1} are missing: the segment ends early "
             f"(cut back?) before the next segment starts", seg.path, position, covered)
+
+
+def _storage_error(cause: BaseException, message: str) -> StorageError:
+    """A StorageError that keeps its cause's errno (``e.errno == errno.ENOSPC``)."""
+    code = getattr(cause, "errno", None)
+    return StorageError(code, message) if code is not None else StorageError(message)

@@ -18,138 +18,17 @@ from operator import ge
 from dataclasses import dataclass, field
 
 from . import _platform, codec
-from ._fs import atomic_write, fsync_dir, is_leftover, remove, segment_base, tmp_path
+from ._fs import (LOG_START, RECOVERY_POINT, atomic_write, fsync_dir, fsync_file,  # noqa: F401
+                  is_leftover, list_segments, read_checkpoint, remove, tmp_path,
+                  write_checkpoint)
+from ._scan import ScanResult, scan, write_index_files  # noqa: F401  (re-exported)
+from .cleaner import resolve_interrupted
 from .errors import CorruptRecordError
+from .index import OffsetIndex, TimeIndex
+from .retention import remove_leftovers
 from .segment import Segment
 
 CLEAN_MARKER = ".clean-shutdown"
-RECOVERY_POINT = "recovery-point"
-LOG_START = "log-start-offset"
-_CHECKPOINT_MAGIC = "seglog-checkpoint 1"
-_SCAN_CHUNK = 1 << 20
-
-
-def read_checkpoint(directory: str, name: str) -> int | None:
-    """The offset stored in a checkpoint file, None if absent or unreadable."""
-    try:
-        with open(os.path.join(directory, name), "r", encoding="ascii") as f:
-            magic, value = f.read().split("\n")[:2]
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    if magic != _CHECKPOINT_MAGIC or not value.isdigit():
-        return None
-    return int(value)
-
-
-def write_checkpoint(directory: str, name: str, offset: int) -> None:
-    """Durably replace a checkpoint (temp + fsync + rename + fsync dir, rule R3)."""
-    atomic_write(os.path.join(directory, name), f"{_CHECKPOINT_MAGIC}\n{offset}\n".encode())
-
-
-def list_segments(directory: str, names: list[str] | None = None) -> list[int]:
-    """Base offsets of the ``.log`` files in ``directory`` (or ``names``), ascending.
-
-    Only names seglog gives count (20 digits, below 2**63): other files are not
-    seglog's and are never touched."""
-    bases = []
-    for n in (os.listdir(directory) if names is None else names):
-        if n.endswith(".log"):
-            b = segment_base(n)
-            if b is not None:
-                bases.append(b)
-    bases.sort()
-    return bases
-
-
-@dataclass
-class ScanResult:
-    """What a scan of one segment found."""
-
-    end: int                       # position after the last good batch
-    next_offset: int               # offset after the last good batch
-    max_timestamp: int = -1
-    max_ts_offset: int = 0
-    first_timestamp: int | None = None
-    stop: str = "end"              # "end", "partial", "zeros", "framing", "crc", "offsets"
-    index: list[tuple[int, int]] = field(default_factory=list)       # (offset, position)
-    time_index: list[tuple[int, int]] = field(default_factory=list)  # (timestamp, offset)
-    batches: int = 0
-
-
-def scan(seg: Segment, start: int, end: int, next_offset: int | None,
-         interval: int | None = None, max_timestamp: int = -1) -> ScanResult:
-    """Validate batches of ``seg`` from file position ``start`` to ``end``.
-
-    ``next_offset`` is the offset the first batch must start at (None: the first
-    batch sets it; later batches must follow contiguously or, after compaction,
-    ascending). With ``interval`` the index entries are rebuilt as the writer would
-    have made them. Never raises for bad data: the result says where and why it
-    stopped.
-    """
-    fd = seg.fileno()
-    res = ScanResult(end=start, next_offset=next_offset if next_offset is not None else seg.base_offset,
-                     max_timestamp=max_timestamp, max_ts_offset=seg.base_offset)
-    expected = next_offset
-    since_index = 0
-    pos = start
-    want = _SCAN_CHUNK
-    header_size = codec.HEADER_SIZE
-    while pos < end:
-        buf = os.pread(fd, min(want, end - pos), pos)
-        want = _SCAN_CHUNK
-        grow = False
-        n = len(buf)
-        p = 0
-        mv = memoryview(buf)
-        while p + header_size <= n:
-            try:
-                hdr = codec.read_header(buf, p, 1 << 62)
-            except CorruptRecordError:
-                res.stop = "zeros" if not any(mv[p:p + header_size]) else "framing"
-                return res
-            assert hdr is not None
-            size = codec.LENGTH_END + hdr[1]
-            if p + size > n:
-                if pos + p + size > end:
-                    res.stop = "partial"
-                    return res
-                if p == 0:
-                    want, grow = size, True
-                break
-            if codec.crc32(mv[p + codec.CRC_FROM:p + size]) != hdr[3]:
-                res.stop = "crc"
-                return res
-            base = hdr[0]
-            if expected is not None and (base < expected or (base != expected
-                                                              and not hdr[4] & codec.F_OFFSETS)):
-                res.stop = "offsets"
-                return res
-            if hdr[8] < hdr[7] or hdr[7] < 0:
-                res.stop = "framing"
-                return res
-            if interval is not None:
-                if since_index >= interval:
-                    res.index.append((base, pos + p))
-                    if res.max_timestamp >= 0 and (not res.time_index
-                                                   or res.time_index[-1][0] < res.max_timestamp):
-                        res.time_index.append((res.max_timestamp, res.max_ts_offset))
-                    since_index = 0
-                since_index += size
-            if hdr[8] > res.max_timestamp:
-                res.max_timestamp = hdr[8]
-                res.max_ts_offset = base
-            if res.first_timestamp is None:
-                res.first_timestamp = hdr[8]
-            expected = base + hdr[5] + 1
-            res.next_offset = expected
-            res.batches += 1
-            p += size
-            res.end = pos + p
-        if p == 0 and not grow:
-            res.stop = "partial"
-            return res
-        pos += p
-    return res
 
 
 @dataclass
@@ -179,8 +58,6 @@ def load_for_writer(directory: str, capacity: int, interval: int, max_index_byte
 
 def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
           opened: list[Segment]) -> Loaded:
-    from .cleaner import resolve_interrupted
-    from .retention import remove_leftovers
     names = os.listdir(directory)
     # one listing serves a clean open; the rare leftovers of interrupted work re-list.
     # Committed compaction swaps are finished first (they rename cleaned files in)
@@ -297,7 +174,7 @@ def _truncate_durably(path: str, size: int) -> None:
     fd = os.open(path, os.O_RDWR)
     try:
         os.ftruncate(fd, size)
-        os.fsync(fd)
+        fsync_file(fd)
     finally:
         os.close(fd)
 
@@ -341,7 +218,6 @@ def _trusted_prefix(seg: Segment, rp: int, max_index_bytes: int
     recovery point are kept if they ascend and the last of them points at a batch
     of its offset; the scan (with CRCs) starts there. Otherwise: from the start.
     """
-    from .index import OffsetIndex, TimeIndex
     base = seg.base_offset
     try:
         with open(seg.index_path, "rb") as f:
@@ -416,25 +292,6 @@ def _rebuild_indexes(seg: Segment, res: ScanResult, max_index_bytes: int, keep_w
     os.rename(tmp_tix, seg.timeindex_path)
     seg._index = seg._timeindex = None
     fsync_dir(seg.directory)
-
-
-def write_index_files(base_offset: int, res: ScanResult, max_index_bytes: int, final: bool,
-                      index_path: str, timeindex_path: str) -> None:
-    """Write fresh, fsynced index files from a scan's entries.
-
-    ``final`` (a sealed segment) adds the time index's last entry: the segment's
-    largest timestamp.
-    """
-    from .index import OffsetIndex, TimeIndex
-    for path, cls, entries in ((index_path, OffsetIndex, res.index),
-                               (timeindex_path, TimeIndex, res.time_index)):
-        remove(path)
-        ix = cls(path, base_offset, max_index_bytes, writable=True, entries=0)
-        for a, b in entries[: ix.max_bytes // ix.SIZE]:
-            ix.append(a, b)
-        if final and cls is TimeIndex and res.max_timestamp >= 0 and not ix.is_full:
-            ix.append(res.max_timestamp, res.max_ts_offset)
-        ix.close()
 
 
 def _read_marker(directory: str) -> dict | None:

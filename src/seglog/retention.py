@@ -14,8 +14,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from . import recovery
-from ._fs import DELETED, fsync_dir, is_leftover, remove
+from ._fs import DELETED, LOG_START, fsync_dir, is_leftover, remove, write_checkpoint
 
 if TYPE_CHECKING:
     from .log import Log
@@ -61,7 +60,7 @@ def enforce(log: "Log", now_ms: int) -> list[int]:
             return []
         doomed = segs[:n]
         new_start = segs[n].base_offset
-        recovery.write_checkpoint(log.path, recovery.LOG_START, new_start)
+        write_checkpoint(log.path, LOG_START, new_start)
         with log._lock:   # appends only add segments at the end: the prefix is ours
             log._start = max(log._start, new_start)
             log._set_segments(log._segs[n:])

@@ -17,6 +17,7 @@ cut back under a mapping would raise SIGBUS in the reader (rule R8).
 
 from __future__ import annotations
 
+import errno
 import io
 import mmap
 import os
@@ -26,10 +27,10 @@ from operator import ge
 from struct import Struct
 from typing import Any, Iterator
 
-import errno
 
-from . import _platform, _prefault, codec
-from ._fs import fsync_dir, fsync_file, tmp_path
+
+from . import _platform, _prefault, _scan, codec
+from ._fs import fsync_dir, fsync_file, remove, tmp_path
 from .errors import CorruptRecordError, OffsetOutOfRangeError
 from .index import OffsetIndex, TimeIndex
 from .message import MessageSet
@@ -298,12 +299,11 @@ class Segment:
         return counts
 
     def _rebuilt_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
-        from . import recovery
-        res = recovery.scan(self, 0, self.size, None, self._interval)
+        res = _scan.scan(self, 0, self.size, None, self._interval)
         if self.writer:
             tmp_ix, tmp_tix = tmp_path(self.index_path), tmp_path(self.timeindex_path)
             try:
-                recovery.write_index_files(self.base_offset, res, self._max_index_bytes, True,
+                _scan.write_index_files(self.base_offset, res, self._max_index_bytes, True,
                                            tmp_ix, tmp_tix)
                 os.rename(tmp_ix, self.index_path)
                 os.rename(tmp_tix, self.timeindex_path)
@@ -429,7 +429,7 @@ class Segment:
                 try:
                     _platform.reserve(fd, reserved, new_end - reserved)
                 except OSError as e:
-                    if e.errno != errno.ENOSPC or new_end <= end:
+                    if e.errno not in _platform.NO_SPACE or new_end <= end:
                         raise
                     # a nearly full disk: just what this append needs
                     new_end = end
@@ -552,7 +552,6 @@ class Segment:
 
     def delete(self) -> None:
         """Unlink the files (the caller retires the object and fsyncs the directory)."""
-        from ._fs import remove
         for p in (self.path, self.index_path, self.timeindex_path):
             remove(p)
 
