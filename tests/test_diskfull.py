@@ -37,6 +37,20 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+def _fill(disk) -> str:
+    """Fill what is left of ``disk`` with one file; its path."""
+    filler = os.path.join(disk, "filler")
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return filler
+
+
 def value(i: int) -> bytes:
     return b"%d:" % i * (1 + i % 37)
 
@@ -154,15 +168,7 @@ def test_recovery_on_a_full_disk(small_disk):
                        text=True, timeout=60)
     assert p.returncode == -signal.SIGKILL and "ack 3000" in p.stdout, p.stderr
     # fill what is left, then open in a child (a SIGBUS must not take pytest down)
-    filler = small_disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    filler = _fill(small_disk)
     opener = ("import sys, seglog\n"
               "try:\n    seglog.Log.open(sys.argv[1]).close()\n    print('opened')\n"
               "except seglog.StorageError as e:\n    print('storage error')\n")
@@ -199,15 +205,7 @@ def test_platform_fallbacks_round_trip(tmp_path, monkeypatch):
 def test_storage_error_keeps_the_errno(small_disk):
     import errno
     path = small_disk / "log"
-    filler = small_disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        while True:
-            os.write(fd, b"\0" * 65536)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    filler = _fill(small_disk)
     os.truncate(filler, os.path.getsize(filler) - (256 << 10))   # room to create the log
     code = ("import errno, sys, seglog\n"
             "log = seglog.Log.open(sys.argv[1], segment_bytes=1 << 20, flush_ms=None)\n"

@@ -1027,8 +1027,12 @@ class Log:
         return self._enforce(_now_ms() if now_ms is None else _check_ts(now_ms))
 
     def _enforce(self, now_ms: int) -> list[int]:
+        return self._poisoning(enforce, now_ms)  # type: ignore[no-any-return]
+
+    def _poisoning(self, work: Callable[..., Any], *args: Any) -> Any:
+        """``work(self, *args)``; an I/O error poisons the log, as a failed append does."""
         try:
-            return enforce(self, now_ms)
+            return work(self, *args)
         except OSError as e:
             if isinstance(e, SeglogError):
                 raise
@@ -1046,12 +1050,7 @@ class Log:
         return self._compact(None if now_ms is None else _check_ts(now_ms))
 
     def _compact(self, now_ms: int | None) -> CompactionStats:
-        try:
-            return compact(self, now_ms)
-        except OSError as e:
-            if isinstance(e, SeglogError):
-                raise
-            raise self._fail(e) from e
+        return self._poisoning(compact, now_ms)  # type: ignore[no-any-return]
 
     def _raise_background_error(self) -> None:
         e = self._background_error
