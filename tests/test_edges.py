@@ -213,3 +213,25 @@ def test_background_maintenance_failure_is_logged_and_reported(tmp_path, monkeyp
     with pytest.raises(seglog.StorageError, match="injected"):
         log.compact()
     log.close()
+
+
+def test_exit_without_close_while_background_threads_work(tmp_path):
+    """A process that exits with a writer open must exit (daemon threads are frozen
+    at interpreter exit, maybe holding a lock close() needs) and lose nothing."""
+    import subprocess
+    import sys
+    code = ("import sys, seglog\n"
+            "log = seglog.Log.open(sys.argv[1], flush_ms=1, segment_bytes=4 << 20)\n"
+            "n = log.end_offset\n"
+            "for i in range(n, n + 4000):\n"
+            "    log.append_batch([b'%d' % i + b'.' * 2000])\n"
+            "print(log.end_offset)\n")            # and exit: no close()
+    end = 0
+    for _ in range(5):
+        p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "l")],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        end = int(p.stdout)
+    with seglog.Log.open(tmp_path / "l") as log:
+        assert log.end_offset == end == 20_000
+        assert [m.offset for m in log.iter()] == list(range(end))

@@ -195,3 +195,27 @@ def test_compaction_output_is_contiguous(tmp_path_factory, ops, batch):
         latest = {k: (o, k, v) for o, k, v in written if o < sealed_end}
         got = {(m.offset, m.key, m.value) for m in log.iter() if m.offset < sealed_end}
         assert got == set(latest.values())
+
+
+@pytest.mark.parametrize("bit", range(16, 32))
+def test_first_batch_length_claiming_past_the_data_is_damage(tmp_path, bit):
+    """A flipped high bit in a batch's length field makes it claim bytes past the
+    segment's data: before, iter() then ended silently at offset 0."""
+    path = tmp_path / "l"
+    with Log.open(path, segment_bytes=64 << 10) as log:
+        log.append_batch([b"v%d" % i for i in range(200)])
+        for i in range(200, 260):
+            log.append(b"w%d" % i)
+        seg = log.segments[0].path
+    with open(seg, "r+b") as f:
+        f.seek(8)
+        length = int.from_bytes(f.read(4), "little")
+        f.seek(8)
+        f.write((length ^ (1 << bit)).to_bytes(4, "little"))
+    for ro in (False, True):
+        with Log.open(path, readonly=ro) as log:
+            with pytest.raises(CorruptRecordError) as e:
+                _deadline(lambda: list(log.iter()))
+            assert e.value.path == seg
+            with pytest.raises(CorruptRecordError):
+                _deadline(lambda: list(log.read(0)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import threading
 import time
 import weakref
@@ -264,6 +265,12 @@ class Log:
             self._cond.notify_all()
 
     def __del__(self) -> None:
+        if sys.is_finalizing():
+            # the interpreter is exiting: daemon threads (the prefaulter, the flusher)
+            # are frozen wherever they stood, possibly holding a lock close() needs.
+            # Leave it as a killed process would: the data is in the page cache, the
+            # lock goes with the process, and the next open recovers.
+            return
         if (getattr(self, "_lock_fd", -1) >= 0 or getattr(self, "readonly", False)) \
                 and not getattr(self, "_closed", True):
             try:

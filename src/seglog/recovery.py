@@ -411,7 +411,9 @@ def refresh_live(seg: Segment) -> None:
         seg.corruption = None
     elif seg.corruption is not None:
         return
-    if res.stop in ("crc", "framing", "offsets"):
+    # "partial": a batch claiming bytes past the end of the file (a live file is
+    # preallocated, so no write in progress does that): damage, if proven below
+    if res.stop in ("crc", "framing", "offsets", "partial"):
         marker = _read_marker(seg.directory) or {}
         clean_past = (marker.get("active_base") == seg.base_offset
                       and isinstance(marker.get("active_size"), int)

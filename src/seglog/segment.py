@@ -569,7 +569,8 @@ class Segment:
         """(position, header) of each whole batch from ``start`` up to ``end``.
 
         Framing and offsets only (``expect``: the first batch's base offset, then
-        each continues the last); CRCs are not checked. Stops at a partial batch.
+        each continues the last); CRCs are not checked. ``CorruptRecordError`` for a
+        batch that does not fit before ``end`` (the end of whole batches).
         """
         end = self.size if end is None else end
         pos = start
@@ -589,12 +590,16 @@ class Segment:
                 yield pos + p, hdr
                 p += codec.LENGTH_END + hdr[1]
             if p == 0:
+                # [start, end) holds whole batches: one that does not fit is damage (a
+                # flipped length bit, a cut file), never the quiet end of the data
                 if n < codec.HEADER_SIZE:
-                    return
+                    raise CorruptRecordError("partial batch header inside the segment's data",
+                                             self.path, pos)
                 hdr = self._header(buf, 0, 1 << 62, pos)
                 assert hdr is not None
                 if pos + codec.batch_size(hdr) > end:
-                    return
+                    raise CorruptRecordError("batch runs past the end of the segment's data",
+                                             self.path, pos, hdr[0])
                 expect = self._follows(hdr, expect, pos)
                 yield pos, hdr
                 p = codec.batch_size(hdr)
