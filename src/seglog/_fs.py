@@ -96,7 +96,8 @@ def remove(path: str) -> bool:
 # -- checkpoints: an offset in a small file, replaced atomically -------------------
 RECOVERY_POINT = "recovery-point"
 LOG_START = "log-start-offset"
-_CHECKPOINT_MAGIC = "seglog-checkpoint 1"
+CHECKPOINT_MAGIC = "seglog-checkpoint 1"
+LOCK_FILE = ".lock"             # the writer's flock
 
 
 def read_checkpoint(directory: str, name: str) -> int | None:
@@ -106,14 +107,14 @@ def read_checkpoint(directory: str, name: str) -> int | None:
             magic, value = f.read().split("\n")[:2]
     except (OSError, ValueError, UnicodeDecodeError):
         return None
-    if magic != _CHECKPOINT_MAGIC or not value.isdigit():
+    if magic != CHECKPOINT_MAGIC or not value.isdigit():
         return None
     return int(value)
 
 
 def write_checkpoint(directory: str, name: str, offset: int) -> None:
     """Durably replace a checkpoint (temp + fsync + rename + fsync dir, rule R3)."""
-    atomic_write(os.path.join(directory, name), f"{_CHECKPOINT_MAGIC}\n{offset}\n".encode())
+    atomic_write(os.path.join(directory, name), f"{CHECKPOINT_MAGIC}\n{offset}\n".encode())
 
 
 def list_segments(directory: str, names: list[str] | None = None) -> list[int]:

@@ -15,13 +15,11 @@ import uuid
 from dataclasses import asdict, fields
 from typing import Any
 
-from ._fs import MARKER, PREFIX, atomic_write, is_leftover
+from ._fs import CHECKPOINT_MAGIC, LOCK_FILE, MARKER, atomic_write, is_leftover
 from .config import LogConfig
 from .errors import InvalidConfigError, NotALogError
 
 FORMAT = 1
-_LOCK_FILE = ".lock"
-_CHECKPOINT_MAGIC = "seglog-checkpoint 1"
 # files whose content proves a directory was written by seglog before it had a marker
 _LEGACY_PROOF = ("recovery-point", "log-start-offset", "writer-session")
 
@@ -76,7 +74,7 @@ def ownership(directory: str, names: list[str]) -> str:
     before markers existed); ``NotALogError`` for anything else."""
     if MARKER in names:
         return "marked"
-    others = [n for n in names if n != _LOCK_FILE and not is_leftover(n)]
+    others = [n for n in names if n != LOCK_FILE and not is_leftover(n)]
     if not others:
         return "empty"
     for name in _LEGACY_PROOF:
@@ -95,7 +93,7 @@ def _proves_seglog(path: str) -> bool:
             head = f.read(4096)
     except OSError:
         return False
-    if head.startswith(_CHECKPOINT_MAGIC.encode() + b"\n"):
+    if head.startswith(CHECKPOINT_MAGIC.encode() + b"\n"):
         return True
     try:
         data = json.loads(head)
@@ -104,4 +102,4 @@ def _proves_seglog(path: str) -> bool:
     return isinstance(data, dict) and data.get("version") == 1 and "boot_id" in data
 
 
-__all__ = ["read", "write", "stored_config", "ownership", "MARKER", "PREFIX"]
+__all__ = ["read", "write", "stored_config", "ownership"]

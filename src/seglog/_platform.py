@@ -82,9 +82,9 @@ def fsync(fd: int) -> None:
     if MACOS and hasattr(fcntl, "F_FULLFSYNC"):
         try:
             fcntl.fcntl(fd, fcntl.F_FULLFSYNC)
-            return
         except OSError:
-            pass          # a file system that does not support it: plain fsync
+            os.fsync(fd)   # a file system without F_FULLFSYNC: the plain one
+        return
     os.fsync(fd)
 
 

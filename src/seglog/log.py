@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from . import _marker, _platform, _scheduler, codec, recovery
+from ._fs import LOCK_FILE
 from .config import LogConfig
 from .errors import (CorruptRecordError, LogClosedError, LogLockedError, MessageTooLargeError,
                      OffsetOutOfRangeError, ReadOnlyError, SeglogError, StorageError)
@@ -33,7 +34,6 @@ from .retention import enforce, purge_due
 from .segment import Segment, SegmentGoneError
 
 
-_LOCK_FILE = ".lock"
 _log = logging.getLogger("seglog")
 _BASE = attrgetter("base_offset")
 _MAX_DELTA = (1 << 32) - 2
@@ -151,7 +151,7 @@ class Log:
         if os.path.isdir(path):
             _marker.ownership(path, os.listdir(path))   # refuse before creating anything
         os.makedirs(path, exist_ok=True)
-        lock_fd = os.open(os.path.join(path, _LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        lock_fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             _platform.flock(lock_fd, _platform.LOCK_EX_NB)
         except BlockingIOError:
