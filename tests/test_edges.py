@@ -201,10 +201,10 @@ def test_background_maintenance_failure_is_logged_and_reported(tmp_path, monkeyp
     import seglog.log
     log = seglog.Log.open(tmp_path / "l", retention_check_ms=10)
 
-    def broken(lg, now_ms):
+    def broken(*args):
         raise OSError(5, "injected")
 
-    monkeypatch.setattr(seglog.log, "enforce", broken)
+    monkeypatch.setattr(seglog.log, "expired_prefix", broken)
     deadline = time.monotonic() + 10
     while log._background_error is None and time.monotonic() < deadline:
         time.sleep(0.01)

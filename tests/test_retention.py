@@ -107,7 +107,9 @@ def test_crash_between_checkpoint_and_delete(logdir, monkeypatch):
     log = Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0)
     fill(log, 60, 1000)
     keep = log.segments[-1].base_offset
-    monkeypatch.setattr(seglog.Segment, "delete", lambda self: (_ for _ in ()).throw(KeyboardInterrupt()))
+    import seglog.retention
+    monkeypatch.setattr(seglog.retention.DelayedDeletes, "delete",
+                        lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         log.enforce_retention(now_ms=10**12)
     monkeypatch.undo()

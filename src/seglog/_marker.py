@@ -15,7 +15,7 @@ import uuid
 from dataclasses import asdict, fields
 from typing import Any
 
-from ._fs import CHECKPOINT_MAGIC, LOCK_FILE, MARKER, atomic_write, is_leftover
+from ._files import CHECKPOINT_MAGIC, LOCK_FILE, MARKER, atomic_write, is_leftover
 from .config import LogConfig
 from .errors import InvalidConfigError, NotALogError
 

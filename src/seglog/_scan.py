@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import codec
-from ._fs import remove
+from ._files import remove
 from .errors import CorruptRecordError
 from .index import OffsetIndex, TimeIndex
 

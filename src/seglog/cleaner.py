@@ -28,18 +28,16 @@ import os
 import time
 from array import array
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import Callable, Iterator, Sequence
 
 import xxhash
 
 from . import _scan, codec
-from ._fs import (CLEANED, SWAP, fsync_dir, fsync_file, is_leftover, list_segments,
+from ._files import (CLEANED, SWAP, fsync_dir, fsync_file, is_leftover, list_segments,
                   read_checkpoint, remove, write_checkpoint)
+from .config import LogConfig
 from .errors import CorruptRecordError
 from .segment import Segment, segment_name
-
-if TYPE_CHECKING:
-    from .log import Log
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 # the earliest delete horizon of a tombstone kept in cleaned segments: a pass is due
@@ -288,16 +286,15 @@ class _Writer:
             remove(p)
 
 
-def _clean_group(log: "Log", group: list[Segment], omap: OffsetMap, now: int,
-                 stats: CompactionStats, end: int) -> _Writer:
+def _clean_group(directory: str, cfg: LogConfig, group: list[Segment], omap: OffsetMap,
+                 now: int, stats: CompactionStats, end: int) -> _Writer:
     """Write the kept records of ``group`` as one segment covering [base, ``end``).
 
     The last batch written always ends at ``end - 1``: when compaction dropped the
     last batches (or every record), an empty batch covers the offsets that are gone,
     so a reader can tell offsets compaction removed from a segment cut short.
     """
-    cfg = log.config
-    w = _Writer(log.path, group[0].base_offset, cfg.index_interval_bytes)
+    w = _Writer(directory, group[0].base_offset, cfg.index_interval_bytes)
     covered = group[0].base_offset       # offsets below this are in batches written
     max_ts = -1
     try:
@@ -403,76 +400,71 @@ def resolve_interrupted(directory: str) -> None:
                 fsync_dir(directory)
 
 
-def compact(log: "Log", now_ms: int | None = None) -> CompactionStats:
-    """One compaction pass over ``log``'s sealed segments. See the module docstring."""
+def compact(directory: str, segments: Sequence[Segment], start_offset: int, cfg: LogConfig,
+            replace: Callable[[list[Segment], Segment], None],
+            now_ms: int | None = None) -> CompactionStats:
+    """One compaction pass over the sealed ``segments`` of the log in ``directory``
+    (oldest first, without the active one). See the module docstring.
+
+    Each rewritten group is committed on disk, then handed to ``replace(old, new)``,
+    which swaps it into the log's segment list (Kafka's ``replaceSegments``). The
+    caller runs one pass at a time. I/O errors propagate as ``OSError``.
+    """
     t0 = time.perf_counter()
-    cfg = log.config
     now = int(time.time() * 1000) if now_ms is None else now_ms
     stats = CompactionStats()
     if not cfg.compacted:
         stats.skipped = f"cleanup_policy is {cfg.cleanup_policy!r}"
         return stats
-    with log._maintenance:
-        log._check_writable()
-        segs = log._segs
-        sealed = list(segs[:-1])
-        lag = cfg.min_compaction_lag_ms
-        cleanable = []
-        for s in sealed:
-            if lag and s.max_timestamp > now - lag:
-                break
-            cleanable.append(s)
-        stats.segments_before = len(cleanable)
-        first_dirty = max(read_checkpoint(log.path, CLEANER_CHECKPOINT) or 0,
-                          log._start)
-        stats.first_dirty_offset = first_dirty
-        dirty = [s for s in cleanable if (s.next_offset or 0) > first_dirty]
-        dirty_bytes = sum(s.size for s in dirty)
-        total = sum(s.size for s in cleanable)
-        stats.dirty_ratio = dirty_bytes / total if total else 0.0
-        horizon = read_checkpoint(log.path, HORIZON_CHECKPOINT)
-        tombstones_due = horizon is not None and now > horizon
-        omap = OffsetMap(cfg.cleaner_buffer_bytes)
-        if dirty and stats.dirty_ratio >= cfg.min_cleanable_dirty_ratio:
-            dirty_end, _ = build_map(dirty, first_dirty, omap)
-            if dirty_end <= first_dirty and not tombstones_due:
-                stats.skipped = "cleaner_buffer_bytes cannot hold the keys of one segment"
-                return stats
-        elif tombstones_due:
-            dirty_end = first_dirty      # only drop expired tombstones from cleaned data
-        else:
-            stats.skipped = ("nothing dirty in the sealed segments" if not dirty else
-                             f"dirty ratio {stats.dirty_ratio:.2f} below "
-                             f"min_cleanable_dirty_ratio {cfg.min_cleanable_dirty_ratio}")
+    lag = cfg.min_compaction_lag_ms
+    cleanable = []
+    for s in segments:
+        if lag and s.max_timestamp > now - lag:
+            break
+        cleanable.append(s)
+    stats.segments_before = len(cleanable)
+    first_dirty = max(read_checkpoint(directory, CLEANER_CHECKPOINT) or 0, start_offset)
+    stats.first_dirty_offset = first_dirty
+    dirty = [s for s in cleanable if (s.next_offset or 0) > first_dirty]
+    dirty_bytes = sum(s.size for s in dirty)
+    total = sum(s.size for s in cleanable)
+    stats.dirty_ratio = dirty_bytes / total if total else 0.0
+    horizon = read_checkpoint(directory, HORIZON_CHECKPOINT)
+    tombstones_due = horizon is not None and now > horizon
+    omap = OffsetMap(cfg.cleaner_buffer_bytes)
+    if dirty and stats.dirty_ratio >= cfg.min_cleanable_dirty_ratio:
+        dirty_end, _ = build_map(dirty, first_dirty, omap)
+        if dirty_end <= first_dirty and not tombstones_due:
+            stats.skipped = "cleaner_buffer_bytes cannot hold the keys of one segment"
             return stats
-        stats.map_entries, stats.map_bytes = omap.size, omap.memory_bytes
-        stats.dirty_end_offset = dirty_end
-        todo = [s for s in cleanable if s.base_offset < dirty_end]
-        stats.bytes_before = sum(s.size for s in todo)
-        for group in _groups(todo, cfg.segment_bytes):
-            end = group[-1].next_offset
-            assert end is not None
-            w = _clean_group(log, group, omap, now, stats, end)
-            fsync_dir(log.path)
-            write_checkpoint(log.path, SWAP + segment_name(group[0].base_offset), end)
-            swap_in(log.path, group[0].base_offset, end)
-            new = Segment(log.path, group[0].base_offset, size=w.pos, next_offset=end,
-                          max_index_bytes=cfg.max_index_bytes)
-            new._max_ts = w.res.max_timestamp
-            new.writer = True
-            new._interval = cfg.index_interval_bytes
-            with log._lock:
-                cur = log._segs
-                i = next(k for k, s in enumerate(cur) if s is group[0])
-                log._set_segments(cur[:i] + (new,) + cur[i + len(group):])
-            log._retire(group, "replaced by compaction")
-            stats.bytes_after += w.pos
-            stats.replaced.append((group[0].base_offset, end))
-        write_checkpoint(log.path, CLEANER_CHECKPOINT, dirty_end)
-        if stats.next_horizon is not None:
-            write_checkpoint(log.path, HORIZON_CHECKPOINT, stats.next_horizon)
-        elif remove(os.path.join(log.path, HORIZON_CHECKPOINT)):
-            fsync_dir(log.path)
-        stats.segments_after = len(stats.replaced)
+    elif tombstones_due:
+        dirty_end = first_dirty      # only drop expired tombstones from cleaned data
+    else:
+        stats.skipped = ("nothing dirty in the sealed segments" if not dirty else
+                         f"dirty ratio {stats.dirty_ratio:.2f} below "
+                         f"min_cleanable_dirty_ratio {cfg.min_cleanable_dirty_ratio}")
+        return stats
+    stats.map_entries, stats.map_bytes = omap.size, omap.memory_bytes
+    stats.dirty_end_offset = dirty_end
+    todo = [s for s in cleanable if s.base_offset < dirty_end]
+    stats.bytes_before = sum(s.size for s in todo)
+    for group in _groups(todo, cfg.segment_bytes):
+        end = group[-1].next_offset
+        assert end is not None
+        w = _clean_group(directory, cfg, group, omap, now, stats, end)
+        fsync_dir(directory)
+        write_checkpoint(directory, SWAP + segment_name(group[0].base_offset), end)
+        swap_in(directory, group[0].base_offset, end)
+        replace(group, Segment.cleaned(directory, group[0].base_offset, w.pos, end,
+                                       w.res.max_timestamp, cfg.index_interval_bytes,
+                                       cfg.max_index_bytes))
+        stats.bytes_after += w.pos
+        stats.replaced.append((group[0].base_offset, end))
+    write_checkpoint(directory, CLEANER_CHECKPOINT, dirty_end)
+    if stats.next_horizon is not None:
+        write_checkpoint(directory, HORIZON_CHECKPOINT, stats.next_horizon)
+    elif remove(os.path.join(directory, HORIZON_CHECKPOINT)):
+        fsync_dir(directory)
+    stats.segments_after = len(stats.replaced)
     stats.seconds = time.perf_counter() - t0
     return stats

@@ -26,7 +26,7 @@ import os
 from struct import Struct
 from typing import Callable
 
-from ._fs import fsync_file
+from ._files import fsync_file
 from . import _platform
 
 

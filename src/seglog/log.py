@@ -18,19 +18,21 @@ from struct import Struct
 from bisect import bisect_right
 from operator import attrgetter
 from itertools import chain
+from contextlib import contextmanager
 from dataclasses import asdict, fields
 from functools import partial
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from . import _marker, _platform, _scheduler, codec, recovery
-from ._fs import LOCK_FILE
+from ._files import LOCK_FILE
 from .config import LogConfig
 from .errors import (CorruptRecordError, LogClosedError, LogLockedError, MessageTooLargeError,
                      OffsetOutOfRangeError, ReadOnlyError, SeglogError, StorageError)
 from .message import (_HEADER_FRAMING, Headers, Message, MessageSet, Record, _check_ts,
                       prepare_batch)
 from .cleaner import CompactionStats, compact
-from .retention import enforce, purge_due
+from .retention import DelayedDeletes, expired_prefix
+from ._files import LOG_START, write_checkpoint
 from .segment import Segment, SegmentGoneError
 
 
@@ -75,7 +77,7 @@ class Log:
         self._flush_lock = threading.Lock()
         # retention and compaction, one at a time, never holding the append lock long
         self._maintenance = threading.RLock()
-        self._pending_deletes: list[tuple[float, list[str]]] = []
+        self._deletes = DelayedDeletes(path)
         self._cond = threading.Condition(threading.Lock())
         self._waiters = 0
         self._closed = False
@@ -227,9 +229,9 @@ class Log:
             self._closing = True
             while self._inflight:
                 self._idle.wait()
-        if self._pending_deletes:
+        if len(self._deletes):
             try:
-                purge_due(self, everything=True)
+                self._deletes.purge(everything=True)
             except OSError:
                 # the next writer removes them at open
                 pass
@@ -1034,16 +1036,50 @@ class Log:
         return self._enforce(_now_ms() if now_ms is None else _check_ts(now_ms))
 
     def _enforce(self, now_ms: int) -> list[int]:
-        return self._poisoning(enforce, now_ms)  # type: ignore[no-any-return]
+        """The delete policy (Kafka's ``deleteOldSegments``): the new log start offset
+        is checkpointed durably before any file is removed, so a crash in between
+        leaves segments below the start offset, which the next open deletes, and
+        never a start offset pointing at deleted data."""
+        cfg = self.config
+        if not cfg.deletes:
+            return []
+        with self._maintenance, self._poisoning():
+            self._check_writable()
+            self._deletes.purge()
+            segs = self._segs
+            n = expired_prefix(segs, now_ms, cfg.retention_ms, cfg.retention_bytes)
+            if not n:
+                return []
+            doomed = segs[:n]
+            new_start = segs[n].base_offset
+            write_checkpoint(self.path, LOG_START, new_start)
+            with self._lock:   # appends only add segments at the end: the prefix is ours
+                self._start = max(self._start, new_start)
+                self._set_segments(self._segs[n:])
+            # readers of this process re-find their place; the files close once no read
+            # is in flight (readers in other processes are what the delay is for)
+            self._retire(doomed, "deleted by retention")
+            self._deletes.delete(doomed, cfg.file_delete_delay_ms)
+        return [s.base_offset for s in doomed]
 
-    def _poisoning(self, work: Callable[..., Any], *args: Any) -> Any:
-        """``work(self, *args)``; an I/O error poisons the log, as a failed append does."""
+    @contextmanager
+    def _poisoning(self) -> Iterator[None]:
+        """An I/O error inside poisons the log, as a failed append does."""
         try:
-            return work(self, *args)
+            yield
         except OSError as e:
             if isinstance(e, SeglogError):
                 raise
             raise self._fail(e) from e
+
+    def _replace_segments(self, old: list[Segment], new: Segment) -> None:
+        """Swap compaction's ``new`` segment in for the consecutive ``old`` ones
+        (Kafka's ``replaceSegments``); the files were swapped on disk already."""
+        with self._lock:
+            cur = self._segs
+            i = next(k for k, s in enumerate(cur) if s is old[0])
+            self._set_segments(cur[:i] + (new,) + cur[i + len(old):])
+        self._retire(old, "replaced by compaction")
 
     def compact(self, now_ms: int | None = None) -> CompactionStats:
         """One compaction pass (cleanup_policy "compact"): keep the latest record per key.
@@ -1057,7 +1093,10 @@ class Log:
         return self._compact(None if now_ms is None else _check_ts(now_ms))
 
     def _compact(self, now_ms: int | None) -> CompactionStats:
-        return self._poisoning(compact, now_ms)  # type: ignore[no-any-return]
+        with self._maintenance, self._poisoning():
+            self._check_writable()
+            return compact(self.path, self._segs[:-1], self._start, self.config,
+                           self._replace_segments, now_ms)
 
     def _raise_background_error(self) -> None:
         e = self._background_error
@@ -1161,7 +1200,7 @@ def _maintain(log: Log) -> None:
                 log._enforce(_now_ms())
             if log.config.compacted:
                 log._compact(None)
-            purge_due(log)
+            log._deletes.purge()
     except (SeglogError, OSError) as e:
         if not log._closed and not log._closing:
             _log.warning("seglog: maintenance of %s failed: %s", log.path, e)

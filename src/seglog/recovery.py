@@ -18,7 +18,7 @@ from operator import ge
 from dataclasses import dataclass, field
 
 from . import _platform, codec
-from ._fs import (LOG_START, RECOVERY_POINT, atomic_write, fsync_dir, fsync_file,  # noqa: F401
+from ._files import (LOG_START, RECOVERY_POINT, atomic_write, fsync_dir, fsync_file,  # noqa: F401
                   is_leftover, list_segments, read_checkpoint, remove, tmp_path,
                   write_checkpoint)
 from ._scan import ScanResult, scan, write_index_files  # noqa: F401  (re-exported)

@@ -1,29 +1,43 @@
-"""Delete policy: whole segments by age (``retention_ms``) and total size (``retention_bytes``).
+"""Delete policy: which whole segments expire by age (``retention_ms``) and total size
+(``retention_bytes``), and the mechanics of deleting them.
 
 Deletion is in two steps, as in Kafka: a deleted segment's files are renamed aside
-(``.seglog-deleted.<name>``) at once and unlinked ``file_delete_delay_ms`` later, by the log's
-maintenance thread, the next pass, or ``close()``; a writer that opens the log
-removes leftovers. Readers that already hold a segment keep reading it either way
-(they hold open descriptors); the delay serves readers that listed the directory
-but have not opened the files yet.
+(``.seglog-deleted.<name>``) at once and unlinked ``file_delete_delay_ms`` later, by
+the process's maintenance thread, the next pass, or ``close()``; a writer that opens
+the log removes leftovers. Readers that already hold a segment keep reading it
+either way (they hold open descriptors); the delay serves readers that listed the
+directory but have not opened the files yet.
+
+This module knows segments only through the ``_Expirable`` shape (size, largest
+timestamp, file paths); the log decides when to apply it and swaps its segment
+list itself.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol, Sequence
 
-from ._fs import DELETED, LOG_START, fsync_dir, is_leftover, remove, write_checkpoint
-
-if TYPE_CHECKING:
-    from .log import Log
-    from .segment import Segment
+from ._files import DELETED, fsync_dir, is_leftover, remove
 
 
-def expired_prefix(segments: tuple["Segment", ...], now_ms: int, retention_ms: int | None,
+class _Expirable(Protocol):
+    @property
+    def size(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+
+
+class _Deletable(Protocol):
+    path: str
+    index_path: str
+    timeindex_path: str
+
+
+def expired_prefix(segments: Sequence[_Expirable], now_ms: int, retention_ms: int | None,
                    retention_bytes: int | None) -> int:
-    """How many of the oldest sealed segments are due for deletion.
+    """How many of the oldest sealed segments are due for deletion (pure).
 
     A segment is due when its largest timestamp is more than ``retention_ms`` old,
     or while the log without it still holds at least ``retention_bytes``. Only a
@@ -41,67 +55,53 @@ def expired_prefix(segments: tuple["Segment", ...], now_ms: int, retention_ms: i
     return n
 
 
-def enforce(log: "Log", now_ms: int) -> list[int]:
-    """Apply the delete policy to ``log``; return the deleted segments' base offsets.
+class DelayedDeletes:
+    """Files of deleted segments, renamed aside and waiting for their delay to pass.
 
-    The new log start offset is checkpointed (durably) before any file is removed,
-    so a crash in between leaves segments below the start offset, which the next
-    pass deletes, and never a start offset pointing at deleted data.
+    Not thread-safe: the log calls it under its maintenance lock.
     """
-    cfg = log.config
-    if not cfg.deletes:
-        return []
-    with log._maintenance:
-        log._check_writable()
-        purge_due(log)
-        segs = log._segs
-        n = expired_prefix(segs, now_ms, cfg.retention_ms, cfg.retention_bytes)
-        if not n:
-            return []
-        doomed = segs[:n]
-        new_start = segs[n].base_offset
-        write_checkpoint(log.path, LOG_START, new_start)
-        with log._lock:   # appends only add segments at the end: the prefix is ours
-            log._start = max(log._start, new_start)
-            log._set_segments(log._segs[n:])
-        # readers of this process re-find their place; the files close once no read is
-        # in flight (readers in other processes are what the delay is for)
-        log._retire(doomed, "deleted by retention")
-        delay = cfg.file_delete_delay_ms
-        for seg in doomed:
-            if delay:
-                schedule_delete(log, seg, delay)
-            else:
-                seg.delete()
-        fsync_dir(log.path)
-    return [s.base_offset for s in doomed]
 
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._due: list[tuple[float, list[str]]] = []
 
-def schedule_delete(log: "Log", seg: "Segment", delay_ms: int) -> None:
-    """Rename the segment's files aside now; unlink them after ``delay_ms``."""
-    names = []
-    for p in (seg.path, seg.index_path, seg.timeindex_path):
-        aside = os.path.join(os.path.dirname(p), DELETED + os.path.basename(p))
-        try:
-            os.rename(p, aside)
-            names.append(aside)
-        except FileNotFoundError:
-            pass
-    log._pending_deletes.append((time.monotonic() + delay_ms / 1000.0, names))
+    def __len__(self) -> int:
+        return len(self._due)
 
+    def delete(self, segments: Sequence[_Deletable], delay_ms: int) -> None:
+        """Remove the segments' files: at once (``delay_ms`` 0), or renamed aside now
+        and unlinked by ``purge`` once ``delay_ms`` has passed. The directory is
+        fsynced before this returns."""
+        for seg in segments:
+            paths = (seg.path, seg.index_path, seg.timeindex_path)
+            if not delay_ms:
+                for p in paths:
+                    remove(p)
+                continue
+            names = []
+            for p in paths:
+                aside = os.path.join(os.path.dirname(p), DELETED + os.path.basename(p))
+                try:
+                    os.rename(p, aside)
+                    names.append(aside)
+                except FileNotFoundError:
+                    pass
+            self._due.append((time.monotonic() + delay_ms / 1000.0, names))
+        fsync_dir(self.directory)
 
-def purge_due(log: "Log", everything: bool = False) -> int:
-    """Unlink renamed-aside files whose delay has passed (all with ``everything``)."""
-    now = time.monotonic()
-    due = [(t, names) for t, names in log._pending_deletes if everything or t <= now]
-    if not due:
-        return 0
-    log._pending_deletes[:] = [e for e in log._pending_deletes if e not in due]
-    for _, names in due:
-        for name in names:
-            remove(name)
-    fsync_dir(log.path)
-    return len(due)
+    def purge(self, everything: bool = False) -> int:
+        """Unlink renamed-aside files whose delay has passed (all with ``everything``);
+        return how many segments' files went."""
+        now = time.monotonic()
+        due = [e for e in self._due if everything or e[0] <= now]
+        if not due:
+            return 0
+        self._due = [e for e in self._due if e not in due]
+        for _, names in due:
+            for name in names:
+                remove(name)
+        fsync_dir(self.directory)
+        return len(due)
 
 
 def remove_leftovers(directory: str) -> None:

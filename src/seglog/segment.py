@@ -30,7 +30,7 @@ from typing import Any, Iterator
 
 
 from . import _platform, _prefault, _scan, codec
-from ._fs import fsync_dir, fsync_file, remove, tmp_path
+from ._files import fsync_dir, fsync_file, remove, tmp_path
 from .errors import CorruptRecordError, OffsetOutOfRangeError
 from .index import OffsetIndex, TimeIndex
 from .message import MessageSet
@@ -164,6 +164,18 @@ class Segment:
         except BaseException:
             seg.close(seal=False)
             raise
+        return seg
+
+    @classmethod
+    def cleaned(cls, directory: str, base_offset: int, size: int, next_offset: int,
+                max_timestamp: int, index_interval_bytes: int, max_index_bytes: int
+                ) -> "Segment":
+        """The writer's object for a sealed segment compaction just swapped in."""
+        seg = cls(directory, base_offset, size=size, next_offset=next_offset,
+                  max_index_bytes=max_index_bytes)
+        seg._max_ts = max_timestamp
+        seg.writer = True
+        seg._interval = index_interval_bytes
         return seg
 
     def make_active(self, capacity: int, index_interval_bytes: int,
