@@ -1,7 +1,11 @@
-"""``Log``: the policy over a directory of segments.
+"""``Log``: the public face of a log (Kafka's ``UnifiedLog``).
 
-Offsets, rolling, the flush policy, locking, readers in other processes. The
-mechanism (bytes in files) is in ``segment``, ``index`` and ``codec``.
+Lifecycle (open, recovery, close, forks), validation and the append hot path, the
+flush policy and the recovery point, poisoning after an I/O error, tailing
+(``wait``), and the maintenance entry points with their policy (which segments
+retention deletes, when compaction runs). The segment list, rolling and the read
+path are ``LocalLog``'s, which ``Log`` extends; bytes in files are ``segment``,
+``index`` and ``codec``. docs/DESIGN.md has the layers and the lock order.
 """
 
 from __future__ import annotations
@@ -14,39 +18,25 @@ import threading
 import time
 import weakref
 import zlib
-from struct import Struct
-from bisect import bisect_right
-from operator import attrgetter
-from itertools import chain
 from contextlib import contextmanager
 from dataclasses import asdict, fields
-from functools import partial
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from struct import Struct
+from typing import Any, Iterable, Iterator
 
 from . import _marker, _platform, _scheduler, codec, recovery
-from ._files import LOCK_FILE
-from .config import LogConfig
-from .errors import (CorruptRecordError, LogClosedError, LogLockedError, MessageTooLargeError,
-                     OffsetOutOfRangeError, ReadOnlyError, SeglogError, StorageError)
-from .message import (_HEADER_FRAMING, Headers, Message, MessageSet, Record, _check_ts,
-                      prepare_batch)
+from ._files import LOCK_FILE, LOG_START, RECOVERY_POINT, write_checkpoint
 from .cleaner import CompactionStats, compact
+from .config import LogConfig
+from .errors import LogLockedError, MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
+from .local_log import NEVER, LocalLog
+from .message import _HEADER_FRAMING, Headers, Record, _check_ts, prepare_batch
 from .retention import DelayedDeletes, expired_prefix
-from ._files import LOG_START, write_checkpoint
-from .segment import Segment, SegmentGoneError
-
+from .segment import Segment
 
 _log = logging.getLogger("seglog")
-_BASE = attrgetter("base_offset")
-_MAX_DELTA = (1 << 32) - 2
 # per-record bookkeeping bytes counted against max_message_bytes when cutting batches
 _RECORD_OVERHEAD = 24
-_RACY_NS = 3_000_000_000  # a directory listing this close to its mtime is not trusted
-_RELOCATIONS = 64         # a reader re-finds its place at most this often per step
-_ITER_CHUNK = 1 << 20
-_NEVER = 1 << 63
-_ONE = Struct("<qIBIHIIqqH")   # a whole batch header plus the length of its one short value
-_ONE_SIZE = _ONE.size
+_ONE_SIZE = 43 + 2            # a one-record batch's header and its value's short length
 _TAIL_1H = Struct("<HIIqqH")
 _crc32 = zlib.crc32
 _time_ns = time.time_ns
@@ -56,7 +46,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class Log:
+class Log(LocalLog):
     """An append-only log of messages with contiguous offsets, in one directory.
 
     Open with ``Log.open``. One writer per directory (``LogLockedError`` for a
@@ -70,21 +60,14 @@ class Log:
     """
 
     def __init__(self, path: str, config: LogConfig, readonly: bool) -> None:
-        self.path = path
-        self.config = config
-        self.readonly = readonly
-        self._lock = threading.Lock()
+        super().__init__(path, config, readonly)
         self._flush_lock = threading.Lock()
         # retention and compaction, one at a time, never holding the append lock long
         self._maintenance = threading.RLock()
         self._deletes = DelayedDeletes(path)
         self._cond = threading.Condition(threading.Lock())
         self._waiters = 0
-        self._closed = False
         self._failed: BaseException | None = None
-        self._segs: tuple[Segment, ...] = ()
-        self._start = 0
-        self._end = 0
         self._flushed = 0
         self._checkpointed = -1
         self._ckpt_lock = threading.Lock()
@@ -92,28 +75,13 @@ class Log:
         self._jobs: list[_scheduler.Job] = []
         self._compress = codec.CODEC_LZ4 if config.compression == "lz4" else codec.CODEC_NONE
         self._max_msg = config.max_message_bytes
-        self._capacity = config.segment_bytes + config.max_message_bytes + 65536
-        self._dir_mtime = 0
-        self._listed_at = 0
         self.recovery: recovery.RecoveryReport | None = None   # set by an unclean open
         self._ok = not readonly   # False once closed or failed: one test on the hot path
         self._fast = self._compress == codec.CODEC_NONE
         self._fast_max = min(self._max_msg, 0xFFFE)
         self._crc_ts = -1
         self._crc_cache: dict[int, int] = {}
-        self._roll_size = self._roll_ts = self._roll_off = _NEVER
-        self._flush_at = _NEVER if config.flush_messages is None else config.flush_messages - 1
-        # reads in flight (every pread, index lookup and fsync of a segment happens inside
-        # one): a retired segment's descriptors close only when none is, so no number
-        # is closed (and reused by another open) under a reader
-        self._rlock = threading.Lock()
-        self._idle = threading.Condition(self._rlock)
-        self._inflight = 0
-        self._graveyard: list[Callable[[], None]] = []
-        self._refresh_lock = threading.Lock()
-        self._closing = False
-        self._pid = os.getpid()
-        self._forked_from: int | None = None
+        self._flush_at = NEVER if config.flush_messages is None else config.flush_messages - 1
         self._background_error: BaseException | None = None
 
     # -- opening and closing ------------------------------------------------------
@@ -243,8 +211,8 @@ class Log:
             try:
                 if not self.readonly and self._failed is None:
                     active = self._segs[-1]
-                    active.seal()
-                    recovery.write_checkpoint(self.path, recovery.RECOVERY_POINT, self._end)
+                    active._seal()
+                    write_checkpoint(self.path, RECOVERY_POINT, self._end)
                     recovery.write_marker(self.path, active, self._end)
                     self._flushed = self._end
             except OSError as e:
@@ -254,7 +222,7 @@ class Log:
             finally:
                 for seg in self._segs:
                     try:
-                        seg.close(seal=False)    # sealed above, unless it failed
+                        seg._close(seal=False)    # sealed above, unless it failed
                     except OSError:
                         pass
                 for close in self._graveyard:
@@ -279,6 +247,22 @@ class Log:
                 self.close()
             except Exception:
                 pass
+
+    def _abandon(self) -> None:
+        """``seglog.testing.abandon``: leave the files as a killed process would."""
+        for job in self._jobs:
+            job.cancel()
+        with self._flush_lock, self._lock:
+            self._closed = True
+            self._ok = False
+            for seg in self._segs:
+                seg._abandon()
+            for close in self._graveyard:      # retired segments' descriptors
+                close()
+            self._graveyard.clear()
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
 
     def _after_fork(self) -> None:
         """In a forked child: this object belongs to the parent process.
@@ -313,81 +297,16 @@ class Log:
                 pass
             self._lock_fd = -1
 
-    def _closed_error(self) -> SeglogError:
-        if self._forked_from is not None:
-            return SeglogError(
-                f"log {self.path} was opened by process {self._forked_from}; this process "
-                f"({self._pid}) is a fork of it and may not use the writer: open the log "
-                f"again here (readonly=True to read while the parent writes)")
-        return LogClosedError(f"log {self.path} is closed")
-
     # -- reads in flight and retired segments --------------------------------------
-    def _enter(self) -> None:
-        with self._rlock:
-            if self._closing or self._closed:
-                raise self._closed_error()
-            self._inflight += 1
-
-    def _leave(self) -> None:
-        with self._rlock:
-            self._inflight -= 1
-            if not self._inflight:
-                if self._graveyard:
-                    for close in self._graveyard:
-                        close()
-                    self._graveyard.clear()
-                self._idle.notify_all()
-
-    def _dispose(self, close: Callable[[], None]) -> None:
-        """Run ``close`` (which closes descriptors) once no read is in flight."""
-        with self._rlock:
-            if self._inflight:
-                self._graveyard.append(close)
-            else:
-                close()
-
-    def _retire(self, segs: Iterable[Segment], why: str) -> None:
-        """Segments that left the list (retention, compaction, a reader's re-listing):
-        readers that meet them re-find their place; their files close once no read
-        is in flight."""
-        for seg in segs:
-            if seg._gone is None:
-                seg._gone = why     # before the close: a reader between steps re-finds
-            self._dispose(partial(seg._retire, why))
-
     # -- state ----------------------------------------------------------------------
-    @property
-    def start_offset(self) -> int:
-        """The first offset still in the log."""
-        if self.readonly:
-            self._refresh()
-        return self._start
-
-    @property
-    def end_offset(self) -> int:
-        """The next offset to assign (one past the last message)."""
-        if self.readonly:
-            self._refresh()
-        return self._end
-
     @property
     def flushed_offset(self) -> int:
         """Every offset below this survives power loss."""
         return self._flushed
 
     @property
-    def segments(self) -> tuple[Segment, ...]:
-        """The segments, oldest first; the last one is active."""
-        if self.readonly:
-            self._refresh()
-        return self._segs
-
-    @property
     def closed(self) -> bool:
         return self._closed
-
-    def _set_segments(self, segs: Sequence[Segment]) -> None:
-        self._segs = tuple(segs)
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -438,27 +357,14 @@ class Log:
                         self._check_writable()
                     off = self._end
                     seg = self._segs[-1]
-                    pos = seg._size
-                    end = pos + size
-                    if end > self._roll_size or ts > self._roll_ts or off > self._roll_off:
-                        seg = self._roll(seg, size, ts)
-                        pos = seg._size
-                        end = pos + size
-                    mm = seg._mm
+                    if (seg._size + size > self._roll_size or ts > self._roll_ts  # type: ignore[operator]
+                            or off > self._roll_off):
+                        seg = self._roll(seg)
                     try:
-                        if end > seg._alloc_end:
-                            seg.allocate(end)
-                        _ONE.pack_into(mm, pos, off, size - 12, 1, crc, 0, 0, 1, ts, ts, n)
-                        mm[pos + _ONE_SIZE:end] = value
+                        if not seg._append_one(off, ts, crc, value, size):
+                            self._set_roll_limits(seg)      # the first batch of a segment
                     except OSError as e:
                         raise self._fail(e) from e
-                    if pos >= seg._next_index_pos or ts > seg._max_ts or not pos:
-                        seg.appended(pos, end, off, off + 1, ts)
-                        if not pos:
-                            self._set_roll_limits(seg)
-                    else:
-                        seg._size = end
-                        seg.next_offset = off + 1
                     self._end = off + 1
                 finally:
                     lock.release()
@@ -517,10 +423,10 @@ class Log:
                 seg = self._segs[-1]
                 if (seg._size + size > self._roll_size or max_ts > self._roll_ts  # type: ignore[operator]
                         or off + n - 1 > self._roll_off):
-                    seg = self._roll(seg, size, max_ts)
+                    seg = self._roll(seg)
                 fresh = not seg._size
                 try:
-                    seg.append(data, off, off + n, max_ts, size)
+                    seg._append(data, off, off + n, max_ts, size)
                 except OSError as e:
                     raise self._fail(e) from e
                 if fresh:
@@ -578,48 +484,15 @@ class Log:
             out.append((data, b - a, ts if isinstance(ts, int) else max(ts), len(data)))
         return out
 
-    def _watch(self, seg: Segment) -> None:
-        """Roll at the next append once the segment's index is full."""
-        ref = weakref.ref(self)     # no cycle: an unreferenced writer is freed at once
-
-        def full() -> None:
-            log = ref()
-            if log is not None:
-                log._roll_size = 0
-        seg.on_index_full = full  # type: ignore[method-assign]
-
-    def _set_roll_limits(self, seg: Segment) -> None:
-        """Precompute when the active segment must roll, so appends compare three ints.
-
-        Kafka's conditions: the next batch would pass ``segment_bytes``; its
-        timestamp is ``segment_ms`` past the segment's first; an offset would not fit
-        the index's 32-bit relative offset; an index is full. An empty segment never
-        rolls.
-        """
-        if not seg._size:
-            self._roll_size = self._roll_ts = self._roll_off = _NEVER
-            return
-        self._roll_size = 0 if seg.index_full else self.config.segment_bytes
-        ms = self.config.segment_ms
-        self._roll_ts = (seg.first_timestamp + ms if ms is not None and seg.first_timestamp is not None
-                         else _NEVER)
-        self._roll_off = seg.base_offset + _MAX_DELTA
-
-    def _roll(self, old: Segment, nbytes: int, ts: int) -> Segment:
-        """Seal the active segment and start a new one at the end offset (lock held)."""
+    def _roll(self, old: Segment) -> Segment:
+        """Roll (lock held); the sealed segment was fsynced, so everything before the
+        new base offset is durable: it becomes the recovery point."""
         if not old.size:
-            return old
-        old.next_offset = self._end
+            return old          # an empty segment never rolls
         try:
-            old.seal()
-            new = Segment.create(self.path, self._end, self._capacity,
-                                 self.config.index_interval_bytes, self.config.max_index_bytes)
+            new = self._roll_segment(old)
         except OSError as e:
             raise self._fail(e) from e
-        self._set_segments(self._segs + (new,))
-        self._watch(new)
-        self._set_roll_limits(new)
-        # the sealed segment was fsynced: everything before the new base is durable
         if self._flushed < self._end:
             self._flushed = self._end
             self._update_flush_at()
@@ -639,7 +512,7 @@ class Log:
                 # must not close its descriptors under the fsync
                 self._enter()
                 try:
-                    seg.fsync_with_indexes()
+                    seg._fsync_with_indexes()
                 except (OSError, ValueError) as e:
                     raise self._fail(e) from e
                 finally:
@@ -662,248 +535,12 @@ class Log:
             if offset <= self._checkpointed:
                 return
             try:
-                recovery.write_checkpoint(self.path, recovery.RECOVERY_POINT, offset)
+                write_checkpoint(self.path, RECOVERY_POINT, offset)
             except OSError as e:
                 raise self._fail(e) from e
             self._checkpointed = offset
 
     # -- reading ----------------------------------------------------------------
-    def _check_readable(self) -> None:
-        if self._closed:
-            raise self._closed_error()
-
-    def _locate(self, offset: int) -> tuple[tuple[Segment, ...], int]:
-        segs = self._segs
-        return segs, max(0, bisect_right(segs, offset, key=_BASE) - 1)
-
-    def _look_again(self, offset: int, err: Exception) -> None:
-        """A segment left the list (retired), or vanished before this reader opened
-        it (retention or compaction in the writer's process): find the current list.
-        Raises ``OffsetOutOfRangeError`` if ``offset`` was deleted meanwhile."""
-        if self.readonly:
-            self._refresh(force=True)
-        elif not isinstance(err, SegmentGoneError):
-            # the writer's own list is always current: a file went away behind its back
-            raise CorruptRecordError(f"a segment file of {self.path} vanished: {err}") from err
-        if offset < self._start:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} was deleted (log start is now {self._start})") from None
-
-    def read(self, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
-        """Whole batches holding messages from ``offset`` on, up to about ``max_bytes``.
-
-        ``OffsetOutOfRangeError`` unless ``start_offset <= offset <= end_offset``;
-        ``offset == end_offset`` gives an empty set. At least one whole message is
-        returned when one exists, however large.
-        """
-        self._check_readable()
-        if type(offset) is not int or type(max_bytes) is not int:
-            if not isinstance(offset, int) or isinstance(offset, bool):
-                raise TypeError("offset must be an int")
-            if not isinstance(max_bytes, int) or isinstance(max_bytes, bool):
-                raise TypeError("max_bytes must be an int")
-        if max_bytes < 1:
-            raise ValueError("max_bytes must be >= 1")
-        self._enter()
-        try:
-            for _ in range(_RELOCATIONS):
-                if self.readonly:
-                    self._refresh()
-                start, end = self._start, self._end
-                if not start <= offset <= end:
-                    raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}]")
-                if offset == end:
-                    self._raise_corruption()
-                    return MessageSet(b"", min_offset=offset, next_offset=offset)
-                try:
-                    return self._read_from(offset, max_bytes, end)
-                except (SegmentGoneError, FileNotFoundError) as e:
-                    self._look_again(offset, e)
-            raise self._unsettled()
-        finally:
-            self._leave()
-
-    def _unsettled(self) -> SeglogError:
-        return SeglogError(f"the segments of {self.path} changed {_RELOCATIONS} times "
-                           f"under one read; try again")
-
-    def _read_from(self, offset: int, max_bytes: int, end: int) -> MessageSet:
-        segs, i = self._locate(offset)
-        for j in range(i, len(segs)):
-            seg = segs[j]
-            ms = seg.read(max(offset, seg.base_offset), max_bytes)
-            if ms:
-                return ms
-            if j + 1 < len(segs):
-                # nothing at or after offset here: the next segment must start there
-                _check_covers(seg, ms.next_offset, segs[j + 1].base_offset, seg.size)
-        return MessageSet(b"", min_offset=offset, next_offset=end)
-
-    def iter(self, start: int | None = None, end: int | None = None) -> Iterator[Message]:
-        """Messages with ``start <= offset < end``, in order.
-
-        ``start`` defaults to ``start_offset``; ``end`` to the end of the log as the
-        iteration reaches it (it does not wait for more: see ``wait``). Compaction
-        and retention may run meanwhile: the iterator goes on in the current
-        segments (``OffsetOutOfRangeError`` if retention deleted its next offset).
-        """
-        self._check_readable()
-        if self.readonly:
-            self._refresh()
-        lo = self._start if start is None else start
-        if not isinstance(lo, int) or isinstance(lo, bool):
-            raise TypeError("start must be an int")
-        if end is not None and (not isinstance(end, int) or isinstance(end, bool)):
-            raise TypeError("end must be an int or None")
-        if not self._start <= lo <= self._end:
-            raise OffsetOutOfRangeError(f"offset {lo} is outside [{self._start}, {self._end}]")
-        return chain.from_iterable(self._batch_iters(lo, end))
-
-    def __iter__(self) -> Iterator[Message]:
-        return self.iter()
-
-    def _batch_iters(self, offset: int, end: int | None) -> Iterator[Iterator[Message]]:
-        # [segment, position, base offset of the batch there (None: unknown)]; files
-        # are touched only inside _iter_step, never while messages are being yielded
-        st: list[Any] = [None, 0, None]
-        careful = False
-        while True:
-            if end is not None and offset >= end:
-                return
-            self._enter()
-            try:
-                step = self._iter_step(st, offset, end, careful)
-            finally:
-                self._leave()
-            careful = False
-            if step is None:
-                return
-            seg, pos = st[0], st[1]
-            if type(step) is bytes:
-                # decode the chunk's whole batches straight from the buffer
-                progress = [0, 0]
-                try:
-                    yield from codec.iter_batches(step, 0, len(step), offset, end,
-                                                  message_type=Message, expect=st[2],
-                                                  progress=progress)
-                except CorruptRecordError as e:
-                    raise e.at(seg.path, pos + (e.position or 0), e.offset) from None
-                if progress[0]:
-                    st[1] = pos + progress[0]
-                    st[2] = progress[1]
-                    offset = max(offset, progress[1])
-                else:
-                    # a batch larger than the chunk, a short read or damage
-                    careful = True
-                continue
-            yield from step._batch_iters()
-            st[1] = pos + step.size_in_bytes
-            offset = max(offset, step.next_offset)
-            if step._last_next is not None:
-                st[2] = step._last_next
-
-    def _iter_step(self, st: list[Any], offset: int, end: int | None,
-                   careful: bool) -> bytes | MessageSet | None:
-        """The next chunk of the current segment (bytes), or a MessageSet read
-        carefully, or None at the end of the log. Moves ``st`` to the next segment
-        when the current one is done; re-finds ``offset`` after the segment list
-        changed (compaction, retention, a reader's re-listing)."""
-        for _ in range(_RELOCATIONS):
-            try:
-                seg = st[0]
-                if seg is None or seg._gone is not None:
-                    if offset < self._start:
-                        raise OffsetOutOfRangeError(
-                            f"offset {offset} was deleted by retention while iterating "
-                            f"(log start is now {self._start})")
-                    segs, i = self._locate(offset)
-                    if not segs:
-                        return None
-                    seg = segs[i]
-                    pos, hdr = seg.find_position(offset)
-                    st[:] = [seg, pos, hdr[0] if hdr is not None else None]
-                while True:
-                    pos = st[1]
-                    seg_end = seg.size
-                    if pos >= seg_end and self.readonly:
-                        self._refresh()
-                        if seg._gone is not None:
-                            raise SegmentGoneError("re-listed")
-                        seg_end = seg.size
-                    if pos < seg_end:
-                        break
-                    if offset < self._start:
-                        raise OffsetOutOfRangeError(
-                            f"offset {offset} was deleted by retention while iterating "
-                            f"(log start is now {self._start})")
-                    segs = self._segs
-                    k = bisect_right(segs, seg.base_offset, key=_BASE)
-                    if k >= len(segs):
-                        self._raise_corruption()
-                        return None
-                    _check_covers(seg, st[2] if st[2] is not None else offset,
-                                  segs[k].base_offset, seg_end)
-                    seg = segs[k]
-                    st[:] = [seg, 0, seg.base_offset]
-                if not careful:
-                    buf = seg.pread(min(_ITER_CHUNK, seg_end - pos), pos)
-                    if len(buf) >= _ITER_CHUNK or pos + len(buf) >= seg_end:
-                        return buf
-                return seg.read_at(pos, offset, _ITER_CHUNK, seg_end, end, st[2])
-            except (SegmentGoneError, FileNotFoundError) as e:
-                self._look_again(offset, e)
-                st[0] = None
-        raise self._unsettled()
-
-    def offset_for_time(self, timestamp: int) -> int | None:
-        """The first offset whose message timestamp is >= ``timestamp``, or None."""
-        self._check_readable()
-        ts = _check_ts(timestamp)
-        self._enter()
-        try:
-            for _ in range(_RELOCATIONS):
-                if self.readonly:
-                    self._refresh()
-                try:
-                    return self._offset_for_time(ts)
-                except (SegmentGoneError, FileNotFoundError) as e:
-                    try:
-                        self._look_again(self._start, e)
-                    except OffsetOutOfRangeError:
-                        pass
-            raise self._unsettled()
-        finally:
-            self._leave()
-
-    def _offset_for_time(self, ts: int) -> int | None:
-        lo = self._start
-        segs = self._segs
-        for j, seg in enumerate(segs):
-            if seg.max_timestamp < ts or not seg.size:
-                continue
-            entry = seg.time_index.lookup(ts)
-            ix_off, pos = seg.index.lookup(entry[1]) if entry is not None else (seg.base_offset, 0)
-            end = seg.size
-            covered = ix_off
-            for p, hdr in seg.batches(pos, end):
-                covered = codec.last_offset(hdr) + 1
-                if hdr[8] < ts or covered <= lo:
-                    continue
-                ms = seg.read_at(p, lo, 1, end)
-                for m in ms:
-                    if m[1] >= ts:
-                        if j and segs[j - 1].base_offset >= lo:
-                            # the answer may have been in records missing from the end
-                            # of the segment before (timestamps mostly ascend)
-                            prev = segs[j - 1]
-                            _check_covers(prev, _end_offset(prev), seg.base_offset, prev.size)
-                        return m[0]
-            if j + 1 < len(segs):
-                # walked to the end of a segment whose records reach ts: it must end
-                # where the next begins, or the answer may be in what is missing
-                _check_covers(seg, covered, segs[j + 1].base_offset, end)
-        return None
-
     def wait(self, offset: int, timeout: float | None = None) -> bool:
         """Block until ``end_offset > offset``; True if so, False on timeout.
 
@@ -944,82 +581,11 @@ class Log:
             finally:
                 self._waiters -= 1
 
-    def _raise_corruption(self) -> None:
-        """A reader at the visible end: raise damage found there, if any."""
-        if self.readonly and self._segs and self._segs[-1].corruption is not None:
-            raise self._segs[-1].corruption
-
     def _notify(self) -> None:
         with self._cond:
             self._cond.notify_all()
 
     # -- readers in other processes --------------------------------------------
-    def _refresh(self, force: bool = False) -> None:
-        """Pick up new data and new or deleted segments written by another process."""
-        if self._closed:
-            return
-        with self._refresh_lock:
-            self._refresh_locked(force)
-
-    def _refresh_locked(self, force: bool) -> None:
-        try:
-            mtime = os.stat(self.path).st_mtime_ns
-        except FileNotFoundError:
-            raise LogClosedError(f"log directory {self.path} is gone") from None
-        segs = self._segs
-        # an unchanged mtime proves nothing while the listing is within the clock's
-        # granularity of it (coarse on some file systems: 1 s on HFS+, 2 s on FAT):
-        # a change in the same tick leaves the same mtime, so look again
-        if (force or mtime != self._dir_mtime or not segs
-                or self._listed_at - mtime < _RACY_NS):
-            self._dir_mtime = mtime
-            self._listed_at = time.time_ns()
-            bases = recovery.list_segments(self.path)
-            known = {s.base_offset: s for s in segs}
-            new = []
-            for b in bases:
-                s = known.get(b)
-                if s is not None and s._gone is not None:
-                    s = None
-                if s is not None and s._file is not None and not s._live:
-                    try:
-                        if os.stat(s.path).st_ino != s.inode:
-                            s = None        # compaction replaced it
-                    except FileNotFoundError:
-                        s = None
-                if s is None:
-                    s = Segment(self.path, b, max_index_bytes=self.config.max_index_bytes)
-                new.append(s)
-            for s in new[:-1]:
-                if s._live:
-                    # it has a successor now, so its writer sealed it: finish it as a file
-                    recovery.refresh_live(s)
-                    s._live = False
-                    self._retire_indexes(s)
-            if new and new[-1] is not (segs[-1] if segs else None):
-                new[-1] = _live_segment(new[-1], self.config.max_index_bytes)
-            kept = set(map(id, new))
-            self._set_segments(new)
-            self._retire([s for s in segs if id(s) not in kept],
-                         "replaced by compaction or deleted by retention")
-            start = recovery.read_checkpoint(self.path, recovery.LOG_START)
-            self._start = max(start or 0, new[0].base_offset if new else 0)
-        if self._segs:
-            last = self._segs[-1]
-            try:
-                recovery.refresh_live(last)
-            except FileNotFoundError:
-                return
-            self._end = last.next_offset if last.next_offset is not None else last.base_offset
-
-    def _retire_indexes(self, seg: Segment) -> None:
-        """A live segment became a file: its live indexes close once no read uses them."""
-        with seg._open_lock:
-            old = [ix for ix in (seg._index, seg._timeindex) if ix is not None]
-            seg._index = seg._timeindex = None
-        for ix in old:
-            self._dispose(ix.close)
-
     # -- retention ---------------------------------------------------------------
     def enforce_retention(self, now_ms: int | None = None) -> list[int]:
         """Delete whole segments past ``retention_ms`` or ``retention_bytes``.
@@ -1132,36 +698,6 @@ def _writer_config(path: str, options: dict[str, Any]) -> LogConfig:
     return cfg
 
 
-def _live_segment(seg: Segment, max_index_bytes: int) -> Segment:
-    """A reader's view of another process's active segment, sized by scanning.
-
-    The scan starts at the last offset-index entry, so opening a reader does not
-    read the whole segment.
-    """
-    live = Segment(seg.directory, seg.base_offset, size=0, next_offset=seg.base_offset,
-                   max_index_bytes=max_index_bytes, live=True)
-    try:
-        off, pos = live.index.lookup(1 << 62)
-        last_ts = live.time_index.last_entry()
-        # the writer may be halfway through writing that entry (struct writes it field
-        # by field): trust it only if a batch with that base offset starts there
-        if pos and not _batch_starts_at(live, pos, off):
-            off, pos, last_ts = seg.base_offset, 0, None
-    except FileNotFoundError:
-        off, pos, last_ts = seg.base_offset, 0, None
-    live._size = pos
-    live.next_offset = off
-    live._max_ts = last_ts[0] if last_ts is not None else -1
-    return live
-
-
-def _batch_starts_at(seg: Segment, pos: int, base_offset: int) -> bool:
-    """True if a batch header with ``base_offset`` and sane framing is at ``pos``."""
-    buf = os.pread(seg.fileno(), codec.HEADER_SIZE, pos)
-    if len(buf) < codec.HEADER_SIZE:
-        return False
-    hdr = codec.HEADER.unpack_from(buf)
-    return hdr[0] == base_offset and hdr[2] == codec.MAGIC and hdr[1] >= codec.MIN_BATCH_LENGTH
 
 
 _WRITERS: "weakref.WeakSet[Log]" = weakref.WeakSet()
@@ -1205,24 +741,6 @@ def _maintain(log: Log) -> None:
         if not log._closed and not log._closing:
             _log.warning("seglog: maintenance of %s failed: %s", log.path, e)
             log._background_error = e
-def _end_offset(seg: Segment) -> int:
-    """One past the last offset of a sealed segment's last batch (a short walk from
-    its last offset-index entry)."""
-    off, pos = seg.index.last_entry()
-    end = off
-    for _, hdr in seg.batches(pos, seg.size, off):
-        end = codec.last_offset(hdr) + 1
-    return end
-
-
-def _check_covers(seg: Segment, covered: int, next_base: int, position: int) -> None:
-    """A sealed segment's batches end where the next segment begins (compaction
-    leaves an empty batch over offsets it removed at the end): else offsets are
-    missing from the middle of the log, which is damage, never a silent skip."""
-    if covered < next_base:
-        raise CorruptRecordError(
-            f"offsets {covered} to {next_base - 1} are missing: the segment ends early "
-            f"(cut back?) before the next segment starts", seg.path, position, covered)
 
 
 def _storage_error(cause: BaseException, message: str) -> StorageError:

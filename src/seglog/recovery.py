@@ -50,7 +50,7 @@ def load_for_writer(directory: str, capacity: int, interval: int, max_index_byte
     except BaseException:
         for seg in opened:
             try:
-                seg.close(seal=False)
+                seg._close(seal=False)
             except OSError:
                 pass
         raise
@@ -67,10 +67,10 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
         names = os.listdir(directory)
     bases = list_segments(directory, names)
     start = read_checkpoint(directory, LOG_START)
-    marker = _read_marker(directory)
+    marker = read_marker(directory)
     if not bases:
         base = start or 0
-        seg = Segment.create(directory, base, capacity, interval, max_index_bytes)
+        seg = Segment._create(directory, base, capacity, interval, max_index_bytes)
         opened.append(seg)
         _remove_marker(directory, marker)
         write_session(directory)
@@ -96,7 +96,7 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
     if marker is not None and _marker_matches(marker, active):
         _remove_marker(directory, marker)
         active.next_offset = marker["end_offset"]
-        active.make_active(capacity, interval, None, marker["max_timestamp"],
+        active._make_active(capacity, interval, None, marker["max_timestamp"],
                            marker["max_ts_offset"], marker.get("first_timestamp"))
         write_session(directory)
         return Loaded(segs, start, marker["end_offset"], marker["end_offset"])
@@ -150,12 +150,12 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
         if res.stop != "end" or last:
             # the torn tail ends the log: later segments hold only data never flushed
             for later in segs[i + 1:]:
-                later.delete()
+                later._delete()
                 report.deleted_segments.append(later.base_offset)
             if len(segs) > i + 1:
                 fsync_dir(directory)
             keep = i + 1
-            seg.make_active(capacity, interval, (len(res.index), len(res.time_index)),
+            seg._make_active(capacity, interval, (len(res.index), len(res.time_index)),
                             res.max_timestamp, res.max_ts_offset, res.first_timestamp)
             break
         seg.next_offset = segs[i + 1].base_offset   # a sealed segment covers up to the next
@@ -164,7 +164,7 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
     assert end is not None
     # what recovery kept may still be only in the page cache: make it durable, so
     # that flushed_offset == end_offset is true after an unclean open
-    segs[-1].fsync_with_indexes()
+    segs[-1]._fsync_with_indexes()
     write_checkpoint(directory, RECOVERY_POINT, end)
     write_session(directory)
     return Loaded(segs, start, end, end, report=report)
@@ -294,7 +294,7 @@ def _rebuild_indexes(seg: Segment, res: ScanResult, max_index_bytes: int, keep_w
     fsync_dir(seg.directory)
 
 
-def _read_marker(directory: str) -> dict | None:
+def read_marker(directory: str) -> dict | None:
     try:
         with open(os.path.join(directory, CLEAN_MARKER), "rb") as f:
             m = json.loads(f.read())
@@ -380,54 +380,3 @@ def _claimed_end(seg: Segment, pos: int, file_size: int) -> int:
         if hdr[2] == codec.MAGIC and hdr[1] >= codec.MIN_BATCH_LENGTH and end <= file_size:
             return end
     return pos + 1
-
-
-def corruption_error(seg: Segment, res: ScanResult) -> CorruptRecordError:
-    return CorruptRecordError(f"bad batch ({res.stop}) inside written data", seg.path,
-                              res.end, res.next_offset)
-
-
-def refresh_live(seg: Segment) -> None:
-    """Advance a reader's view of a segment another process appends to.
-
-    Scans forward from the known end, checking CRCs: a batch caught half-written
-    ends the visible data until the next refresh. Damage that cannot be a write
-    in progress (valid data follows it, or the writer shut down cleanly past it)
-    is recorded in ``seg.corruption`` and raised to whoever reads that far.
-    """
-    start = seg._size or 0
-    file_size = os.fstat(seg.fileno()).st_size
-    if file_size <= start:
-        return
-    # a live segment's first batch starts at its base offset; checking that matters:
-    # the writer stamps a batch's base offset (outside the CRC) as it copies it in,
-    # so a reader can catch a whole batch whose offset still reads 0
-    res = scan(seg, start, file_size, seg.next_offset if start else seg.base_offset,
-               max_timestamp=seg._max_ts if seg._max_ts is not None else -1)
-    if res.end > start:
-        seg._size = res.end
-        seg.next_offset = res.next_offset
-        seg._max_ts = res.max_timestamp
-        seg.corruption = None
-    elif seg.corruption is not None:
-        return
-    # "partial": a batch claiming bytes past the end of the file (a live file is
-    # preallocated, so no write in progress does that): damage, if proven below
-    if res.stop in ("crc", "framing", "offsets", "partial"):
-        marker = _read_marker(seg.directory) or {}
-        clean_past = (marker.get("active_base") == seg.base_offset
-                      and isinstance(marker.get("active_size"), int)
-                      and marker["active_size"] > res.end)
-        if clean_past or continuing_batch_after(seg, res.end, file_size,
-                                                res.next_offset) is not None:
-            # a live writer may be finishing that batch: look again before saying so
-            for delay in (0.0, 0.002, 0.02):
-                time.sleep(delay)
-                again = scan(seg, res.end, os.fstat(seg.fileno()).st_size, res.next_offset,
-                             max_timestamp=res.max_timestamp)
-                if again.end > res.end:
-                    seg._size = again.end
-                    seg.next_offset = again.next_offset
-                    seg._max_ts = again.max_timestamp
-                    return
-            seg.corruption = corruption_error(seg, res)

@@ -25,7 +25,7 @@ import threading
 from array import array
 from operator import ge
 from struct import Struct
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 
@@ -47,6 +47,8 @@ def _disable_populate() -> None:
     _POPULATE = None
 
 _OFFSET = Struct("<q")
+_ONE = Struct("<qIBIHIIqqH")   # a whole one-record batch header plus its value's length
+_ONE_SIZE = _ONE.size
 _SCAN_CHUNK = 1 << 16
 NO_TIMESTAMP = -1
 
@@ -146,7 +148,7 @@ class Segment:
 
     # -- creation and activation (writer) ---------------------------------------
     @classmethod
-    def create(cls, directory: str, base_offset: int, capacity: int,
+    def _create(cls, directory: str, base_offset: int, capacity: int,
                index_interval_bytes: int, max_index_bytes: int) -> "Segment":
         """Create a new empty active segment; files and directory entry made durable (R2)."""
         seg = cls(directory, base_offset, size=0, next_offset=base_offset,
@@ -157,12 +159,12 @@ class Segment:
         for p in (seg.index_path, seg.timeindex_path):
             os.close(os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
         try:
-            seg.make_active(capacity, index_interval_bytes, index_entries=(0, 0), max_timestamp=-1,
+            seg._make_active(capacity, index_interval_bytes, index_entries=(0, 0), max_timestamp=-1,
                             max_ts_offset=base_offset, first_timestamp=None)
             seg._fsync_all()
             fsync_dir(directory)
         except BaseException:
-            seg.close(seal=False)
+            seg._close(seal=False)
             raise
         return seg
 
@@ -178,7 +180,7 @@ class Segment:
         seg._interval = index_interval_bytes
         return seg
 
-    def make_active(self, capacity: int, index_interval_bytes: int,
+    def _make_active(self, capacity: int, index_interval_bytes: int,
                     index_entries: tuple[int, int] | None, max_timestamp: int,
                     max_ts_offset: int, first_timestamp: int | None) -> None:
         """Open this segment for appends at ``size`` (known) with its indexes.
@@ -210,6 +212,30 @@ class Segment:
         self._max_ts_offset = max_ts_offset
         self.first_timestamp = first_timestamp
         self._live = False
+
+    @property
+    def live(self) -> bool:
+        """True for a reader's view of a segment another process still appends to."""
+        return self._live
+
+    @property
+    def retired(self) -> bool:
+        """True once its log retired it (deleted, replaced, closed): use the log."""
+        return self._gone is not None
+
+    @property
+    def opened(self) -> bool:
+        """True once its ``.log`` file is open in this object."""
+        return self._file is not None
+
+    def _end_live(self) -> list[Callable[[], None]]:
+        """Its writer sealed it: read it as a file from now on. Returns the closers of
+        the live index views, to run once no read uses them."""
+        with self._open_lock:
+            self._live = False
+            old = [ix for ix in (self._index, self._timeindex) if ix is not None]
+            self._index = self._timeindex = None
+        return [ix.close for ix in old]
 
     @property
     def is_active(self) -> bool:
@@ -346,7 +372,7 @@ class Segment:
         return f
 
     # -- writing --------------------------------------------------------------------
-    def append(self, data: bytes | list[bytes], base_offset: int, next_offset: int,
+    def _append(self, data: bytes | list[bytes], base_offset: int, next_offset: int,
                max_timestamp: int, size: int | None = None) -> None:
         """Copy one encoded batch (bytes, or its two parts: header, records) to the end.
 
@@ -359,7 +385,7 @@ class Segment:
         if type(data) is list:
             end = pos + (size if size is not None else sum(map(len, data)))
             if end > self._alloc_end:
-                self.allocate(end)
+                self._allocate(end)
             # the base offset is stamped before the records go in: a reader in another
             # process must not catch a whole batch (CRC good) still saying offset 0
             head, body = data       # the append_batch fast path
@@ -370,7 +396,7 @@ class Segment:
         else:
             end = pos + len(data)
             if end > self._alloc_end:
-                self.allocate(end)
+                self._allocate(end)
             _OFFSET.pack_into(mm, pos, base_offset)
             # the header before the records, in two copies: one memcpy may write its
             # end first, and recovery relies on a torn batch's header being whole
@@ -379,27 +405,41 @@ class Segment:
             with memoryview(data) as view:
                 mm[pos + 8:h] = view[8:codec.HEADER_SIZE]
                 mm[h:end] = view[codec.HEADER_SIZE:]
-        # appended(), inlined: batches of index_interval_bytes or more take an
-        # index entry every time
+        self._appended(pos, end, base_offset, next_offset, max_timestamp)
+
+    def _append_one(self, offset: int, timestamp: int, crc: int, value: bytes, size: int) -> int:
+        """``Log.append``'s hot path: one short keyless record, its header packed
+        straight into the map (``crc`` is the batch's, computed outside the lock).
+        Returns the position written at. Byte for byte what ``codec.encode_single``
+        makes (tested)."""
+        pos = self._size
+        end = pos + size          # type: ignore[operator]
+        mm = self._mm
+        if end > self._alloc_end:
+            self._allocate(end)
+        _ONE.pack_into(mm, pos, offset, size - 12, 1, crc, 0, 0, 1, timestamp, timestamp,  # type: ignore[arg-type]
+                       size - _ONE_SIZE)
+        mm[pos + _ONE_SIZE:end] = value  # type: ignore[index]
+        if pos >= self._next_index_pos or timestamp > self._max_ts or not pos:  # type: ignore[operator]
+            self._appended(pos, end, offset, offset + 1, timestamp)  # type: ignore[arg-type]
+        else:
+            self._size = end
+            self.next_offset = offset + 1
+        return pos  # type: ignore[return-value]
+
+    def _appended(self, pos: int, end: int, base_offset: int, next_offset: int,
+                  max_timestamp: int) -> None:
+        """The one post-append bookkeeping: index entries, timestamps, size, offsets.
+
+        Kafka's index rule: an entry for the first batch that starts at least
+        ``index_interval_bytes`` past the last entry (``index.next_entry_position``).
+        """
         if pos >= self._next_index_pos:
             self._add_index_entry(base_offset, pos)
         if max_timestamp > self._max_ts:  # type: ignore[operator]
             self._max_ts = max_timestamp
             self._max_ts_offset = base_offset
         if not pos and self.first_timestamp is None:
-            self.first_timestamp = max_timestamp
-        self._size = end
-        self.next_offset = next_offset
-
-    def appended(self, pos: int, end: int, base_offset: int, next_offset: int,
-                 max_timestamp: int) -> None:
-        """Account for a batch written at [pos, end): indexes, timestamps, size."""
-        if pos >= self._next_index_pos:
-            self._add_index_entry(base_offset, pos)
-        if max_timestamp > self._max_ts:  # type: ignore[operator]
-            self._max_ts = max_timestamp
-            self._max_ts_offset = base_offset
-        if self.first_timestamp is None:
             self.first_timestamp = max_timestamp
         self._size = end
         self.next_offset = next_offset
@@ -416,12 +456,12 @@ class Segment:
         tix.append(self._max_ts, self._max_ts_offset)  # type: ignore[arg-type]
         self._next_index_pos = pos + self._interval
         if ix._entries >= ix._slots or tix._entries >= tix._slots - 1:
-            self.on_index_full()
+            self._on_index_full()
 
-    def on_index_full(self) -> None:
+    def _on_index_full(self) -> None:
         """Called when an index fills; the log sets this to roll at the next append."""
 
-    def allocate(self, end: int) -> None:
+    def _allocate(self, end: int) -> None:
         """Reserve disk blocks up to ``end`` and a chunk beyond, and fault the pages in.
 
         Reserving first makes a full disk an OSError here rather than a SIGBUS in a
@@ -487,25 +527,25 @@ class Segment:
     def index_full(self) -> bool:
         return self._index is not None and (self._index.is_full or self.time_index.is_full)
 
-    def fsync(self) -> None:
+    def _fsync(self) -> None:
         """Make the log data durable (indexes are rebuilt by recovery, not synced)."""
         if self._file is not None:
             fsync_file(self._file.fileno())
 
-    def fsync_with_indexes(self) -> None:
+    def _fsync_with_indexes(self) -> None:
         """fsync data and indexes: recovery then trusts index entries below the
         recovery point and scans only the tail."""
-        self.fsync()
+        self._fsync()
         for ix in (self._index, self._timeindex):
             if ix is not None:
                 ix.flush()
 
     def _fsync_all(self) -> None:
-        self.fsync()
+        self._fsync()
         self.index.flush()
         self.time_index.flush()
 
-    def seal(self) -> None:
+    def _seal(self) -> None:
         """Stop appending: cut the file back to its data, trim the indexes, fsync all."""
         if self._mm is None:
             return
@@ -518,11 +558,11 @@ class Segment:
         self._index.trim()
         self._timeindex.trim()
 
-    def close(self, seal: bool = True) -> None:
+    def _close(self, seal: bool = True) -> None:
         """Seal (if active and ``seal``) and release files, even if sealing fails."""
         try:
             if seal:
-                self.seal()
+                self._seal()
         finally:
             self._release_files()
 
@@ -535,6 +575,19 @@ class Segment:
                         ix.close()
                     except OSError:
                         ix.release()
+            self._index = self._timeindex = None
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def _abandon(self) -> None:
+        """Close everything without sealing, trimming or syncing (a simulated kill):
+        unmapping loses nothing, the pages are in the cache."""
+        with self._open_lock:
+            self._unmap()
+            for ix in (self._index, self._timeindex):
+                if ix is not None:
+                    ix.release()
             self._index = self._timeindex = None
             if self._file is not None:
                 self._file.close()
@@ -562,7 +615,7 @@ class Segment:
                 self._mm = None
             self._address = 0
 
-    def delete(self) -> None:
+    def _delete(self) -> None:
         """Unlink the files (the caller retires the object and fsyncs the directory)."""
         for p in (self.path, self.index_path, self.timeindex_path):
             remove(p)

@@ -47,6 +47,8 @@ import stat
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .log import Log
+
 SECTOR = 512
 _SESSION = "writer-session"
 
@@ -370,34 +372,10 @@ def _pread_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def abandon(log: "object") -> None:
+def abandon(log: Log) -> None:
     """Drop a writer as if its process had been killed: no flush, no seal, no marker.
 
     The page cache keeps what was appended (as after SIGKILL); the lock is
     released, so the directory can be opened again, which then recovers.
     """
-    lg = log  # type: ignore[assignment]
-    for job in lg._jobs:
-        job.cancel()
-    with lg._flush_lock, lg._lock:
-        lg._closed = True
-        lg._ok = False
-        for seg in lg._segs:
-            # unmapping loses nothing: the pages are in the cache
-            seg._unmap()
-            for ix in (seg._index, seg._timeindex):
-                if ix is not None and ix._fd >= 0:
-                    ix._mm = None
-                    ix._room = 0
-                    os.close(ix._fd)
-                    ix._fd = -1
-            seg._index = seg._timeindex = None
-            if seg._file is not None:
-                seg._file.close()
-                seg._file = None
-        for close in lg._graveyard:      # retired segments' descriptors
-            close()
-        lg._graveyard.clear()
-        if lg._lock_fd >= 0:
-            os.close(lg._lock_fd)
-            lg._lock_fd = -1
+    log._abandon()
