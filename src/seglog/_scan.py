@@ -1,26 +1,105 @@
-"""The batch walker that checks: framing, CRC, offsets and timestamps of every
-batch in a stretch of a segment file, and the index entries a writer would have
-made for them. Used by recovery, by readers following a live segment, by index
-rebuilds and (its result type) by the cleaner. Pure over the file's bytes: it never
-raises for bad data; the result says where and why it stopped."""
+"""The one batch walker: every read of batches from a segment file goes through
+``walk`` (readers' offset and time lookups, recovery, readers following a live
+segment, index rebuilds, the cleaner). ``scan`` is its checking use: framing, CRC,
+offsets and timestamps of every batch, and the index entries a writer would have
+made for them; it never raises for bad data, its result says where and why it
+stopped."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from . import codec
 from ._files import remove
 from .errors import CorruptRecordError
-from .index import OffsetIndex, TimeIndex
+from .index import OffsetIndex, TimeIndex, next_entry_position
 
-_SCAN_CHUNK = 1 << 20
+CHUNK = 1 << 20
+
+
+class Damage(CorruptRecordError):
+    """What ``walk`` found wrong, at a file position. ``reason``: ``"short"`` (the
+    file ends before ``end``), ``"partial"`` (a batch runs past ``end``), ``"zeros"``,
+    ``"framing"``, ``"crc"``, ``"offsets"``."""
+
+    def __init__(self, reason: str, message: str, position: int,
+                 offset: int | None = None) -> None:
+        super().__init__(message, None, position, offset)
+        self.reason = reason
+
+
+def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: bool = False,
+         chunk: int = CHUNK) -> Iterator[tuple[bytes, int, int, codec.BatchHeader]]:
+    """(buffer, position in it, the buffer's file position, header) of each whole
+    batch in the file ``fd`` from position ``start`` (a batch start) to ``end``.
+
+    The file is read in ``chunk``-sized ``pread``s; a batch larger than a chunk is
+    read whole. Framing is checked, and offsets: each batch starts where the last
+    ended (after compaction, anywhere above it), the first at ``expect`` if given.
+    ``check`` adds the CRC and the timestamps. The first bad batch raises
+    ``Damage`` (without a path: the caller places it with ``.at``).
+    """
+    pos = start
+    header_size = codec.HEADER_SIZE
+    while pos < end:
+        want = min(chunk, end - pos)
+        buf = os.pread(fd, want, pos)
+        n = len(buf)
+        p = 0
+        while p < n:
+            try:
+                hdr = codec.read_header(buf, p, n)
+            except CorruptRecordError:
+                zeros = not any(memoryview(buf)[p:p + header_size])
+                raise Damage("zeros" if zeros else "framing",
+                             "zero-filled space where a batch should start" if zeros
+                             else "bad batch framing", pos + p) from None
+            if hdr is None:
+                break
+            expect = _checked(buf, p, pos, hdr, expect, check)
+            yield buf, p, pos, hdr
+            p += codec.LENGTH_END + hdr[1]
+        if p == 0:
+            # no whole batch at the start of this read: [start, end) holds whole
+            # batches, so this is damage unless the batch is merely larger than a chunk
+            if n < want:
+                raise Damage("short", f"the file ends at {pos + n}, before the {end} bytes "
+                             f"of whole batches it held (cut back?)", pos + n)
+            if n < header_size:
+                raise Damage("partial", "partial batch header inside the data", pos)
+            hdr = codec.HEADER.unpack_from(buf)
+            size = codec.LENGTH_END + hdr[1]
+            if pos + size > end:
+                raise Damage("partial", "batch runs past the end of the data", pos, hdr[0])
+            big = os.pread(fd, size, pos)
+            if len(big) < size:
+                raise Damage("short", "the file ends inside a batch (cut back?)",
+                             pos + len(big), hdr[0])
+            expect = _checked(big, 0, pos, hdr, expect, check)
+            yield big, 0, pos, hdr
+            p = size
+        pos += p
+
+
+def _checked(buf: bytes, p: int, filepos: int, hdr: codec.BatchHeader, expect: int | None,
+             check: bool) -> int:
+    """Check one batch; return the offset the next must start at."""
+    base = hdr[0]
+    if check and not codec.check_crc(buf, p, hdr):
+        raise Damage("crc", "CRC mismatch", filepos + p, base)
+    if expect is not None and (base < expect or (base != expect and not hdr[4] & codec.F_OFFSETS)):
+        raise Damage("offsets", f"batch starts at offset {base}, expected {expect}",
+                     filepos + p, base)
+    if check and (hdr[8] < hdr[7] or hdr[7] < 0):
+        raise Damage("framing", "bad batch timestamps", filepos + p, base)
+    return base + hdr[5] + 1
 
 
 @dataclass
 class ScanResult:
-    """What a scan of one segment found."""
+    """What a scan of one segment found, and the index entries for it."""
 
     end: int                       # position after the last good batch
     next_offset: int               # offset after the last good batch
@@ -31,6 +110,24 @@ class ScanResult:
     index: list[tuple[int, int]] = field(default_factory=list)       # (offset, position)
     time_index: list[tuple[int, int]] = field(default_factory=list)  # (timestamp, offset)
     batches: int = 0
+    interval: int | None = None    # index entries are made only with an interval
+    next_entry: int = 0
+
+    def add(self, pos: int, base_offset: int, max_timestamp: int) -> None:
+        """Account for a batch at ``pos``: the index entries a writer makes (the
+        same rule as ``Segment._appended``), timestamps."""
+        if self.interval is not None and pos >= self.next_entry:
+            self.index.append((base_offset, pos))
+            if self.max_timestamp >= 0 and (not self.time_index
+                                            or self.time_index[-1][0] < self.max_timestamp):
+                self.time_index.append((self.max_timestamp, self.max_ts_offset))
+            self.next_entry = next_entry_position(pos, self.interval)
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.max_ts_offset = base_offset
+        if self.first_timestamp is None:
+            self.first_timestamp = max_timestamp
+        self.batches += 1
 
 
 def scan(seg: Any, start: int, end: int, next_offset: int | None,
@@ -40,72 +137,21 @@ def scan(seg: Any, start: int, end: int, next_offset: int | None,
     ``next_offset`` is the offset the first batch must start at (None: the first
     batch sets it; later batches must follow contiguously or, after compaction,
     ascending). With ``interval`` the index entries are rebuilt as the writer would
-    have made them. Never raises for bad data: the result says where and why it
-    stopped.
+    have made them (``start`` is then the last entry's position, or 0). Never
+    raises for bad data: the result says where and why it stopped.
     """
-    fd = seg.fileno()
-    res = ScanResult(end=start, next_offset=next_offset if next_offset is not None else seg.base_offset,
-                     max_timestamp=max_timestamp, max_ts_offset=seg.base_offset)
-    expected = next_offset
-    since_index = 0
-    pos = start
-    want = _SCAN_CHUNK
-    header_size = codec.HEADER_SIZE
-    while pos < end:
-        buf = os.pread(fd, min(want, end - pos), pos)
-        want = _SCAN_CHUNK
-        grow = False
-        n = len(buf)
-        p = 0
-        mv = memoryview(buf)
-        while p + header_size <= n:
-            try:
-                hdr = codec.read_header(buf, p, 1 << 62)
-            except CorruptRecordError:
-                res.stop = "zeros" if not any(mv[p:p + header_size]) else "framing"
-                return res
-            assert hdr is not None
-            size = codec.LENGTH_END + hdr[1]
-            if p + size > n:
-                if pos + p + size > end:
-                    res.stop = "partial"
-                    return res
-                if p == 0:
-                    want, grow = size, True
-                break
-            if codec.crc32(mv[p + codec.CRC_FROM:p + size]) != hdr[3]:
-                res.stop = "crc"
-                return res
-            base = hdr[0]
-            if expected is not None and (base < expected or (base != expected
-                                                              and not hdr[4] & codec.F_OFFSETS)):
-                res.stop = "offsets"
-                return res
-            if hdr[8] < hdr[7] or hdr[7] < 0:
-                res.stop = "framing"
-                return res
-            if interval is not None:
-                if since_index >= interval:
-                    res.index.append((base, pos + p))
-                    if res.max_timestamp >= 0 and (not res.time_index
-                                                   or res.time_index[-1][0] < res.max_timestamp):
-                        res.time_index.append((res.max_timestamp, res.max_ts_offset))
-                    since_index = 0
-                since_index += size
-            if hdr[8] > res.max_timestamp:
-                res.max_timestamp = hdr[8]
-                res.max_ts_offset = base
-            if res.first_timestamp is None:
-                res.first_timestamp = hdr[8]
-            expected = base + hdr[5] + 1
-            res.next_offset = expected
-            res.batches += 1
-            p += size
-            res.end = pos + p
-        if p == 0 and not grow:
-            res.stop = "partial"
-            return res
-        pos += p
+    res = ScanResult(end=start, next_offset=next_offset if next_offset is not None
+                     else seg.base_offset, max_timestamp=max_timestamp,
+                     max_ts_offset=seg.base_offset, interval=interval,
+                     next_entry=next_entry_position(start, interval or 0))
+    try:
+        for buf, p, filepos, hdr in walk(seg.fileno(), start, end, expect=next_offset,
+                                         check=True):
+            res.add(filepos + p, hdr[0], hdr[8])
+            res.next_offset = hdr[0] + hdr[5] + 1
+            res.end = filepos + p + codec.LENGTH_END + hdr[1]
+    except Damage as d:
+        res.stop = "partial" if d.reason == "short" else d.reason
     return res
 
 

@@ -167,35 +167,13 @@ class CompactionStats:
 
 
 def _batches(seg: Segment) -> Iterator[tuple[bytes, int, codec.BatchHeader]]:
-    """(buffer, position in it, header) of each batch, read in large chunks, CRC-checked."""
-    fd = seg.fileno()
-    end = seg.size
-    pos = 0
-    while pos < end:
-        buf = os.pread(fd, min(_READ_CHUNK, end - pos), pos)
-        p = 0
-        n = len(buf)
-        while True:
-            hdr = codec.read_header(buf, p, n)
-            if hdr is None:
-                break
-            if not codec.check_crc(buf, p, hdr):
-                raise CorruptRecordError("CRC mismatch during compaction", seg.path, pos + p, hdr[0])
+    """(buffer, position in it, header) of each batch, read in large chunks, checked."""
+    try:
+        for buf, p, _, hdr in _scan.walk(seg.fileno(), 0, seg.size, check=True):
             yield buf, p, hdr
-            p += codec.batch_size(hdr)
-        if p == 0:
-            hdr = codec.read_header(buf, 0, 1 << 62)
-            if hdr is None:
-                raise CorruptRecordError("truncated batch", seg.path, pos)
-            size = codec.batch_size(hdr)
-            if pos + size > end:
-                raise CorruptRecordError("batch runs past the segment end", seg.path, pos, hdr[0])
-            big = os.pread(fd, size, pos)
-            if not codec.check_crc(big, 0, hdr):
-                raise CorruptRecordError("CRC mismatch during compaction", seg.path, pos, hdr[0])
-            yield big, 0, hdr
-            p = size
-        pos += p
+    except CorruptRecordError as e:
+        raise CorruptRecordError(f"{e.message} during compaction", seg.path, e.position,
+                                 e.offset) from None
 
 
 def _horizon(buf: bytes, pos: int, hdr: codec.BatchHeader) -> int | None:
@@ -240,23 +218,13 @@ class _Writer:
         self.timeindex_path = _cleaned(stem + ".timeindex")
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.pos = 0
-        self.interval = interval
         self.pending: list[bytes] = []
         self.pending_size = 0
-        self.res = _scan.ScanResult(end=0, next_offset=base, max_ts_offset=base)
-        self._next_index = interval
+        self.res = _scan.ScanResult(end=0, next_offset=base, max_ts_offset=base,
+                                    interval=interval, next_entry=interval)
 
     def add(self, data: bytes, base_offset: int, max_ts: int) -> None:
-        res = self.res
-        if self.pos >= self._next_index:
-            res.index.append((base_offset, self.pos))
-            if res.max_timestamp >= 0 and (not res.time_index
-                                           or res.time_index[-1][0] < res.max_timestamp):
-                res.time_index.append((res.max_timestamp, res.max_ts_offset))
-            self._next_index = self.pos + self.interval
-        if max_ts > res.max_timestamp:
-            res.max_timestamp = max_ts
-            res.max_ts_offset = base_offset
+        self.res.add(self.pos, base_offset, max_ts)
         self.pending.append(data)
         self.pending_size += len(data)
         self.pos += len(data)

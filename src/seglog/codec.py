@@ -247,6 +247,23 @@ def check_crc(data: bytes | memoryview, pos: int, hdr: BatchHeader) -> bool:
         return crc32(mv[pos + CRC_FROM: pos + LENGTH_END + hdr[1]]) == hdr[3]
 
 
+def batches_in(data: bytes | memoryview, start: int, end: int
+               ) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each whole batch in ``data[start:end]``, framing checked.
+
+    Stops quietly at a batch that does not fit before ``end`` (the caller knows
+    whether that is the end of a chunk or damage); raises ``CorruptRecordError``
+    (``position`` in ``data``) where the framing is impossible. CRCs are not checked.
+    """
+    pos = start
+    while True:
+        hdr = read_header(data, pos, end)
+        if hdr is None:
+            return
+        yield pos, hdr
+        pos += LENGTH_END + hdr[1]
+
+
 def last_offset(hdr: BatchHeader) -> int:
     return hdr[0] + hdr[5]
 

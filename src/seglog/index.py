@@ -23,14 +23,48 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
+from array import array
+from operator import ge
 from struct import Struct
-from typing import Callable
+from typing import Callable, Sequence
 
 from ._files import fsync_file
 from . import _platform
 
 
 _OFFSET_ENTRY = Struct("<II")
+_BIG = sys.byteorder == "big"
+
+
+def offset_arrays(data: bytes | memoryview) -> tuple[array[int], array[int]]:
+    """The (relative offset, position) columns of offset-index bytes (whole entries;
+    zero slots included)."""
+    raw = array("I")
+    raw.frombytes(data[:len(data) - len(data) % 8])
+    if _BIG:
+        raw.byteswap()
+    return raw[0::2], raw[1::2]
+
+
+def entries_valid(rel: Sequence[int], pos: Sequence[int], stamps: Sequence[int],
+                  data_size: int) -> bool:
+    """The one check of index entries (C-level passes): offset entries ascend
+    strictly in both offset and position, point inside the segment's ``data_size``
+    bytes and never at 0 (the start needs no entry); time entries ascend strictly."""
+    if len(pos) and (pos[0] == 0 or pos[-1] >= data_size or any(map(ge, rel, rel[1:]))
+                     or any(map(ge, pos, pos[1:]))):
+        return False
+    return not any(map(ge, stamps, stamps[1:]))
+
+
+def next_entry_position(last_entry_position: int, interval: int) -> int:
+    """Kafka's rule for sparse entries, the one every writer of index entries uses:
+    the next entry goes to the first batch that starts at least ``interval``
+    (``index_interval_bytes``) past the last entry's position (0: the segment start,
+    which needs no entry)."""
+    return last_entry_position + interval
+
 _TIME_ENTRY = Struct("<qI")
 _RESERVE_SLOTS = 4096       # blocks are reserved this many entries at a time
 
@@ -210,16 +244,13 @@ class _Index:
         os.close(self._fd)
         self._fd = -1
 
-    def sanity_check(self) -> bool:
-        """Cheap check: entries ascend and start after the base offset."""
+    def sanity_check(self, data_size: int = 1 << 62) -> bool:
+        """Cheap check (``entries_valid``) of the entries against a segment of
+        ``data_size`` bytes."""
         es = self.entries()
-        keys = [e[self._KEY] for e in es]
-        return all(a < b for a, b in zip(keys, keys[1:])) and self._extra_check(es)
-
-    _KEY = 0
-
-    def _extra_check(self, entries: list[tuple]) -> bool:
-        return True
+        if isinstance(self, TimeIndex):
+            return entries_valid((), (), [e[0] for e in es], data_size)
+        return entries_valid([e[0] for e in es], [e[1] for e in es], (), data_size)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path} entries={self._entries}>"
@@ -264,10 +295,6 @@ class OffsetIndex(_Index):
         if e is None:
             return self.base_offset, 0
         return self.base_offset + e[0], e[1]
-
-    def _extra_check(self, entries: list[tuple]) -> bool:
-        pos = [e[1] for e in entries]
-        return all(p > 0 for p in pos[:1]) and all(a < b for a, b in zip(pos, pos[1:]))
 
 
 class TimeIndex(_Index):

@@ -103,16 +103,15 @@ class MessageSet:
         return cls(data, min_offset=base_offset)
 
     def _headers(self) -> Iterator[tuple[int, codec.BatchHeader]]:
-        data, pos, end = self._data, self._start, self._end
-        while pos < end:
-            try:
-                hdr = codec.read_header(data, pos, end)
-            except CorruptRecordError as e:
-                raise e.at(self._path, self._pos(pos)) from None
-            if hdr is None:
-                raise CorruptRecordError("partial batch in message set", self._path, pos)
-            yield pos, hdr
-            pos += codec.LENGTH_END + hdr[1]
+        pos, end = self._start, self._end
+        try:
+            for pos, hdr in codec.batches_in(self._data, pos, end):
+                yield pos, hdr
+                pos += codec.LENGTH_END + hdr[1]
+        except CorruptRecordError as e:
+            raise e.at(self._path, self._pos(e.position or 0)) from None
+        if pos < end:
+            raise CorruptRecordError("partial batch in message set", self._path, self._pos(pos))
 
     def _batch_iters(self) -> Iterator[Iterator[Message]]:
         try:

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-from array import array
 from bisect import bisect_right
-from operator import ge
 from dataclasses import dataclass, field
 
 from . import _platform, codec
@@ -24,7 +21,7 @@ from ._files import (LOG_START, RECOVERY_POINT, atomic_write, fsync_dir, fsync_f
 from ._scan import ScanResult, scan, write_index_files  # noqa: F401  (re-exported)
 from .cleaner import resolve_interrupted
 from .errors import CorruptRecordError
-from .index import OffsetIndex, TimeIndex
+from .index import TimeIndex, entries_valid, offset_arrays
 from .retention import remove_leftovers
 from .segment import Segment
 
@@ -226,15 +223,11 @@ def _trusted_prefix(seg: Segment, rp: int, max_index_bytes: int
             tdata = f.read()
     except OSError:
         return 0, base, None
-    raw = array("I")
-    raw.frombytes(data[:len(data) - len(data) % OffsetIndex.SIZE])
-    if sys.byteorder == "big":
-        raw.byteswap()
-    rel, pos = raw[0::2], raw[1::2]
+    rel, pos = offset_arrays(data)
     n = pos.index(0) if 0 in pos else len(pos)       # zero slots end the entries
     k = bisect_right(rel, rp - base, 0, n)
     rel, pos = rel[:k], pos[:k]
-    if not k or any(map(ge, rel, rel[1:])) or any(map(ge, pos, pos[1:])):
+    if not k or not entries_valid(rel, pos, (), 1 << 62):
         return 0, base, None
     off, start = base + rel[-1], pos[-1]
     try:
@@ -248,8 +241,7 @@ def _trusted_prefix(seg: Segment, rp: int, max_index_bytes: int
         if (t == 0 and r == 0) or base + r > off:
             break
         tentries.append((t, base + r))
-    stamps = [t for t, _ in tentries]
-    if any(map(ge, stamps, stamps[1:])):
+    if not entries_valid((), (), [t for t, _ in tentries], 0):
         tentries = []
     return start, off, ([(base + r, p) for r, p in zip(rel, pos)], tentries)
 

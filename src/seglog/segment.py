@@ -22,17 +22,15 @@ import io
 import mmap
 import os
 import threading
-from array import array
-from operator import ge
 from struct import Struct
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 
 
 from . import _platform, _prefault, _scan, codec
 from ._files import fsync_dir, fsync_file, remove, tmp_path
 from .errors import CorruptRecordError, OffsetOutOfRangeError
-from .index import OffsetIndex, TimeIndex
+from .index import OffsetIndex, TimeIndex, entries_valid, next_entry_position, offset_arrays
 from .message import MessageSet
 
 _ALLOC_CHUNK = 8 << 20
@@ -54,24 +52,19 @@ NO_TIMESTAMP = -1
 
 
 def _index_ok(ix: OffsetIndex, tix: TimeIndex, size: int, path: str, sealed: bool = True) -> bool:
-    """Cheap sanity check of a segment's indexes (C-level passes over arrays)."""
+    """Cheap sanity check of a segment's indexes (``index.entries_valid``)."""
     if os.path.getsize(ix.path) % ix.SIZE or os.path.getsize(tix.path) % tix.SIZE:
         return False
     if sealed and size and not len(tix):
         return False                       # a sealed segment always has its last time entry
-    raw = array("I")
+    rel: Sequence[int] = ()
+    pos: Sequence[int] = ()
     if len(ix):
         mm = ix._mm
         assert mm is not None
-        raw.frombytes(mm[:len(ix) * ix.SIZE])
-        rel, pos = raw[0::2], raw[1::2]
-        if pos[0] == 0 or pos[-1] >= size or any(map(ge, rel, rel[1:])) or any(map(ge, pos, pos[1:])):
-            return False
-    if len(tix):
-        stamps = [e[0] for e in tix.entries()]
-        if any(map(ge, stamps, stamps[1:])):
-            return False
-    return True
+        rel, pos = offset_arrays(mm[:len(ix) * ix.SIZE])
+    stamps = [e[0] for e in tix.entries()] if len(tix) else []
+    return entries_valid(rel, pos, stamps, size)
 
 
 def _memory_indexes(seg: "Segment", res: Any) -> tuple[OffsetIndex, TimeIndex]:
@@ -207,7 +200,8 @@ class Segment:
                                     self._max_index_bytes, writable=True, entries=te)
         self._interval = index_interval_bytes
         # Kafka's rule: an entry for the first batch at least an interval past the last
-        self._next_index_pos = self._index.last_entry()[1] + index_interval_bytes
+        self._next_index_pos = next_entry_position(self._index.last_entry()[1],
+                                                   index_interval_bytes)
         self._max_ts = max_timestamp
         self._max_ts_offset = max_ts_offset
         self.first_timestamp = first_timestamp
@@ -454,7 +448,7 @@ class Segment:
             return
         ix.append(offset, pos)
         tix.append(self._max_ts, self._max_ts_offset)  # type: ignore[arg-type]
-        self._next_index_pos = pos + self._interval
+        self._next_index_pos = next_entry_position(pos, self._interval)
         if ix._entries >= ix._slots or tix._entries >= tix._slots - 1:
             self._on_index_full()
 
@@ -638,54 +632,12 @@ class Segment:
         batch that does not fit before ``end`` (the end of whole batches).
         """
         end = self.size if end is None else end
-        pos = start
-        fd = self.fileno()
-        while pos < end:
-            want = min(_SCAN_CHUNK, end - pos)
-            buf = os.pread(fd, want, pos)
-            n = len(buf)
-            if n < want:
-                self._short(pos + n, end)
-            p = 0
-            while True:
-                hdr = self._header(buf, p, n, pos)
-                if hdr is None:
-                    break
-                expect = self._follows(hdr, expect, pos + p)
-                yield pos + p, hdr
-                p += codec.LENGTH_END + hdr[1]
-            if p == 0:
-                # [start, end) holds whole batches: one that does not fit is damage (a
-                # flipped length bit, a cut file), never the quiet end of the data
-                if n < codec.HEADER_SIZE:
-                    raise CorruptRecordError("partial batch header inside the segment's data",
-                                             self.path, pos)
-                hdr = self._header(buf, 0, 1 << 62, pos)
-                assert hdr is not None
-                if pos + codec.batch_size(hdr) > end:
-                    raise CorruptRecordError("batch runs past the end of the segment's data",
-                                             self.path, pos, hdr[0])
-                expect = self._follows(hdr, expect, pos)
-                yield pos, hdr
-                p = codec.batch_size(hdr)
-            pos += p
-
-    def _short(self, at: int, end: int) -> None:
-        raise CorruptRecordError(f"the file ends at {at}, before the {end} bytes of whole "
-                                 f"batches it held (cut back?)", self.path, at)
-
-    def _header(self, buf: bytes, p: int, n: int, filepos: int) -> codec.BatchHeader | None:
         try:
-            return codec.read_header(buf, p, n)
+            for _, p, filepos, hdr in _scan.walk(self.fileno(), start, end, expect=expect,
+                                                 chunk=_SCAN_CHUNK):
+                yield filepos + p, hdr
         except CorruptRecordError as e:
-            raise e.at(self.path, filepos + p) from None
-
-    def _follows(self, hdr: codec.BatchHeader, expect: int | None, pos: int) -> int:
-        base = hdr[0]
-        if expect is not None and (base < expect or (base != expect and not hdr[4] & codec.F_OFFSETS)):
-            raise CorruptRecordError(f"batch starts at offset {base}, expected {expect}",
-                                     self.path, pos, base)
-        return codec.last_offset(hdr) + 1
+            raise e.at(self.path, e.position, e.offset) from None
 
     def find_position(self, offset: int, end: int | None = None) -> tuple[int, codec.BatchHeader | None]:
         """Position of the first batch whose last offset is >= ``offset``.
@@ -736,27 +688,24 @@ class Segment:
         want = max(min(max_bytes, end - start), codec.HEADER_SIZE)
         buf = self.pread(want, start)
         n = len(buf)
-        if n < min(want, end - start):
-            self._short(start + n, end)
         p = 0
         last = None
-        while True:
-            hdr = self._header(buf, p, n, start)
-            if hdr is None:
-                break
-            last = hdr
-            p += codec.batch_size(hdr)
-        if p == 0 and n >= codec.HEADER_SIZE:
-            last = self._header(buf, 0, 1 << 62, start)
-            assert last is not None
-            size = codec.batch_size(last)
-            if start + size > end:
-                raise CorruptRecordError("batch runs past the end of the segment",
-                                         self.path, start, last[0])
-            buf = self.pread(size, start)
-            p = len(buf)
-            if p != size:
-                raise CorruptRecordError("short read of a batch", self.path, start, last[0])
+        try:
+            for p, last in codec.batches_in(buf, 0, n):
+                pass
+        except CorruptRecordError as e:
+            raise e.at(self.path, start + (e.position or 0)) from None
+        if last is not None:
+            p += codec.batch_size(last)
+        else:
+            # a short read, or a first batch larger than max_bytes: the walker reads
+            # it whole or says what is wrong
+            try:
+                for buf, _, _, last in _scan.walk(self.fileno(), start, end, chunk=n or 1):
+                    p = len(buf)
+                    break
+            except CorruptRecordError as e:
+                raise e.at(self.path, e.position, e.offset) from None
         after = codec.last_offset(last) + 1 if last is not None else None
         nxt = after if after is not None else min_offset
         if max_offset is not None:
