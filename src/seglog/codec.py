@@ -21,7 +21,7 @@ from itertools import chain, islice, repeat
 from operator import add
 from struct import Struct
 from struct import error as struct_error
-from typing import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, cast, overload
 
 import lz4.block
 
@@ -67,15 +67,22 @@ DEFAULT_MAX_UNCOMPRESSED = 1 << 30
 
 crc32 = zlib.crc32
 
+# one decoded message: (offset, timestamp, key, value, headers), the 5-tuple a
+# ``message_type`` is built from
+MessageTuple = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
+if TYPE_CHECKING:
+    from typing import TypeVar
+    _M = TypeVar("_M")
 
-def _le(arr: array) -> bytes:
+
+def _le(arr: array[int]) -> bytes:
     if _BIG:
         arr = array(arr.typecode, arr)
         arr.byteswap()
     return arr.tobytes()
 
 
-def _array(typecode: str, data: bytes | memoryview) -> array:
+def _array(typecode: str, data: bytes | memoryview) -> array[int]:
     arr = array(typecode)
     arr.frombytes(data)
     if _BIG:
@@ -83,12 +90,12 @@ def _array(typecode: str, data: bytes | memoryview) -> array:
     return arr
 
 
-def _lengths(items: Sequence[bytes | None], wide: bool, null: int) -> array:
+def _lengths(items: Sequence[bytes | None], wide: bool, null: int) -> array[int]:
     """Lengths of items, ``null`` standing for None."""
     typecode = "I" if wide else "H"
     if None in items:
         return array(typecode, [null if x is None else len(x) for x in items])
-    return array(typecode, map(len, items))
+    return array(typecode, map(len, cast("Sequence[bytes]", items)))   # no None in items
 
 
 def encode_single(base_offset: int, value: bytes, timestamp: int) -> bytes:
@@ -201,7 +208,8 @@ def encode_batch(base_offset: int, values: Sequence[bytes | None],
         hdr_data = b"".join(chain.from_iterable(flat))
     if keys is not None:
         parts.append(b"".join(filter(None, keys)))
-    parts.append(b"".join(filter(None, values)) if attrs & F_NULL_VALUES else b"".join(values))
+    parts.append(b"".join(filter(None, values)) if attrs & F_NULL_VALUES
+                 else b"".join(cast("Sequence[bytes]", values)))   # no None in values
     parts.append(hdr_data)
     records = b"".join(parts)
     if codec == CODEC_LZ4:
@@ -276,11 +284,28 @@ class _Bad(Exception):
     pass
 
 
+# the messages are MessageTuples, or what ``message_type`` makes of them
+@overload
+def iter_batches(data: bytes, start: int, end: int, min_offset: int = ...,
+                 max_offset: int | None = ..., max_uncompressed: int = ..., *,
+                 expect: int | None = ..., progress: list[int] | None = ...
+                 ) -> Iterator[Iterator[MessageTuple]]: ...
+@overload
+def iter_batches(data: bytes, start: int, end: int, min_offset: int = ...,
+                 max_offset: int | None = ..., max_uncompressed: int = ..., *,
+                 message_type: Callable[[MessageTuple], _M], expect: int | None = ...,
+                 progress: list[int] | None = ...) -> Iterator[Iterator[_M]]: ...
+@overload
+def iter_batches(data: bytes, start: int, end: int, min_offset: int,
+                 max_offset: int | None, max_uncompressed: int,
+                 message_type: Callable[[MessageTuple], _M], expect: int | None = ...,
+                 progress: list[int] | None = ...) -> Iterator[Iterator[_M]]: ...
 def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
                  max_offset: int | None = None,
                  max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
-                 message_type: type = tuple, expect: int | None = None,
-                 progress: list[int] | None = None) -> Iterator[Iterator[tuple]]:
+                 message_type: Callable[[MessageTuple], Any] = tuple,
+                 expect: int | None = None,
+                 progress: list[int] | None = None) -> Iterator[Iterator[Any]]:
     """Per whole batch in ``data[start:end]``, an iterator of its messages.
 
     Checks framing, CRC and offsets of each batch before decoding it and raises
@@ -340,7 +365,7 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
             if q + sum(lens) != nxt:
                 raise CorruptRecordError("record lengths do not add up", position=pos, offset=base)
             bio.seek(q)
-            it: Iterator[tuple] = map(message_type, zip(range(base, base + count), repeat(base_ts),
+            it: Iterator[Any] = map(message_type, zip(range(base, base + count), repeat(base_ts),
                                                         repeat(None), map(bio.read, lens),
                                                         repeat(())))
             if min_offset > base or (max_offset is not None and max_offset <= base + last_delta):
@@ -354,10 +379,24 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
             progress[1] = expect
 
 
+@overload
+def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
+                 min_offset: int = ..., max_offset: int | None = ...,
+                 max_uncompressed: int = ..., message_type: None = ...
+                 ) -> Iterator[MessageTuple]: ...
+@overload
+def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
+                 min_offset: int = ..., max_offset: int | None = ...,
+                 max_uncompressed: int = ..., *,
+                 message_type: Callable[[MessageTuple], _M]) -> Iterator[_M]: ...
+@overload
+def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
+                 min_offset: int, max_offset: int | None, max_uncompressed: int,
+                 message_type: Callable[[MessageTuple], _M]) -> Iterator[_M]: ...
 def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
                  min_offset: int = 0, max_offset: int | None = None,
                  max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
-                 message_type: type | None = None) -> Iterator[tuple]:
+                 message_type: Callable[[MessageTuple], Any] | None = None) -> Iterator[Any]:
     """Messages of the (CRC-checked) batch at ``pos`` with min <= offset < max.
 
     Returns an iterator of ``message_type`` (a 5-tuple type: offset, timestamp, key,
@@ -372,7 +411,8 @@ def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
 
 
 def _decode(data: bytes, pos: int, hdr: BatchHeader, min_offset: int,
-            max_offset: int | None, max_uncompressed: int, mtype: type) -> Iterator[tuple]:
+            max_offset: int | None, max_uncompressed: int,
+            mtype: Callable[[MessageTuple], Any]) -> Iterator[Any]:
     base, length, _, _, attrs, last_delta, count, base_ts, _ = hdr
     end = pos + LENGTH_END + length
     p = pos + HEADER_SIZE
@@ -400,7 +440,7 @@ def _decode(data: bytes, pos: int, hdr: BatchHeader, min_offset: int,
     ltype = "I" if wide else "H"
     null = _NULL_I if wide else _NULL_H
 
-    def take(typecode: str, size: int, n: int) -> array:
+    def take(typecode: str, size: int, n: int) -> array[int]:
         nonlocal p
         q = p + size * n
         if q > end:
@@ -413,7 +453,7 @@ def _decode(data: bytes, pos: int, hdr: BatchHeader, min_offset: int,
         deltas = take("I", 4, count)
         if count and (deltas[-1] > last_delta or any(map(int.__ge__, deltas, deltas[1:]))):
             raise _Bad("offset deltas not increasing")
-        offsets: Iterable[int] = list(map(add, deltas, repeat(base)))
+        offsets: Sequence[int] = list(map(add, deltas, repeat(base)))
     else:
         if count != last_delta + 1:
             raise _Bad("record count does not match offset span")
@@ -431,10 +471,12 @@ def _decode(data: bytes, pos: int, hdr: BatchHeader, min_offset: int,
     if attrs & F_HEADERS:
         hcounts = take("H", 2, count)
         hlens = take("I", 4, 2 * sum(hcounts))
-    knulls = _nulls(klens, null) if klens is not None else None
+    knulls = None
+    if klens is not None:
+        knulls = _nulls(klens, null)
+        if knulls:
+            klens = _zero_nulls(klens, null)
     vnulls = _nulls(vlens, null) if attrs & F_NULL_VALUES else None
-    if knulls:
-        klens = _zero_nulls(klens, null)  # type: ignore[arg-type]
     if vnulls:
         vlens = _zero_nulls(vlens, null)
     total = sum(vlens) + (sum(klens) if klens is not None else 0) + (sum(hlens) if hlens else 0)
@@ -453,30 +495,30 @@ def _decode(data: bytes, pos: int, hdr: BatchHeader, min_offset: int,
         values = _read_all(read, vlens, vnulls)
     else:
         values = map(read, vlens)
-    headers: Iterable[tuple]
+    headers: Iterable[tuple[tuple[str, bytes], ...]]
     if hcounts is not None and hlens is not None:
         blobs = list(map(read, hlens))
         pairs = iter(list(zip(map(bytes.decode, blobs[0::2]), blobs[1::2])))
         headers = [tuple(islice(pairs, c)) for c in hcounts]
     else:
         headers = repeat(())
-    it: Iterator[tuple] = map(mtype, zip(offsets, timestamps, keys, values, headers))
+    it: Iterator[Any] = map(mtype, zip(offsets, timestamps, keys, values, headers))
     if min_offset > base or (max_offset is not None and max_offset <= base + last_delta):
-        lo = bisect_left(offsets, min_offset)  # type: ignore[arg-type]
-        hi = count if max_offset is None else bisect_left(offsets, max_offset)  # type: ignore[arg-type]
+        lo = bisect_left(offsets, min_offset)
+        hi = count if max_offset is None else bisect_left(offsets, max_offset)
         it = islice(it, lo, max(lo, hi))
     return it
 
 
-def _nulls(lengths: array, null: int) -> list[int]:
+def _nulls(lengths: array[int], null: int) -> list[int]:
     return [i for i, x in enumerate(lengths) if x == null] if null in lengths else []
 
 
-def _zero_nulls(lengths: array, null: int) -> array:
+def _zero_nulls(lengths: array[int], null: int) -> array[int]:
     return array(lengths.typecode, [0 if x == null else x for x in lengths])
 
 
-def _read_all(read, lengths: array, nulls: list[int] | None) -> list[bytes | None]:
+def _read_all(read: Callable[[int], bytes], lengths: array[int], nulls: list[int] | None) -> list[bytes | None]:
     out: list[bytes | None] = list(map(read, lengths))
     for i in nulls or ():
         out[i] = None

@@ -27,7 +27,7 @@ import sys
 from array import array
 from operator import ge
 from struct import Struct
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 from ._files import fsync_file
 from . import _platform
@@ -67,6 +67,9 @@ def next_entry_position(last_entry_position: int, interval: int) -> int:
 
 _TIME_ENTRY = Struct("<qI")
 _RESERVE_SLOTS = 4096       # blocks are reserved this many entries at a time
+
+# an unpacked entry: (offset - base, position) or (timestamp, offset - base)
+Entry = tuple[int, int]
 
 
 class _Index:
@@ -111,7 +114,7 @@ class _Index:
     def __len__(self) -> int:
         return self._entries
 
-    def _reader(self) -> tuple[int, Callable[[int], tuple | None]]:
+    def _reader(self) -> tuple[int, Callable[[int], Entry | None]]:
         """(slot count, entry(i) returning the unpacked entry or None if empty)."""
         mm = self._mm
         unpack = self.ENTRY.unpack_from
@@ -123,14 +126,14 @@ class _Index:
         fd = self._fd
         slots = os.fstat(fd).st_size // size
 
-        def entry(i: int) -> tuple | None:
+        def entry(i: int) -> Entry | None:
             b = os.pread(fd, size, i * size)
             if len(b) < size or not any(b):
                 return None
             return unpack(b)
         return slots, entry
 
-    def _floor(self, key: int, field: int) -> tuple | None:
+    def _floor(self, key: int, field: int) -> Entry | None:
         """The last entry whose ``field`` is <= key (entries ascend in it)."""
         n, entry = self._reader()
         lo, hi = 0, n
@@ -145,7 +148,7 @@ class _Index:
                 hi = mid
         return found
 
-    def entries(self) -> list[tuple]:
+    def entries(self) -> list[Entry]:
         """All entries, oldest first."""
         n, entry = self._reader()
         out = []
@@ -174,9 +177,11 @@ class _Index:
         ix._slots = ix.max_bytes // cls.SIZE
         entries = entries[:ix._slots]
         ix._entries = len(entries)
-        ix._mm = mmap.mmap(-1, max(1, len(entries) * cls.SIZE)) if entries else None
-        for i, e in enumerate(entries):
-            cls.ENTRY.pack_into(ix._mm, i * cls.SIZE, *e)   # type: ignore[arg-type]
+        ix._mm = None
+        if entries:
+            ix._mm = mm = mmap.mmap(-1, max(1, len(entries) * cls.SIZE))
+            for i, e in enumerate(entries):
+                cls.ENTRY.pack_into(mm, i * cls.SIZE, *e)
         return ix
 
     def reserve(self, slots: int) -> None:
@@ -272,8 +277,10 @@ class OffsetIndex(_Index):
         n = self._entries
         if n >= self._room:
             self._make_room()
-        # inlined _append: once per index interval on the append path
-        _OFFSET_ENTRY.pack_into(self._mm, n * 8, offset - self.base_offset, position)  # type: ignore[arg-type]
+        # inlined _append: once per index interval on the append path; below _room
+        # (or after _make_room) the index is writable, so mapped (cast: no check)
+        _OFFSET_ENTRY.pack_into(cast("mmap.mmap", self._mm), n * 8, offset - self.base_offset,
+                                position)
         self._entries = n + 1
 
     def lookup(self, offset: int) -> tuple[int, int]:
@@ -313,13 +320,16 @@ class TimeIndex(_Index):
     def append(self, timestamp: int, offset: int) -> None:
         """Add (timestamp, offset) if ``timestamp`` is above the last entry's."""
         if self._last_ts is None and self._entries:
-            self._last_ts = self.ENTRY.unpack_from(self._mm, (self._entries - 1) * self.SIZE)[0]  # type: ignore[arg-type]
+            # appends go to the writer's index, which is mapped (cast: no check)
+            self._last_ts = self.ENTRY.unpack_from(cast("mmap.mmap", self._mm),
+                                                   (self._entries - 1) * self.SIZE)[0]
         if self._last_ts is not None and timestamp <= self._last_ts:
             return
         n = self._entries
         if n >= self._room:
             self._make_room()
-        _TIME_ENTRY.pack_into(self._mm, n * 12, timestamp, offset - self.base_offset)  # type: ignore[arg-type]
+        _TIME_ENTRY.pack_into(cast("mmap.mmap", self._mm), n * 12, timestamp,
+                              offset - self.base_offset)   # mapped, as in OffsetIndex.append
         self._entries = n + 1
         self._last_ts = timestamp
 

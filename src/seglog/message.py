@@ -6,7 +6,7 @@ import os
 import socket
 from itertools import chain
 from operator import itemgetter
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple, Sequence, cast
 
 from . import codec
 from .errors import CorruptRecordError, MessageTooLargeError, SeglogError
@@ -23,15 +23,22 @@ class Record(NamedTuple):
     headers: Headers = ()
 
 
-try:
-    # the C descriptor namedtuple fields use: about twice as fast as property(itemgetter)
-    from _collections import _tuplegetter
-except ImportError:  # another Python implementation
-    def _tuplegetter(index: int, doc: str) -> Any:  # type: ignore[misc]
-        return property(itemgetter(index), doc=doc)
+if TYPE_CHECKING:
+    # _collections has no stub; to mypy a field is typed by its annotation below
+    def _tuplegetter(index: int, doc: str) -> Any: ...
+    # Message is a tuple of these types (at run time a plain tuple subclass)
+    _MessageBase = codec.MessageTuple
+else:
+    try:
+        # the C descriptor namedtuple fields use: about twice as fast as property(itemgetter)
+        from _collections import _tuplegetter
+    except ImportError:  # another Python implementation
+        def _tuplegetter(index: int, doc: str) -> Any:
+            return property(itemgetter(index), doc=doc)
+    _MessageBase = tuple
 
 
-class Message(tuple):
+class Message(_MessageBase):
     """A message read from a log: ``offset, timestamp, key, value, headers``.
 
     A tuple (so it unpacks and compares like one) with named fields. Built from one
@@ -226,7 +233,7 @@ _MAX_TS = (1 << 63) - 1
 _HEADER_FRAMING = 8       # a header's key and value lengths
 
 
-def _check_ts(ts: Any) -> int:
+def _check_ts(ts: object) -> int:
     if type(ts) is not int:
         if isinstance(ts, bool) or not isinstance(ts, int):
             raise TypeError(f"timestamp must be an int (ms since the epoch), not {type(ts).__name__}")
@@ -275,9 +282,12 @@ def _check_headers(headers: Any) -> tuple[tuple[bytes, bytes], ...]:
     return tuple(out)
 
 
-def prepare_batch(items: Sequence[Any], now: int, max_bytes: int | None
-             ) -> tuple[list[bytes | None], list[bytes | None] | None, int | list[int],
-                        list[tuple[tuple[bytes, bytes], ...]] | None]:
+# (values, keys or None, timestamps (one int if all equal), headers or None)
+PreparedBatch = tuple[list[bytes | None], list[bytes | None] | None, int | list[int],
+                      list[tuple[tuple[bytes, bytes], ...]] | None]
+
+
+def prepare_batch(items: Sequence[Any], now: int, max_bytes: int | None) -> PreparedBatch:
     """Validate ``Log.append_batch`` input (``MessageSet.from_records`` too): (values,
     keys or None, timestamps (one int if all equal), headers or None).
 
@@ -285,8 +295,9 @@ def prepare_batch(items: Sequence[Any], now: int, max_bytes: int | None
     """
     if set(map(type, items)) <= {bytes}:
         values: list[bytes | None] = list(items)
-        if max_bytes is not None and values and max(map(len, values)) > max_bytes:  # type: ignore[arg-type]
-            size = max(map(len, values))  # type: ignore[arg-type]
+        if (max_bytes is not None and values
+                and max(map(len, cast("list[bytes]", values))) > max_bytes):  # all bytes
+            size = max(map(len, cast("list[bytes]", values)))
             raise MessageTooLargeError(f"record of {size} bytes exceeds max_message_bytes={max_bytes}")
         return values, None, now, None
     if items and set(map(type, items)) == {Record}:
@@ -332,7 +343,8 @@ def prepare_batch(items: Sequence[Any], now: int, max_bytes: int | None
 _PLAIN = {bytes, type(None)}
 
 
-def _prepare_records(items: Sequence[Record], now: int, max_bytes: int | None):
+def _prepare_records(items: Sequence[Record], now: int, max_bytes: int | None
+                     ) -> PreparedBatch | None:
     """Column-wise validation of Records with C-level calls; None if a slow check is needed."""
     vals, ks, ts, hs = zip(*items)
     if not (set(map(type, vals)) <= _PLAIN and set(map(type, ks)) <= _PLAIN

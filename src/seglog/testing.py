@@ -45,7 +45,10 @@ import os
 import random
 import stat
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, StrPath
 
 from .log import Log
 
@@ -73,10 +76,10 @@ class CrashState:
 
     directory: str
     durable_names: dict[str, str]            # name -> file identity, at the last dir fsync
-    ops: list[tuple]                         # namespace ops since then, in order
+    ops: list[tuple[Any, ...]]               # namespace ops since then, in order
     durable_content: dict[str, bytes]        # identity -> bytes at its last fsync
     current_content: dict[str, bytes]        # identity -> bytes now
-    note: dict = field(default_factory=dict)  # free for the test (e.g. flushed offset)
+    note: dict[str, Any] = field(default_factory=dict)  # free for the test (e.g. flushed offset)
 
     def materialize(self, dest: str, rng: random.Random, mode: str = "random") -> None:
         """Write one possible post-power-loss directory to ``dest`` (created, must not exist).
@@ -158,10 +161,10 @@ class FaultyFS:
         self.on_event: Callable[[str, str], None] | None = None
         self.events = 0
         self._faults: list[_Fault] = []
-        self._real: dict[str, Callable] = {}
+        self._real: dict[str, Callable[..., Any]] = {}     # the os functions wrapped
         self._gen: dict[int, int] = {}
         self._durable_names: dict[str, str] = {}
-        self._ops: list[tuple] = []
+        self._ops: list[tuple[Any, ...]] = []
         self._durable: dict[str, bytes] = {}
         self._gone: dict[str, bytes] = {}     # content of unlinked or replaced files
         self._active = False
@@ -264,11 +267,12 @@ class FaultyFS:
             return None
 
     # -- wrapped os functions -------------------------------------------------------
-    def _open(self, path, flags, mode=0o777, *, dir_fd=None):  # type: ignore[no-untyped-def]
+    def _open(self, path: StrPath, flags: int, mode: int = 0o777, *,
+              dir_fd: int | None = None) -> int:
         p = os.fspath(path)
         existed = os.path.exists(p)
         self._event("open", p)
-        fd = self._real["open"](path, flags, mode, dir_fd=dir_fd)
+        fd: int = self._real["open"](path, flags, mode, dir_fd=dir_fd)
         if flags & os.O_CREAT and not existed and self._watched(p):
             st = os.fstat(fd)
             if stat.S_ISREG(st.st_mode):
@@ -276,13 +280,15 @@ class FaultyFS:
                 self._ops.append(("create", os.path.basename(p), self._ident(st)))
         return fd
 
-    def _write(self, fd, data):  # type: ignore[no-untyped-def]
+    def _write(self, fd: int, data: ReadableBuffer) -> int:
         self._event("write", self._fd_path(fd))
-        return self._real["write"](fd, data)
+        n: int = self._real["write"](fd, data)
+        return n
 
-    def _pwrite(self, fd, data, offset):  # type: ignore[no-untyped-def]
+    def _pwrite(self, fd: int, data: ReadableBuffer, offset: int) -> int:
         self._event("write", self._fd_path(fd))
-        return self._real["pwrite"](fd, data, offset)
+        n: int = self._real["pwrite"](fd, data, offset)
+        return n
 
     def _sync(self, name: str, fd: int) -> None:
         path = self._fd_path(fd)
@@ -306,25 +312,25 @@ class FaultyFS:
                 data = self._read_path(path)
             self._durable[self._ident(st)] = data
 
-    def _fsync(self, fd):  # type: ignore[no-untyped-def]
+    def _fsync(self, fd: int) -> None:
         self._sync("fsync", fd)
 
-    def _fdatasync(self, fd):  # type: ignore[no-untyped-def]
+    def _fdatasync(self, fd: int) -> None:
         self._sync("fdatasync", fd)
 
-    def _ftruncate(self, fd, length):  # type: ignore[no-untyped-def]
+    def _ftruncate(self, fd: int, length: int) -> None:
         self._event("truncate", self._fd_path(fd))
-        return self._real["ftruncate"](fd, length)
+        self._real["ftruncate"](fd, length)
 
-    def _truncate(self, path, length):  # type: ignore[no-untyped-def]
+    def _truncate(self, path: int | StrPath, length: int) -> None:
         self._event("truncate", os.fspath(path) if not isinstance(path, int) else self._fd_path(path))
-        return self._real["truncate"](path, length)
+        self._real["truncate"](path, length)
 
-    def _posix_fallocate(self, fd, offset, length):  # type: ignore[no-untyped-def]
+    def _posix_fallocate(self, fd: int, offset: int, length: int) -> None:
         self._event("fallocate", self._fd_path(fd))
-        return self._real["posix_fallocate"](fd, offset, length)
+        self._real["posix_fallocate"](fd, offset, length)
 
-    def _move(self, name: str, src, dst, **kw):  # type: ignore[no-untyped-def]
+    def _move(self, name: str, src: StrPath, dst: StrPath, **kw: Any) -> None:
         s, d = os.fspath(src), os.fspath(dst)
         self._event("rename", s)
         watched = self._watched(s) and self._watched(d)
@@ -337,13 +343,13 @@ class FaultyFS:
         if watched:
             self._ops.append(("rename", os.path.basename(s), os.path.basename(d), ident))
 
-    def _rename(self, src, dst, **kw):  # type: ignore[no-untyped-def]
+    def _rename(self, src: StrPath, dst: StrPath, **kw: Any) -> None:
         self._move("rename", src, dst, **kw)
 
-    def _replace(self, src, dst, **kw):  # type: ignore[no-untyped-def]
+    def _replace(self, src: StrPath, dst: StrPath, **kw: Any) -> None:
         self._move("replace", src, dst, **kw)
 
-    def _drop(self, name: str, path, **kw):  # type: ignore[no-untyped-def]
+    def _drop(self, name: str, path: StrPath, **kw: Any) -> None:
         p = os.fspath(path)
         self._event("unlink", p)
         ident = self._ident_of_path(p) if self._watched(p) else None
@@ -353,10 +359,10 @@ class FaultyFS:
         if ident is not None:
             self._ops.append(("unlink", os.path.basename(p)))
 
-    def _unlink(self, path, **kw):  # type: ignore[no-untyped-def]
+    def _unlink(self, path: StrPath, **kw: Any) -> None:
         self._drop("unlink", path, **kw)
 
-    def _remove(self, path, **kw):  # type: ignore[no-untyped-def]
+    def _remove(self, path: StrPath, **kw: Any) -> None:
         self._drop("remove", path, **kw)
 
 
