@@ -270,7 +270,7 @@ def _clean_group(directory: str, cfg: LogConfig, group: list[Segment], omap: Off
             for buf, p, hdr in _batches(seg):
                 max_ts = max(max_ts, hdr[8])
                 horizon = _horizon(buf, p, hdr)
-                keep: list[tuple] = []
+                keep: list[codec.MessageTuple] = []
                 for m in codec.decode_batch(buf, p, hdr):
                     stats.records_read += 1
                     key = m[2]

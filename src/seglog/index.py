@@ -27,7 +27,7 @@ import sys
 from array import array
 from operator import ge
 from struct import Struct
-from typing import Callable, Sequence, cast
+from typing import Callable, Self, Sequence, cast
 
 from ._files import fsync_file
 from . import _platform
@@ -165,7 +165,7 @@ class _Index:
 
     @classmethod
     def in_memory(cls, base_offset: int, entries: list[tuple[int, int]],
-                  max_bytes: int = 10 << 20) -> "_Index":
+                  max_bytes: int = 10 << 20) -> Self:
         """A read-only index of ``entries`` (absolute keys) in anonymous memory."""
         ix = cls.__new__(cls)
         ix.path = "<memory>"

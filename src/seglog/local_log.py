@@ -287,7 +287,7 @@ class LocalLog:
             if step is None:
                 return
             seg, pos = st[0], st[1]
-            if type(step) is bytes:
+            if isinstance(step, bytes):
                 # decode the chunk's whole batches straight from the buffer
                 progress = [0, 0]
                 try:
@@ -318,7 +318,7 @@ class LocalLog:
         changed (compaction, retention, a reader's re-listing)."""
         for _ in range(_RELOCATIONS):
             try:
-                seg = st[0]
+                seg: Segment | None = st[0]
                 if seg is None or seg._gone is not None:
                     if offset < self._start:
                         raise OffsetOutOfRangeError(

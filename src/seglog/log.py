@@ -357,7 +357,7 @@ class Log(LocalLog):
                         self._check_writable()
                     off = self._end
                     seg = self._segs[-1]
-                    if (seg._size + size > self._roll_size or ts > self._roll_ts  # type: ignore[operator]
+                    if (seg._size + size > self._roll_size or ts > self._roll_ts
                             or off > self._roll_off):
                         seg = self._roll(seg)
                     try:
@@ -395,7 +395,7 @@ class Log(LocalLog):
         try:
             # bytes-like values only (Records, str, None make join raise): the join is
             # the type check and the batch body at once
-            body = b"".join(items)  # type: ignore[arg-type]
+            body = b"".join(items)  # type: ignore[arg-type]  # a Record raises: the type check
         except TypeError:
             body = None
         # the whole batch within max_message_bytes: so is every value in it
@@ -408,10 +408,10 @@ class Log(LocalLog):
                 batches = [(parts, len(items), now, size)]
         if batches is None:
             values, keys, stamps, headers = prepare_batch(items, now, self._max_msg)
-            if type(stamps) is int:
+            if isinstance(stamps, int):
                 self._check_window(stamps, stamps, now)
             else:
-                self._check_window(min(stamps), max(stamps), now)   # type: ignore[arg-type]
+                self._check_window(min(stamps), max(stamps), now)
             batches = self._encode(values, keys, stamps, headers)
         lock = self._lock
         lock.acquire()
@@ -421,7 +421,7 @@ class Log(LocalLog):
             first = off = self._end
             for data, n, max_ts, size in batches:
                 seg = self._segs[-1]
-                if (seg._size + size > self._roll_size or max_ts > self._roll_ts  # type: ignore[operator]
+                if (seg._size + size > self._roll_size or max_ts > self._roll_ts
                         or off + n - 1 > self._roll_off):
                     seg = self._roll(seg)
                 fresh = not seg._size
@@ -455,15 +455,17 @@ class Log(LocalLog):
                 f"now ({now}); timestamps are milliseconds since the epoch")
 
     def _encode(self, values: list[bytes | None], keys: list[bytes | None] | None,
-                stamps: int | list[int], headers: list | None) -> list[tuple[Any, int, int, int]]:
+                stamps: int | list[int], headers: list[tuple[tuple[bytes, bytes], ...]] | None
+                ) -> list[tuple[Any, int, int, int]]:
         """Encode into batches of at most max_message_bytes: (bytes, count, max_ts, size)."""
         n = len(values)
         cuts = [0]
-        sizes = [len(v) if v else 0 for v in values] if None in values else list(map(len, values))  # type: ignore[arg-type]
+        sizes = [len(v) if v else 0 for v in values]
         if keys is not None or headers is not None:
             for i in range(n):
-                if keys is not None and keys[i]:
-                    sizes[i] += len(keys[i])  # type: ignore[arg-type]
+                k = keys[i] if keys is not None else None
+                if k:
+                    sizes[i] += len(k)
                 if headers is not None:
                     sizes[i] += sum(len(a) + len(b) + _HEADER_FRAMING for a, b in headers[i])
         limit = self._max_msg

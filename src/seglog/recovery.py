@@ -13,6 +13,7 @@ import os
 import time
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import _platform, codec
 from ._files import (LOG_START, RECOVERY_POINT, atomic_write, fsync_dir, fsync_file,  # noqa: F401
@@ -208,7 +209,7 @@ def _damage_is_corruption(seg: Segment, res: ScanResult, file_size: int, rp: int
 
 
 def _trusted_prefix(seg: Segment, rp: int, max_index_bytes: int
-                    ) -> tuple[int, int, tuple[list, list] | None]:
+                    ) -> tuple[int, int, tuple[list[tuple[int, int]], list[tuple[int, int]]] | None]:
     """Where to start scanning the segment holding the recovery point.
 
     The index entries of flushed data were fsynced with it: entries up to the
@@ -266,7 +267,8 @@ def boot_id() -> str | None:
 def _previous_boot(directory: str) -> str | None:
     try:
         with open(os.path.join(directory, SESSION), "rb") as f:
-            return json.loads(f.read()).get("boot_id")
+            boot = json.loads(f.read()).get("boot_id")
+        return boot if isinstance(boot, str) else None
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -286,11 +288,11 @@ def _rebuild_indexes(seg: Segment, res: ScanResult, max_index_bytes: int, keep_w
     fsync_dir(seg.directory)
 
 
-def read_marker(directory: str) -> dict | None:
+def read_marker(directory: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(directory, CLEAN_MARKER), "rb") as f:
             m = json.loads(f.read())
-        if m.get("version") == 1:
+        if isinstance(m, dict) and m.get("version") == 1:
             return m
     except FileNotFoundError:
         return None
@@ -299,7 +301,7 @@ def read_marker(directory: str) -> dict | None:
     return {}
 
 
-def _marker_matches(marker: dict, active: Segment) -> bool:
+def _marker_matches(marker: dict[str, Any], active: Segment) -> bool:
     try:
         return (marker["active_base"] == active.base_offset
                 and marker["active_size"] == os.stat(active.path).st_size
@@ -308,7 +310,7 @@ def _marker_matches(marker: dict, active: Segment) -> bool:
         return False
 
 
-def _remove_marker(directory: str, marker: dict | None) -> None:
+def _remove_marker(directory: str, marker: dict[str, Any] | None) -> None:
     if marker is not None and remove(os.path.join(directory, CLEAN_MARKER)):
         fsync_dir(directory)
 
@@ -368,7 +370,7 @@ def _claimed_end(seg: Segment, pos: int, file_size: int) -> int:
     head = os.pread(seg.fileno(), codec.HEADER_SIZE, pos)
     if len(head) == codec.HEADER_SIZE:
         hdr = codec.HEADER.unpack_from(head)
-        end = pos + codec.LENGTH_END + hdr[1]
+        end: int = pos + codec.LENGTH_END + hdr[1]
         if hdr[2] == codec.MAGIC and hdr[1] >= codec.MIN_BATCH_LENGTH and end <= file_size:
             return end
     return pos + 1

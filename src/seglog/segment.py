@@ -23,7 +23,7 @@ import mmap
 import os
 import threading
 from struct import Struct
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, cast
 
 
 
@@ -76,7 +76,7 @@ def _memory_indexes(seg: "Segment", res: Any) -> tuple[OffsetIndex, TimeIndex]:
         times.append((res.max_timestamp, res.max_ts_offset))    # a sealed segment's last
     ix = OffsetIndex.in_memory(base, [(o - base, p) for o, p in res.index], seg._max_index_bytes)
     tix = TimeIndex.in_memory(base, [(t, o - base) for t, o in times], seg._max_index_bytes)
-    return ix, tix  # type: ignore[return-value]
+    return ix, tix
 
 
 class SegmentGoneError(OffsetOutOfRangeError):
@@ -107,16 +107,18 @@ class Segment:
         self.path = stem + ".log"
         self.index_path = stem + ".index"
         self.timeindex_path = stem + ".timeindex"
-        self._size = size
+        # _size and _max_ts are None until known (a reader measures lazily); the
+        # writer's are always known, and its hot paths use them as ints
+        self._size: int = size  # type: ignore[assignment]
         self.next_offset = next_offset
         self._max_index_bytes = max_index_bytes
         self._live = live          # another process may still append to it
         self._file: io.FileIO | None = None
         self._index: OffsetIndex | None = None
         self._timeindex: TimeIndex | None = None
-        self._max_ts: int | None = None
+        self._max_ts: int = None  # type: ignore[assignment]
         # writer state, set by make_active()
-        self._mm: mmap.mmap | None = None
+        self._mm: mmap.mmap = None  # type: ignore[assignment]  # the writer's active map
         self._capacity = 0
         # appends ending at or below _alloc_end need no allocate() call; blocks are
         # reserved up to _reserved and pages faulted in up to _populated
@@ -273,7 +275,8 @@ class Segment:
             if self._index is None or self._timeindex is None:
                 self._check_present()
                 self._load_indexes()
-            return self._index, self._timeindex  # type: ignore[return-value]
+            assert self._index is not None and self._timeindex is not None
+            return self._index, self._timeindex
 
     def _check_present(self) -> None:
         if self._gone is not None:
@@ -396,7 +399,7 @@ class Segment:
             # end first, and recovery relies on a torn batch's header being whole
             # (its length says which bytes are its own)
             h = pos + codec.HEADER_SIZE
-            with memoryview(data) as view:
+            with memoryview(cast(bytes, data)) as view:
                 mm[pos + 8:h] = view[8:codec.HEADER_SIZE]
                 mm[h:end] = view[codec.HEADER_SIZE:]
         self._appended(pos, end, base_offset, next_offset, max_timestamp)
@@ -407,19 +410,19 @@ class Segment:
         Returns the position written at. Byte for byte what ``codec.encode_single``
         makes (tested)."""
         pos = self._size
-        end = pos + size          # type: ignore[operator]
+        end = pos + size
         mm = self._mm
         if end > self._alloc_end:
             self._allocate(end)
-        _ONE.pack_into(mm, pos, offset, size - 12, 1, crc, 0, 0, 1, timestamp, timestamp,  # type: ignore[arg-type]
+        _ONE.pack_into(mm, pos, offset, size - 12, 1, crc, 0, 0, 1, timestamp, timestamp,
                        size - _ONE_SIZE)
-        mm[pos + _ONE_SIZE:end] = value  # type: ignore[index]
-        if pos >= self._next_index_pos or timestamp > self._max_ts or not pos:  # type: ignore[operator]
-            self._appended(pos, end, offset, offset + 1, timestamp)  # type: ignore[arg-type]
+        mm[pos + _ONE_SIZE:end] = value
+        if pos >= self._next_index_pos or timestamp > self._max_ts or not pos:
+            self._appended(pos, end, offset, offset + 1, timestamp)
         else:
             self._size = end
             self.next_offset = offset + 1
-        return pos  # type: ignore[return-value]
+        return pos
 
     def _appended(self, pos: int, end: int, base_offset: int, next_offset: int,
                   max_timestamp: int) -> None:
@@ -430,7 +433,7 @@ class Segment:
         """
         if pos >= self._next_index_pos:
             self._add_index_entry(base_offset, pos)
-        if max_timestamp > self._max_ts:  # type: ignore[operator]
+        if max_timestamp > self._max_ts:
             self._max_ts = max_timestamp
             self._max_ts_offset = base_offset
         if not pos and self.first_timestamp is None:
@@ -447,7 +450,7 @@ class Segment:
             self._next_index_pos = 1 << 62
             return
         ix.append(offset, pos)
-        tix.append(self._max_ts, self._max_ts_offset)  # type: ignore[arg-type]
+        tix.append(self._max_ts, self._max_ts_offset)
         self._next_index_pos = next_entry_position(pos, self._interval)
         if ix._entries >= ix._slots or tix._entries >= tix._slots - 1:
             self._on_index_full()
@@ -545,7 +548,7 @@ class Segment:
             return
         assert self._size is not None and self._timeindex is not None and self._index is not None
         if self._size and not self._timeindex.is_full:
-            self._timeindex.append(self._max_ts, self._max_ts_offset)  # type: ignore[arg-type]
+            self._timeindex.append(self._max_ts, self._max_ts_offset)
         self._unmap()
         os.ftruncate(self.file.fileno(), self._size)
         fsync_file(self.file.fileno())
@@ -606,7 +609,7 @@ class Segment:
         with self._map_lock:
             if self._mm is not None:
                 self._mm.close()
-                self._mm = None
+                self._mm = None  # type: ignore[assignment]
             self._address = 0
 
     def _delete(self) -> None:
