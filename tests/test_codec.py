@@ -68,21 +68,8 @@ def test_plain_batch_overhead_is_small():
     data = codec.encode_batch(0, values, 1234)
     overhead = (len(data) - 200 * 50) / 50
     assert overhead < 3.0  # 43-byte header + 2-byte length per record
-    assert codec.encode_values(0, values, 1234) == data
-
-
-def test_plain_values_encoder_matches_general_encoder():
-    # the append_batch fast path decides "wide" from the body size: check both sides
-    cases = [[b""], [b"a", b""], [os.urandom(0xFFFE)], [os.urandom(0xFFFF)],
-             [os.urandom(40000), os.urandom(40000)], [os.urandom(0x10000), b"x"]]
-    for values in cases:
-        for c in (codec.CODEC_NONE, codec.CODEC_LZ4):
-            assert codec.encode_values(3, values, 77, c) == codec.encode_batch(3, values, 77, codec=c)
-
-
-def test_single_matches_general_encoder():
-    for v in (b"", b"abc", os.urandom(70000)):
-        assert codec.encode_single(7, v, 99) == codec.encode_batch(7, [v], 99)
+    size, parts = codec.encode_values_parts(b"".join(values), [200] * 50, 1234)
+    assert b"".join(parts) == data and size == len(data)
 
 
 def test_wide_values_and_timestamps():
@@ -96,7 +83,6 @@ def test_wide_values_and_timestamps():
 def test_value_of_0xffff_bytes_is_not_mistaken_for_null():
     v = b"a" * 0xFFFF
     assert decode_all(codec.encode_batch(0, [v], 1))[0][3] == v
-    assert decode_all(codec.encode_single(0, v, 1))[0][3] == v
 
 
 def test_compacted_batch_with_offset_holes():

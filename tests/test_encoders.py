@@ -1,11 +1,10 @@
 """The write path's fast encoders produce exactly the bytes of ``codec.encode_batch``.
 
 ``encode_batch`` is the reference encoder (the one docs/FORMAT.md describes). The
-write path has faster ones for its common cases: ``encode_single`` (one keyless
-record), ``encode_values`` / ``encode_values_parts`` (keyless records sharing a
-timestamp; ``append_batch``'s fast path, the base offset stamped by
-``Segment._append``) and ``Log.append``'s inline path (``Segment._append_one``), which packs the header
-straight into the segment's map. Each must agree with the reference byte for
+write path has faster ones for its common cases: ``encode_values_parts`` (keyless
+records sharing a timestamp; ``append_batch``'s fast path, the base offset stamped
+by ``Segment._append``) and ``Log.append``'s one-record path
+(``Segment._append_one``), which packs the header straight into the segment's map. Each must agree with the reference byte for
 byte, in the short (16-bit lengths) and the wide (``F_WIDE``) layout, with and
 without lz4; the end-to-end tests compare the segment files themselves.
 """
@@ -16,11 +15,15 @@ import os
 import random
 import tempfile
 
+import struct
+import zlib
+
 import lz4.block
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from seglog import Log, codec
+from seglog.segment import Segment
 
 SHORT_MAX = 0xFFFE            # the longest value with a 16-bit length (0xFFFF means null)
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -54,17 +57,32 @@ values_st = st.one_of(small_values, small_values, small_values, big_values)
 CODECS = st.sampled_from([codec.CODEC_NONE, codec.CODEC_LZ4])
 
 
-# -- encode_single ----------------------------------------------------------------------
+# -- Segment._append_one ----------------------------------------------------------------
 
-@given(BASES, values_st, I64)
-@example(0, b"", 0)
-@example(2**62, b"x" * SHORT_MAX, 2**63 - 1)
-@example(1, b"y" * 0xFFFF, -(2**63))
-@example(7, b"z" * 0x10000, 1_700_000_000_000)
-@example(3, bytes(range(256)) * 274, 0)     # 70144 bytes
-@settings(deadline=None, max_examples=150)
-def test_encode_single_is_encode_batch(base, value, ts):
-    assert codec.encode_single(base, value, ts) == codec.encode_batch(base, [value], ts)
+_TAIL_1H = struct.Struct("<HIIqqH")
+
+
+@given(st.lists(st.tuples(st.one_of(st.binary(max_size=300), st.builds(
+    _make, st.integers(0, SHORT_MAX), st.integers(0, 2**32), st.sampled_from(["random", "mixed"]))),
+    I64), min_size=1, max_size=8), BASES)
+@example([(b"", 0), (b"x" * SHORT_MAX, 2**63 - 1), (b"y", -(2**63))], 2**62)
+@settings(deadline=None, max_examples=60)
+def test_append_one_writes_what_encode_batch_makes(records, base):
+    """The one-record path as Log.append calls it (the CRC from the tail, then the
+    value), against the reference, read back from the segment's file."""
+    with tempfile.TemporaryDirectory() as d:
+        seg = Segment._create(d, base, 1 << 24, 4096, 1 << 16)
+        try:
+            off = base
+            for value, ts in records:
+                crc = zlib.crc32(value, zlib.crc32(_TAIL_1H.pack(0, 0, 1, ts, ts, len(value))))
+                size = codec.HEADER_SIZE + 2 + len(value)
+                pos = seg._append_one(off, ts, crc, value, size)
+                assert seg.next_offset == off + 1 and seg.size == pos + size
+                assert seg.pread(size, pos) == codec.encode_batch(off, [value], ts)
+                off += 1
+        finally:
+            seg._close(seal=False)
 
 
 # -- encode_values / encode_values_parts ------------------------------------------------
@@ -82,7 +100,6 @@ def _parts_batch(base: int, values: list[bytes], ts: int, c: int) -> bytes:
 
 def _check_values(base: int, values: list[bytes], ts: int, c: int) -> None:
     want = codec.encode_batch(base, values, ts, codec=c)
-    assert codec.encode_values(base, values, ts, c) == want
     assert _parts_batch(base, values, ts, c) == want
 
 
@@ -123,7 +140,7 @@ def test_encode_values_explicit_cases():
 def test_lz4_compresses_only_when_it_pays():
     """Both encoders take the same branch of the lz4 decision, both ways."""
     for values, compressed in (([b"a" * 10_000], True), ([os.urandom(1000)], False)):
-        data = codec.encode_values(0, values, 5, codec.CODEC_LZ4)
+        data = _parts_batch(0, values, 5, codec.CODEC_LZ4)
         assert bool(codec.HEADER.unpack_from(data, 0)[4] & codec.CODEC_LZ4) is compressed
         assert data == codec.encode_batch(0, values, 5, codec=codec.CODEC_LZ4)
 

@@ -84,8 +84,8 @@ def batch_starts_at(seg: Segment, pos: int, base_offset: int) -> bool:
     if len(buf) < codec.HEADER_SIZE:
         return False
     hdr = codec.HEADER.unpack_from(buf)
-    return bool(hdr[0] == base_offset and hdr[2] == codec.MAGIC
-                and hdr[1] >= codec.MIN_BATCH_LENGTH)
+    return bool(hdr[codec.H_BASE] == base_offset and hdr[codec.H_MAGIC] == codec.MAGIC
+                and hdr[codec.H_LENGTH] >= codec.MIN_BATCH_LENGTH)
 
 
 def _corruption_error(seg: Segment, res: ScanResult) -> CorruptRecordError:

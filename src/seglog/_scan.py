@@ -60,7 +60,7 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
                 break
             expect = _checked(buf, p, pos, hdr, expect, check)
             yield buf, p, pos, hdr
-            p += codec.LENGTH_END + hdr[1]
+            p += codec.LENGTH_END + hdr[codec.H_LENGTH]
         if p == 0:
             # no whole batch at the start of this read: [start, end) holds whole
             # batches, so this is damage unless the batch is merely larger than a chunk
@@ -70,13 +70,13 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
             if n < header_size:
                 raise Damage("partial", "partial batch header inside the data", pos)
             hdr = codec.HEADER.unpack_from(buf)
-            size = codec.LENGTH_END + hdr[1]
+            size = codec.LENGTH_END + hdr[codec.H_LENGTH]
             if pos + size > end:
-                raise Damage("partial", "batch runs past the end of the data", pos, hdr[0])
+                raise Damage("partial", "batch runs past the end of the data", pos, hdr[codec.H_BASE])
             big = os.pread(fd, size, pos)
             if len(big) < size:
                 raise Damage("short", "the file ends inside a batch (cut back?)",
-                             pos + len(big), hdr[0])
+                             pos + len(big), hdr[codec.H_BASE])
             expect = _checked(big, 0, pos, hdr, expect, check)
             yield big, 0, pos, hdr
             p = size
@@ -86,15 +86,15 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
 def _checked(buf: bytes, p: int, filepos: int, hdr: codec.BatchHeader, expect: int | None,
              check: bool) -> int:
     """Check one batch; return the offset the next must start at."""
-    base = hdr[0]
+    base = hdr[codec.H_BASE]
     if check and not codec.check_crc(buf, p, hdr):
         raise Damage("crc", "CRC mismatch", filepos + p, base)
-    if expect is not None and (base < expect or (base != expect and not hdr[4] & codec.F_OFFSETS)):
+    if expect is not None and (base < expect or (base != expect and not hdr[codec.H_ATTRS] & codec.F_OFFSETS)):
         raise Damage("offsets", f"batch starts at offset {base}, expected {expect}",
                      filepos + p, base)
-    if check and (hdr[8] < hdr[7] or hdr[7] < 0):
+    if check and (hdr[codec.H_MAX_TS] < hdr[codec.H_BASE_TS] or hdr[codec.H_BASE_TS] < 0):
         raise Damage("framing", "bad batch timestamps", filepos + p, base)
-    return base + hdr[5] + 1
+    return base + hdr[codec.H_LAST_DELTA] + 1
 
 
 @dataclass
@@ -147,9 +147,9 @@ def scan(seg: Any, start: int, end: int, next_offset: int | None,
     try:
         for buf, p, filepos, hdr in walk(seg.fileno(), start, end, expect=next_offset,
                                          check=True):
-            res.add(filepos + p, hdr[0], hdr[8])
-            res.next_offset = hdr[0] + hdr[5] + 1
-            res.end = filepos + p + codec.LENGTH_END + hdr[1]
+            res.add(filepos + p, hdr[codec.H_BASE], hdr[codec.H_MAX_TS])
+            res.next_offset = hdr[codec.H_BASE] + hdr[codec.H_LAST_DELTA] + 1
+            res.end = filepos + p + codec.LENGTH_END + hdr[codec.H_LENGTH]
     except Damage as d:
         res.stop = "partial" if d.reason == "short" else d.reason
     return res

@@ -177,7 +177,7 @@ def _batches(seg: Segment) -> Iterator[tuple[bytes, int, codec.BatchHeader]]:
 
 
 def _horizon(buf: bytes, pos: int, hdr: codec.BatchHeader) -> int | None:
-    if hdr[4] & codec.F_HORIZON:
+    if hdr[codec.H_ATTRS] & codec.F_HORIZON:
         return int.from_bytes(buf[pos + codec.HEADER_SIZE:pos + codec.HEADER_SIZE + 8], "little",
                               signed=True)
     return None
@@ -196,8 +196,8 @@ def build_map(segs: list[Segment], first_dirty: int, omap: OffsetMap) -> tuple[i
         for buf, p, hdr in _batches(seg):
             if codec.last_offset(hdr) < first_dirty:
                 continue
-            if not hdr[4] & codec.F_KEYS:
-                read += hdr[6]
+            if not hdr[codec.H_ATTRS] & codec.F_KEYS:
+                read += hdr[codec.H_COUNT]
                 continue
             for m in codec.decode_batch(buf, p, hdr):
                 read += 1
@@ -268,7 +268,7 @@ def _clean_group(directory: str, cfg: LogConfig, group: list[Segment], omap: Off
     try:
         for seg in group:
             for buf, p, hdr in _batches(seg):
-                max_ts = max(max_ts, hdr[8])
+                max_ts = max(max_ts, hdr[codec.H_MAX_TS])
                 horizon = _horizon(buf, p, hdr)
                 keep: list[codec.MessageTuple] = []
                 for m in codec.decode_batch(buf, p, hdr):
@@ -291,13 +291,13 @@ def _clean_group(directory: str, cfg: LogConfig, group: list[Segment], omap: Off
                         horizon = now + cfg.delete_retention_ms
                     if stats.next_horizon is None or horizon < stats.next_horizon:
                         stats.next_horizon = horizon
-                base = hdr[0]
+                base = hdr[codec.H_BASE]
                 data = codec.encode_batch(
                     base, [m[3] for m in keep], [m[1] for m in keep], [m[2] for m in keep],
                     [[(k.encode(), v) for k, v in m[4]] for m in keep]
                     if any(m[4] for m in keep) else None,
-                    hdr[4] & codec.CODEC_MASK,
-                    offset_deltas=[m[0] - base for m in keep], last_offset_delta=hdr[5],
+                    hdr[codec.H_ATTRS] & codec.CODEC_MASK,
+                    offset_deltas=[m[0] - base for m in keep], last_offset_delta=hdr[codec.H_LAST_DELTA],
                     delete_horizon=horizon)
                 w.add(data, base, max(m[1] for m in keep))
                 covered = codec.last_offset(hdr) + 1

@@ -32,14 +32,20 @@ MAGIC = 1
 # base_offset q, batch_length I, magic B, crc I, attributes H,
 # last_offset_delta I, record_count I, base_timestamp q, max_timestamp q
 HEADER = Struct("<qIBIHIIqq")
+# the fields of an unpacked header, by name (other modules index headers only so)
+(H_BASE, H_LENGTH, H_MAGIC, H_CRC, H_ATTRS, H_LAST_DELTA, H_COUNT, H_BASE_TS,
+ H_MAX_TS) = range(9)
 HEADER_SIZE = HEADER.size                 # 43
 LENGTH_END = 12                           # batch_length counts the bytes after this
 CRC_FROM = 17                             # the CRC covers bytes [17, end of batch)
 MIN_BATCH_LENGTH = HEADER_SIZE - LENGTH_END
 _HEAD = Struct("<qIBI")
 _TAIL = Struct("<HIIqq")
-_TAIL_1H = Struct("<HIIqqH")              # single record, short length
-_TAIL_1I = Struct("<HIIqqI")              # single record, wide length
+# a one-record, keyless, headerless batch with a short value (``Log.append``'s hot
+# path packs these two straight into the segment): the tail its CRC starts with, and
+# the whole header with the value's length
+ONE_TAIL = Struct("<HIIqqH")
+ONE_HEADER = Struct("<qIBIHIIqqH")
 _U32 = Struct("<I")
 _I64 = Struct("<q")
 
@@ -98,17 +104,6 @@ def _lengths(items: Sequence[bytes | None], wide: bool, null: int) -> array[int]
     return array(typecode, map(len, cast("Sequence[bytes]", items)))   # no None in items
 
 
-def encode_single(base_offset: int, value: bytes, timestamp: int) -> bytes:
-    """One keyless, headerless record: the hot path of ``Log.append``."""
-    n = len(value)
-    if n < _NULL_H:
-        tail = _TAIL_1H.pack(0, 0, 1, timestamp, timestamp, n)
-    else:
-        tail = _TAIL_1I.pack(F_WIDE, 0, 1, timestamp, timestamp, n)
-    crc = crc32(value, crc32(tail))
-    return _HEAD.pack(base_offset, 5 + len(tail) + n, MAGIC, crc) + tail + value
-
-
 def encode_values_parts(body: bytes, lengths: list[int], timestamp: int,
                         codec: int = CODEC_NONE) -> tuple[int, list[bytes]]:
     """Encode keyless, headerless values sharing one timestamp (``append_batch``'s hot path).
@@ -133,15 +128,6 @@ def encode_values_parts(body: bytes, lengths: list[int], timestamp: int,
     crc = crc32(body, crc32(tail))
     size = _HEAD.size + len(tail) + len(body)
     return size, [_HEAD.pack(0, size - LENGTH_END, MAGIC, crc) + tail, body]
-
-
-def encode_values(base_offset: int, values: Sequence[bytes], timestamp: int,
-                  codec: int = CODEC_NONE) -> bytes:
-    """One batch of keyless, headerless ``values`` (bytes) sharing ``timestamp``."""
-    size, parts = encode_values_parts(b"".join(values), list(map(len, values)), timestamp, codec)
-    data = bytearray(b"".join(parts))
-    _I64.pack_into(data, 0, base_offset)
-    return bytes(data)
 
 
 @lru_cache(maxsize=256)

@@ -329,7 +329,7 @@ class LocalLog:
                         return None
                     seg = segs[i]
                     pos, hdr = seg.find_position(offset)
-                    st[:] = [seg, pos, hdr[0] if hdr is not None else None]
+                    st[:] = [seg, pos, hdr[codec.H_BASE] if hdr is not None else None]
                 while True:
                     pos = st[1]
                     seg_end = seg.size
@@ -395,7 +395,7 @@ class LocalLog:
             covered = ix_off
             for p, hdr in seg.batches(pos, end):
                 covered = codec.last_offset(hdr) + 1
-                if hdr[8] < ts or covered <= lo:
+                if hdr[codec.H_MAX_TS] < ts or covered <= lo:
                     continue
                 ms = seg.read_at(p, lo, 1, end)
                 for m in ms:

@@ -20,7 +20,6 @@ import weakref
 import zlib
 from contextlib import contextmanager
 from dataclasses import asdict, fields
-from struct import Struct
 from typing import Any, Iterable, Iterator
 
 from . import _marker, _platform, _scheduler, codec, recovery
@@ -36,8 +35,8 @@ from .segment import Segment
 _log = logging.getLogger("seglog")
 # per-record bookkeeping bytes counted against max_message_bytes when cutting batches
 _RECORD_OVERHEAD = 24
-_ONE_SIZE = 43 + 2            # a one-record batch's header and its value's short length
-_TAIL_1H = Struct("<HIIqqH")
+_ONE_SIZE = codec.ONE_HEADER.size
+_TAIL_1H = codec.ONE_TAIL
 _crc32 = zlib.crc32
 _time_ns = time.time_ns
 

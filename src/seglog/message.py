@@ -114,7 +114,7 @@ class MessageSet:
         try:
             for pos, hdr in codec.batches_in(self._data, pos, end):
                 yield pos, hdr
-                pos += codec.LENGTH_END + hdr[1]
+                pos += codec.LENGTH_END + hdr[codec.H_LENGTH]
         except CorruptRecordError as e:
             raise e.at(self._path, self._pos(e.position or 0)) from None
         if pos < end:
@@ -137,10 +137,10 @@ class MessageSet:
     def __len__(self) -> int:
         n = 0
         for pos, hdr in self._headers():
-            base, last = hdr[0], codec.last_offset(hdr)
+            base, last = hdr[codec.H_BASE], codec.last_offset(hdr)
             lo = self._min
             hi = last + 1 if self._max is None else min(last + 1, self._max)
-            if hdr[4] & codec.F_OFFSETS or (lo > base and hi <= last):
+            if hdr[codec.H_ATTRS] & codec.F_OFFSETS or (lo > base and hi <= last):
                 if hi > lo and last >= lo:
                     n += sum(1 for _ in codec.decode_batch(
                         self._data, pos, hdr, lo, self._max, self._max_uncompressed))
@@ -184,7 +184,7 @@ class MessageSet:
         """Check framing and CRC of every batch; raise CorruptRecordError."""
         for pos, hdr in self._headers():
             if not codec.check_crc(self._data, pos, hdr):
-                raise CorruptRecordError("CRC mismatch", self._path, self._pos(pos), hdr[0])
+                raise CorruptRecordError("CRC mismatch", self._path, self._pos(pos), hdr[codec.H_BASE])
             for _ in codec.decode_batch(self._data, pos, hdr,
                                         max_uncompressed=self._max_uncompressed):
                 pass

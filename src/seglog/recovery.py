@@ -235,7 +235,7 @@ def _trusted_prefix(seg: Segment, rp: int, max_index_bytes: int
         hdr = codec.read_header(os.pread(seg.fileno(), codec.HEADER_SIZE, start), 0, 1 << 62)
     except CorruptRecordError:
         return 0, base, None
-    if hdr is None or hdr[0] != off:
+    if hdr is None or hdr[codec.H_BASE] != off:
         return 0, base, None
     tentries = []
     for t, r in TimeIndex.ENTRY.iter_unpack(tdata[:len(tdata) - len(tdata) % TimeIndex.SIZE]):
@@ -253,7 +253,7 @@ def _first_timestamp(seg: Segment) -> int | None:
         hdr = codec.read_header(head, 0, 1 << 62)
     except CorruptRecordError:
         return None
-    return hdr[8] if hdr is not None else None
+    return hdr[codec.H_MAX_TS] if hdr is not None else None
 
 
 SESSION = "writer-session"
@@ -342,8 +342,8 @@ def continuing_batch_after(seg: Segment, pos: int, file_size: int, next_offset: 
         while 0 <= i - codec.LENGTH_END < limit:
             q = i - codec.LENGTH_END
             hdr = codec.HEADER.unpack_from(buf, q)
-            size = codec.LENGTH_END + hdr[1]
-            if (hdr[1] >= codec.MIN_BATCH_LENGTH and hdr[0] >= next_offset
+            size = codec.LENGTH_END + hdr[codec.H_LENGTH]
+            if (hdr[codec.H_LENGTH] >= codec.MIN_BATCH_LENGTH and hdr[codec.H_BASE] >= next_offset
                     and p + q + size <= file_size):
                 data = buf if q + size <= len(buf) else os.pread(seg.fileno(), size, p + q)
                 start = q if data is buf else 0
@@ -370,7 +370,7 @@ def _claimed_end(seg: Segment, pos: int, file_size: int) -> int:
     head = os.pread(seg.fileno(), codec.HEADER_SIZE, pos)
     if len(head) == codec.HEADER_SIZE:
         hdr = codec.HEADER.unpack_from(head)
-        end: int = pos + codec.LENGTH_END + hdr[1]
-        if hdr[2] == codec.MAGIC and hdr[1] >= codec.MIN_BATCH_LENGTH and end <= file_size:
+        end: int = pos + codec.LENGTH_END + hdr[codec.H_LENGTH]
+        if hdr[codec.H_MAGIC] == codec.MAGIC and hdr[codec.H_LENGTH] >= codec.MIN_BATCH_LENGTH and end <= file_size:
             return end
     return pos + 1

@@ -45,7 +45,7 @@ def _disable_populate() -> None:
     _POPULATE = None
 
 _OFFSET = Struct("<q")
-_ONE = Struct("<qIBIHIIqqH")   # a whole one-record batch header plus its value's length
+_ONE = codec.ONE_HEADER
 _ONE_SIZE = _ONE.size
 _SCAN_CHUNK = 1 << 16
 NO_TIMESTAMP = -1
@@ -253,7 +253,7 @@ class Segment:
         """Largest record timestamp in the segment, -1 if it has none."""
         if self._max_ts is None:
             last = self.time_index.last_entry()
-            self._max_ts = last[0] if last is not None else NO_TIMESTAMP
+            self._max_ts = last[codec.H_BASE] if last is not None else NO_TIMESTAMP
             if last is None and self.size:
                 # no entry (a segment rolled before its first index entry): scan
                 self._max_ts = max((h[8] for _, h in self.batches()), default=NO_TIMESTAMP)
@@ -407,7 +407,7 @@ class Segment:
     def _append_one(self, offset: int, timestamp: int, crc: int, value: bytes, size: int) -> int:
         """``Log.append``'s hot path: one short keyless record, its header packed
         straight into the map (``crc`` is the batch's, computed outside the lock).
-        Returns the position written at. Byte for byte what ``codec.encode_single``
+        Returns the position written at. Byte for byte what ``codec.encode_batch``
         makes (tested)."""
         pos = self._size
         end = pos + size
@@ -676,13 +676,13 @@ class Segment:
         """
         end = self.size if end is None else end
         start, hdr = self.find_position(offset, end)
-        while hdr is not None and not hdr[6]:
+        while hdr is not None and not hdr[codec.H_COUNT]:
             # an empty batch over offsets compaction removed: nothing to return from it
             offset = codec.last_offset(hdr) + 1
             start, hdr = self.find_position(offset, end)
         if hdr is None:
             return MessageSet(b"", min_offset=offset, next_offset=offset)
-        return self.read_at(start, offset, max_bytes, end, max_offset, expect=hdr[0])
+        return self.read_at(start, offset, max_bytes, end, max_offset, expect=hdr[codec.H_BASE])
 
     def read_at(self, start: int, min_offset: int, max_bytes: int, end: int,
                 max_offset: int | None = None, expect: int | None = None) -> MessageSet:
