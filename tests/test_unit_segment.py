@@ -1,0 +1,306 @@
+"""Unit tests of ``Segment`` used directly (no ``Log``): the writer's append paths and
+bookkeeping, the index rule (the writer's and the scan's must agree), sealing,
+reopening, and reads of damaged files."""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import pytest
+
+from seglog import _scan, codec
+from seglog.errors import CorruptRecordError
+from seglog.segment import Segment
+
+CAP = 1 << 20
+MAX_IX = 1 << 16
+
+
+@pytest.fixture
+def segdir(tmp_path):
+    d = tmp_path / "seg"
+    d.mkdir()
+    return str(d)
+
+
+def _one_args(offset: int, ts: int, value: bytes) -> tuple[int, int, int, bytes, int]:
+    """What ``Log.append`` computes for ``Segment._append_one`` (log.py's hot path)."""
+    n = len(value)
+    crc = zlib.crc32(value, zlib.crc32(codec._TAIL_1H.pack(0, 0, 1, ts, ts, n)))
+    return offset, ts, crc, value, codec.HEADER_SIZE + 2 + n
+
+
+def _append_batch(seg: Segment, values: list[bytes], ts: int) -> bytes:
+    base = seg.next_offset
+    data = codec.encode_batch(0, values, ts)
+    seg._append(data, base, base + len(values), ts)
+    return data
+
+
+def _messages(seg: Segment, offset: int, max_bytes: int = 1 << 20):
+    return [(m.offset, m.timestamp, m.value) for m in seg.read(offset, max_bytes)]
+
+
+def test_append_tracks_size_next_offset_and_max_timestamp(segdir):
+    seg = Segment._create(segdir, 100, CAP, 4096, MAX_IX)
+    try:
+        assert (seg.size, seg.next_offset, seg.max_timestamp) == (0, 100, -1)
+        expect_size = 0
+        d = _append_batch(seg, [b"a", b"bb", b"ccc"], 50)
+        expect_size += len(d)
+        assert (seg.size, seg.next_offset, seg.max_timestamp) == (expect_size, 103, 50)
+        d = _append_batch(seg, [b"d"], 40)            # an older timestamp: max stays
+        expect_size += len(d)
+        assert (seg.size, seg.next_offset, seg.max_timestamp) == (expect_size, 104, 50)
+        d = _append_batch(seg, [b"e", b"f"], 70)
+        expect_size += len(d)
+        assert (seg.size, seg.next_offset, seg.max_timestamp) == (expect_size, 106, 70)
+        assert seg.first_timestamp == 50
+        assert [(p, h[0], h[6]) for p, h in seg.batches()] == [
+            (0, 100, 3), (codec.batch_size(next(seg.batches())[1]), 103, 1),
+            (expect_size - len(d), 104, 2)]
+    finally:
+        seg._close()
+
+
+def test_append_one_updates_next_offset_on_every_path(segdir):
+    """Regression: the one-record fast path (no index entry, no new max timestamp)
+    once left ``next_offset`` stale."""
+    seg = Segment._create(segdir, 0, CAP, 1 << 30, MAX_IX)   # no index entries at all
+    try:
+        size = 0
+        for off in range(20):
+            ts = 1000 if off else 1000     # same timestamp: the fast path after the first
+            args = _one_args(off, ts, b"v%d" % off)
+            pos = seg._append_one(*args)
+            assert pos == size
+            size += args[4]
+            assert seg.size == size
+            assert seg.next_offset == off + 1, f"stale next_offset after offset {off}"
+        assert seg.max_timestamp == 1000
+        assert _messages(seg, 0) == [(o, 1000, b"v%d" % o) for o in range(20)]
+    finally:
+        seg._close()
+
+
+def test_append_one_writes_what_encode_single_makes(segdir):
+    seg = Segment._create(segdir, 7, CAP, 4096, MAX_IX)
+    try:
+        seg._append_one(*_one_args(7, 5, b"hello"))
+        seg._append_one(*_one_args(8, 9, b""))
+        seg._append_one(*_one_args(9, 3, b"x" * 300))
+        want = (codec.encode_single(7, b"hello", 5) + codec.encode_single(8, b"", 9)
+                + codec.encode_single(9, b"x" * 300, 3))
+        assert seg.pread(seg.size, 0) == want
+        assert (seg.next_offset, seg.max_timestamp) == (10, 9)
+        # every batch's CRC is right (the caller computed it outside the segment)
+        ms = seg.read(7, 1 << 20)
+        ms.validate()
+        assert [m.value for m in ms] == [b"hello", b"", b"x" * 300]
+    finally:
+        seg._close()
+
+
+def test_mixed_append_paths_read_back(segdir):
+    seg = Segment._create(segdir, 0, CAP, 256, MAX_IX)
+    expected = []
+    try:
+        off = 0
+        for i in range(60):
+            if i % 3 == 0:
+                vals = [b"b%d-%d" % (i, j) for j in range(4)]
+                _append_batch(seg, vals, 10 + i)
+                expected += [(off + j, 10 + i, v) for j, v in enumerate(vals)]
+                off += 4
+            else:
+                seg._append_one(*_one_args(off, 10 + i, b"one%d" % i))
+                expected.append((off, 10 + i, b"one%d" % i))
+                off += 1
+            assert seg.next_offset == off
+        assert _messages(seg, 0) == expected
+        # from any offset: the messages from there on
+        for start in (1, 5, 37, off - 1):
+            assert _messages(seg, start) == [m for m in expected if m[0] >= start]
+        # past the end: nothing
+        assert _messages(seg, off) == []
+    finally:
+        seg._close()
+
+
+def test_find_position_lands_on_the_batch_holding_the_offset(segdir):
+    seg = Segment._create(segdir, 1000, CAP, 128, MAX_IX)
+    try:
+        starts = []
+        for i in range(40):
+            starts.append((seg.size, seg.next_offset))
+            _append_batch(seg, [b"x" * 20] * 3, i)
+        assert len(seg.index) > 3          # lookups go through index entries
+        for pos, base in starts:
+            for off in range(base, base + 3):
+                p, hdr = seg.find_position(off)
+                assert (p, hdr[0]) == (pos, base)
+        end = seg.size
+        assert seg.find_position(seg.next_offset) == (end, None)
+        # below the base offset: the first batch
+        assert seg.find_position(0)[0] == 0
+    finally:
+        seg._close()
+
+
+def test_read_at_respects_max_bytes_but_returns_one_whole_batch(segdir):
+    seg = Segment._create(segdir, 0, CAP, 4096, MAX_IX)
+    try:
+        big = _append_batch(seg, [b"y" * 5000], 1)
+        small = _append_batch(seg, [b"s"], 2)
+        ms = seg.read_at(0, 0, 10, seg.size)                  # far below one batch
+        assert [m.value for m in ms] == [b"y" * 5000]
+        assert ms.next_offset == 1
+        ms = seg.read_at(0, 0, len(big) + len(small), seg.size)
+        assert [m.offset for m in ms] == [0, 1]
+        ms = seg.read_at(len(big), 1, 1 << 20, seg.size, expect=1)
+        assert [(m.offset, m.value) for m in ms] == [(1, b"s")]
+    finally:
+        seg._close()
+
+
+@pytest.mark.parametrize("interval", [1, 100, 1000, 4096])
+def test_writer_index_equals_scan_index(segdir, interval):
+    """The writer's index rule (``Segment._appended``) and the scan's
+    (``ScanResult.add``) must make the same offset and time index entries."""
+    seg = Segment._create(segdir, 500, CAP, interval, MAX_IX)
+    try:
+        off = 500
+        for i in range(120):
+            ts = (i * 7919) % 500                              # up and down
+            if i % 2:
+                seg._append_one(*_one_args(off, ts, b"v" * (i % 50)))
+                off += 1
+            else:
+                n = 1 + i % 5
+                _append_batch(seg, [b"w" * (i % 90)] * n, ts)
+                off += n
+        writer_ix = [(seg.base_offset + r, p) for r, p in seg.index.entries()]
+        writer_tix = [(t, seg.base_offset + r) for t, r in seg.time_index.entries()]
+        res = _scan.scan(seg, 0, seg.size, None, interval)
+        assert res.stop == "end" and res.end == seg.size and res.next_offset == off
+        assert res.index == writer_ix
+        assert res.time_index == writer_tix
+        assert res.max_timestamp == seg.max_timestamp
+        if interval <= 100:
+            assert len(writer_ix) > 10
+        # entries every interval: each at least `interval` past the previous
+        positions = [0] + [p for _, p in writer_ix]
+        assert all(b - a >= interval for a, b in zip(positions, positions[1:]))
+    finally:
+        seg._close()
+
+
+def test_index_entries_every_interval_bytes(segdir):
+    """With equal-sized batches, an entry lands on the first batch at least an
+    interval past the last one."""
+    seg = Segment._create(segdir, 0, CAP, 1000, MAX_IX)
+    try:
+        data = b""
+        for i in range(50):
+            data = _append_batch(seg, [b"z" * 100], i)
+        bs = len(data)
+        step = -(-1000 // bs) * bs             # the first batch start >= 1000 past
+        want = [(p // bs, p) for p in range(step, seg.size, step)]
+        assert [(r, p) for r, p in seg.index.entries()] == want
+    finally:
+        seg._close()
+
+
+def test_seal_cuts_file_back_and_reopen_reads_the_same(segdir):
+    seg = Segment._create(segdir, 42, CAP, 200, MAX_IX)
+    for i in range(30):
+        _append_batch(seg, [b"m%d" % i, b"n%d" % i], 100 + i)
+    size, nxt, mts = seg.size, seg.next_offset, seg.max_timestamp
+    before = _messages(seg, 42)
+    ix_entries = seg.index.entries()
+    assert os.path.getsize(seg.path) == CAP          # preallocated while active
+    seg._seal()
+    assert not seg.is_active
+    assert os.path.getsize(seg.path) == size
+    assert os.path.getsize(seg.index_path) == 8 * len(ix_entries)
+    # the sealed time index ends with the segment's largest timestamp
+    assert seg.time_index.last_entry() == (mts, nxt - 2)
+    seg._close()
+
+    again = Segment(segdir, 42, next_offset=nxt)
+    try:
+        assert again.size == size
+        assert again.max_timestamp == mts
+        assert again.index.entries() == ix_entries
+        assert again.index_repairs == 0
+        assert _messages(again, 42) == before
+        assert _messages(again, 60) == [m for m in before if m[0] >= 60]
+    finally:
+        again._close()
+
+
+def _sealed(segdir: str, n: int = 10) -> tuple[int, list[int]]:
+    seg = Segment._create(segdir, 0, CAP, 4096, MAX_IX)
+    positions = []
+    for i in range(n):
+        positions.append(seg.size)
+        _append_batch(seg, [b"value-%d" % i] * 3, i)
+    size = seg.size
+    seg._close()
+    return size, positions
+
+
+def _flip(path: str, pos: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)
+        f.seek(pos)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def test_corrupt_record_byte_fails_crc_on_read_with_path(segdir):
+    size, positions = _sealed(segdir)
+    _flip(os.path.join(segdir, f"{0:020d}.log"), positions[4] + codec.HEADER_SIZE + 3)
+    seg = Segment(segdir, 0)
+    try:
+        # framing is intact: batches() walks through (no CRC check there)
+        assert len(list(seg.batches())) == 10
+        # messages before the damage read fine
+        assert [m.offset for m in seg.read(0, positions[4])] == list(range(12))
+        with pytest.raises(CorruptRecordError) as ei:
+            list(seg.read(12, 1 << 20))
+        assert ei.value.path == seg.path
+        assert ei.value.position == positions[4]
+    finally:
+        seg._close()
+
+
+def test_corrupt_framing_raises_from_batches_and_read_with_path(segdir):
+    size, positions = _sealed(segdir)
+    _flip(os.path.join(segdir, f"{0:020d}.log"), positions[6] + 12)     # the magic byte
+    seg = Segment(segdir, 0)
+    try:
+        with pytest.raises(CorruptRecordError) as ei:
+            list(seg.batches())
+        assert ei.value.path == seg.path
+        assert ei.value.position == positions[6]
+        with pytest.raises(CorruptRecordError) as ei:
+            list(seg.read_at(positions[5], 15, 1 << 20, size))
+        assert ei.value.path == seg.path
+        assert ei.value.position == positions[6]
+    finally:
+        seg._close()
+
+
+def test_truncated_file_is_reported_not_misread(segdir):
+    size, positions = _sealed(segdir)
+    path = os.path.join(segdir, f"{0:020d}.log")
+    os.truncate(path, positions[8] + 20)
+    seg = Segment(segdir, 0, size=size)     # believes the old size
+    try:
+        with pytest.raises(CorruptRecordError) as ei:
+            list(seg.batches())
+        assert ei.value.path == path
+    finally:
+        seg._close()
