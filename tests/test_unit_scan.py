@@ -83,9 +83,6 @@ def test_walk_chunk_not_aligned_with_batches(mkfile, chunk):
     assert _summary(f.walk(chunk=chunk, expect=0, check=True)) == _expected(bs)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: _scan.walk with chunk < codec.HEADER_SIZE (43) "
-                   "raises Damage('partial') on a valid file: the p == 0 path tests "
-                   "n < header_size before reading the oversized batch whole")
 @pytest.mark.parametrize("chunk", [1, 42])
 def test_walk_chunk_smaller_than_a_header(mkfile, chunk):
     bs = _batches(3, size=17)
@@ -302,9 +299,6 @@ def test_batches_in_stops_quietly_at_a_partial_batch():
     assert [p for p, _ in codec.batches_in(data, 0, len(data))] == pos
 
 
-@pytest.mark.xfail(strict=True, reason="bug (latent): codec.read_header checks the header "
-                   "against len(data) but the batch's records only against end, so with "
-                   "end > len(data) batches_in yields a batch whose records are cut off")
 def test_batches_in_buffer_shorter_than_end_yields_no_cut_batch():
     bs = _batches(4)
     data = b"".join(bs)

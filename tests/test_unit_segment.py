@@ -27,7 +27,7 @@ def segdir(tmp_path):
 def _one_args(offset: int, ts: int, value: bytes) -> tuple[int, int, int, bytes, int]:
     """What ``Log.append`` computes for ``Segment._append_one`` (log.py's hot path)."""
     n = len(value)
-    crc = zlib.crc32(value, zlib.crc32(codec._TAIL_1H.pack(0, 0, 1, ts, ts, n)))
+    crc = zlib.crc32(value, zlib.crc32(codec.ONE_TAIL.pack(0, 0, 1, ts, ts, n)))
     return offset, ts, crc, value, codec.HEADER_SIZE + 2 + n
 
 
@@ -84,14 +84,14 @@ def test_append_one_updates_next_offset_on_every_path(segdir):
         seg._close()
 
 
-def test_append_one_writes_what_encode_single_makes(segdir):
+def test_append_one_writes_what_encode_batch_makes(segdir):
     seg = Segment._create(segdir, 7, CAP, 4096, MAX_IX)
     try:
         seg._append_one(*_one_args(7, 5, b"hello"))
         seg._append_one(*_one_args(8, 9, b""))
         seg._append_one(*_one_args(9, 3, b"x" * 300))
-        want = (codec.encode_single(7, b"hello", 5) + codec.encode_single(8, b"", 9)
-                + codec.encode_single(9, b"x" * 300, 3))
+        want = (codec.encode_batch(7, [b"hello"], 5) + codec.encode_batch(8, [b""], 9)
+                + codec.encode_batch(9, [b"x" * 300], 3))
         assert seg.pread(seg.size, 0) == want
         assert (seg.next_offset, seg.max_timestamp) == (10, 9)
         # every batch's CRC is right (the caller computed it outside the segment)

@@ -68,7 +68,20 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
                 raise Damage("short", f"the file ends at {pos + n}, before the {end} bytes "
                              f"of whole batches it held (cut back?)", pos + n)
             if n < header_size:
-                raise Damage("partial", "partial batch header inside the data", pos)
+                # a chunk smaller than a header: read the header alone
+                if end - pos < header_size:
+                    raise Damage("partial", "partial batch header inside the data", pos)
+                buf = os.pread(fd, header_size, pos)
+                if len(buf) < header_size:
+                    raise Damage("short", "the file ends inside a batch header (cut back?)",
+                                 pos + len(buf))
+                try:
+                    codec.read_header(buf, 0, 1 << 62)
+                except CorruptRecordError:
+                    zeros = not any(buf)
+                    raise Damage("zeros" if zeros else "framing",
+                                 "zero-filled space where a batch should start" if zeros
+                                 else "bad batch framing", pos) from None
             hdr = codec.HEADER.unpack_from(buf)
             size = codec.LENGTH_END + hdr[codec.H_LENGTH]
             if pos + size > end:

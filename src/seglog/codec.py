@@ -222,7 +222,9 @@ def read_header(data: bytes | memoryview, pos: int, end: int) -> BatchHeader | N
     CorruptRecordError when the framing is impossible (bad magic, bad length,
     zero-filled space). The CRC is not checked here; see ``check_crc``.
     """
-    if pos + HEADER_SIZE > end or pos + HEADER_SIZE > len(data):
+    if end > len(data):
+        end = len(data)
+    if pos + HEADER_SIZE > end:
         return None
     hdr = HEADER.unpack_from(data, pos)
     length = hdr[1]
