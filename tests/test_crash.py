@@ -492,3 +492,21 @@ def test_recovery_scans_only_the_unflushed_tail(tmp_path):
         assert rep is not None and rep.segments_scanned == 1
         assert rep.scanned_bytes < 200_000          # the tail, not the 4 MB segment
         assert log.end_offset == 20050
+
+
+def test_recovery_starts_at_the_last_index_entry_below_the_recovery_point(tmp_path):
+    """Small batches: the scan starts at the last trusted index entry, so it reads
+    about one index interval plus the unflushed tail, not the flushed segment."""
+    path = str(tmp_path / "log")
+    log = Log.open(path, flush_ms=None, index_interval_bytes=4096)
+    for i in range(20000):
+        log.append(b"%099d" % i)
+    log.flush()
+    for i in range(10):
+        log.append(b"t" * 100)
+    abandon(log)
+    with Log.open(path, index_interval_bytes=4096) as log:
+        rep = log.recovery
+        assert rep is not None and rep.scanned_bytes < 4096 + 10 * 200
+        assert log.end_offset == 20010
+        assert [m.value for m in log.iter(19998)] == [b"%099d" % 19998, b"%099d" % 19999] + [b"t" * 100] * 10

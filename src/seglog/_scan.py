@@ -1,6 +1,8 @@
-"""The one batch walker: every read of batches from a segment file goes through
-``walk`` (readers' offset and time lookups, recovery, readers following a live
-segment, index rebuilds, the cleaner). ``scan`` is its checking use: framing, CRC,
+"""The one chunked batch walker over a segment file, ``walk``: readers' offset and
+time lookups (``Segment.batches``), reads of batches larger than a chunk, recovery,
+readers following a live segment, index rebuilds and the cleaner go through it.
+(``iter()`` decodes whole chunks with ``codec.iter_batches``, and single headers are
+read where one is all a caller needs.) ``scan`` is its checking use: framing, CRC,
 offsets and timestamps of every batch, and the index entries a writer would have
 made for them; it never raises for bad data, its result says where and why it
 stopped."""
@@ -31,7 +33,8 @@ class Damage(CorruptRecordError):
 
 
 def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: bool = False,
-         chunk: int = CHUNK) -> Iterator[tuple[bytes, int, int, codec.BatchHeader]]:
+         chunk: int = CHUNK, to_damage: bool = False
+         ) -> Iterator[tuple[bytes, int, int, codec.BatchHeader]]:
     """(buffer, position in it, the buffer's file position, header) of each whole
     batch in the file ``fd`` from position ``start`` (a batch start) to ``end``.
 
@@ -39,7 +42,9 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
     read whole. Framing is checked, and offsets: each batch starts where the last
     ended (after compaction, anywhere above it), the first at ``expect`` if given.
     ``check`` adds the CRC and the timestamps. The first bad batch raises
-    ``Damage`` (without a path: the caller places it with ``.at``).
+    ``Damage`` (without a path: the caller places it with ``.at``). A file shorter
+    than ``end`` is damage at once, before any batch of the short read is yielded;
+    ``to_damage`` (recovery's use) yields every whole batch up to the damage first.
     """
     pos = start
     header_size = codec.HEADER_SIZE
@@ -47,15 +52,18 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
         want = min(chunk, end - pos)
         buf = os.pread(fd, want, pos)
         n = len(buf)
+        if n < want and not to_damage:
+            raise Damage("short", f"the file ends at {pos + n}, before the {end} bytes "
+                         f"of whole batches it held (cut back?)", pos + n)
         p = 0
         while p < n:
             try:
                 hdr = codec.read_header(buf, p, n)
-            except CorruptRecordError:
+            except CorruptRecordError as e:
                 zeros = not any(memoryview(buf)[p:p + header_size])
                 raise Damage("zeros" if zeros else "framing",
                              "zero-filled space where a batch should start" if zeros
-                             else "bad batch framing", pos + p) from None
+                             else e.message, pos + p) from None
             if hdr is None:
                 break
             expect = _checked(buf, p, pos, hdr, expect, check)
@@ -77,11 +85,11 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
                                  pos + len(buf))
                 try:
                     codec.read_header(buf, 0, 1 << 62)
-                except CorruptRecordError:
+                except CorruptRecordError as e:
                     zeros = not any(buf)
                     raise Damage("zeros" if zeros else "framing",
                                  "zero-filled space where a batch should start" if zeros
-                                 else "bad batch framing", pos) from None
+                                 else e.message, pos) from None
             hdr = codec.HEADER.unpack_from(buf)
             size = codec.LENGTH_END + hdr[codec.H_LENGTH]
             if pos + size > end:
@@ -159,7 +167,7 @@ def scan(seg: Any, start: int, end: int, next_offset: int | None,
                      next_entry=next_entry_position(start, interval or 0))
     try:
         for buf, p, filepos, hdr in walk(seg.fileno(), start, end, expect=next_offset,
-                                         check=True):
+                                         check=True, to_damage=True):
             res.add(filepos + p, hdr[codec.H_BASE], hdr[codec.H_MAX_TS])
             res.next_offset = hdr[codec.H_BASE] + hdr[codec.H_LAST_DELTA] + 1
             res.end = filepos + p + codec.LENGTH_END + hdr[codec.H_LENGTH]

@@ -222,9 +222,7 @@ def read_header(data: bytes | memoryview, pos: int, end: int) -> BatchHeader | N
     CorruptRecordError when the framing is impossible (bad magic, bad length,
     zero-filled space). The CRC is not checked here; see ``check_crc``.
     """
-    if end > len(data):
-        end = len(data)
-    if pos + HEADER_SIZE > end:
+    if pos + HEADER_SIZE > end or pos + HEADER_SIZE > len(data):
         return None
     hdr = HEADER.unpack_from(data, pos)
     length = hdr[1]
@@ -252,6 +250,7 @@ def batches_in(data: bytes | memoryview, start: int, end: int
     (``position`` in ``data``) where the framing is impossible. CRCs are not checked.
     """
     pos = start
+    end = min(end, len(data))    # read_header's end may lie past a header-only buffer
     while True:
         hdr = read_header(data, pos, end)
         if hdr is None:

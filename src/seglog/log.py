@@ -278,6 +278,7 @@ class Log(LocalLog):
         self._cond = threading.Condition(threading.Lock())
         self._rlock = threading.Lock()
         self._idle = threading.Condition(self._rlock)
+        self._refresh_lock = threading.Lock()
         self._inflight = 0
         self._waiters = 0
         for seg in self._segs:

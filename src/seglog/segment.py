@@ -253,10 +253,10 @@ class Segment:
         """Largest record timestamp in the segment, -1 if it has none."""
         if self._max_ts is None:
             last = self.time_index.last_entry()
-            self._max_ts = last[codec.H_BASE] if last is not None else NO_TIMESTAMP
+            self._max_ts = last[0] if last is not None else NO_TIMESTAMP   # (timestamp, offset)
             if last is None and self.size:
                 # no entry (a segment rolled before its first index entry): scan
-                self._max_ts = max((h[8] for _, h in self.batches()), default=NO_TIMESTAMP)
+                self._max_ts = max((h[codec.H_MAX_TS] for _, h in self.batches()), default=NO_TIMESTAMP)
         return self._max_ts
 
     @property
@@ -436,7 +436,9 @@ class Segment:
         if max_timestamp > self._max_ts:
             self._max_ts = max_timestamp
             self._max_ts_offset = base_offset
-        if not pos and self.first_timestamp is None:
+        if self.first_timestamp is None:
+            # the first batch's, or (a segment reopened without it known) the first
+            # seen: segment_ms then rolls a little late, never not at all
             self.first_timestamp = max_timestamp
         self._size = end
         self.next_offset = next_offset
@@ -691,6 +693,9 @@ class Segment:
         want = max(min(max_bytes, end - start), codec.HEADER_SIZE)
         buf = self.pread(want, start)
         n = len(buf)
+        if n < min(want, end - start):
+            raise CorruptRecordError(f"the file ends at {start + n}, before the {end} bytes "
+                                     f"of whole batches it held (cut back?)", self.path, start + n)
         p = 0
         last = None
         try:
