@@ -8,18 +8,21 @@
 """
 
 from .config import LogConfig
-from .errors import (CorruptRecordError, InvalidConfigError, LogClosedError, LogLockedError,
+from .consumer_group import Consumer, ConsumerMessage, describe_group
+from .errors import (CommitFailedError, CorruptRecordError, InvalidConfigError, LogClosedError, LogLockedError,
                      MessageTooLargeError, NotALogError, OffsetOutOfRangeError, ReadOnlyError,
                      SeglogError, StorageError)
 from .index import OffsetIndex, TimeIndex
 from .log import Log
 from .message import Message, MessageSet, Record
 from .segment import Segment
+from .topic import Topic
 
 __all__ = [
     "Log", "LogConfig", "Record", "Message", "MessageSet", "Segment", "OffsetIndex", "TimeIndex",
     "SeglogError", "OffsetOutOfRangeError", "MessageTooLargeError", "CorruptRecordError",
     "LogLockedError", "LogClosedError", "InvalidConfigError", "StorageError", "ReadOnlyError",
-    "NotALogError",
+    "NotALogError", "Topic", "Consumer", "ConsumerMessage", "describe_group",
+    "CommitFailedError",
 ]
 __version__ = "0.1.0"

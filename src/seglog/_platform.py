@@ -23,6 +23,8 @@ LINUX = sys.platform.startswith("linux")
 MACOS = sys.platform == "darwin"
 flock = fcntl.flock
 LOCK_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
+LOCK_EX = fcntl.LOCK_EX
+LOCK_UN = fcntl.LOCK_UN
 
 _ZEROS = bytes(1 << 20)
 

@@ -64,5 +64,11 @@ class NotALogError(SeglogError):
     own). Also raised when the marker itself is unreadable."""
 
 
+class CommitFailedError(SeglogError):
+    """A consumer's commit was refused: it is no longer the owner of a partition in
+    the group's current generation (a rebalance happened, or it was expelled). It
+    rejoins the group at its next poll; nothing was committed."""
+
+
 class ReadOnlyError(SeglogError):
     """A write was attempted on a log opened with ``readonly=True``."""

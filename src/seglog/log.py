@@ -441,6 +441,16 @@ class Log(LocalLog):
             self.flush()
         return range(first, off)
 
+    def _validate_batch(self, items: list[bytes | Record]) -> None:
+        """Raise what ``append_batch(items)`` would raise for bad input; write nothing."""
+        self._check_writable()
+        now = _now_ms()
+        _, _, stamps, _ = prepare_batch(items, now, self._max_msg)
+        if isinstance(stamps, int):
+            self._check_window(stamps, stamps, now)
+        else:
+            self._check_window(min(stamps), max(stamps), now)
+
     def _check_window(self, lo: int, hi: int, now: int) -> None:
         """Record timestamps ``lo``..``hi`` within the configured window around ``now``."""
         before = self.config.message_timestamp_before_max_ms

@@ -1,0 +1,258 @@
+"""``Topic``: a set of partition logs under one root, laid out as Kafka's log dirs.
+
+Partition ``p`` of topic ``name`` is the log directory ``root/<name>-<p>``; the
+partition count is recorded in ``root/__topics/<name>.json`` once every partition
+exists (so a topic whose creation a crash interrupted is finished by the next
+``Topic.open`` that names its partition count, and refused by one that does not).
+
+Placement, as Kafka's producer: a keyed record goes to
+``xxh64(key, seed=0) % num_partitions`` (stable across processes, runs and
+machines); the keyless records of one ``append``/``append_batch`` call go to one
+partition, the next call's to the next (sticky); ``partition=`` overrides both.
+One writer process per partition (its log's lock); every partition of a process's
+topics shares the process's flusher and maintenance threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from typing import Any, Iterable
+
+import xxhash
+
+from ._files import atomic_write, fsync_dir
+from .config import LogConfig
+from .errors import InvalidConfigError, LogClosedError
+from .log import Log
+from .message import Headers, Record
+
+TOPICS_DIR = "__topics"
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+MAX_PARTITIONS = 1 << 16
+
+
+def check_name(name: object, what: str = "topic") -> str:
+    """``name`` if it is a valid topic (or group) name: ``[A-Za-z0-9._-]{1,200}``,
+    not ``.`` or ``..``; else ``TypeError``/``InvalidConfigError``."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} name must be a str, not {type(name).__name__}")
+    if not _NAME.fullmatch(name) or name in (".", ".."):
+        raise InvalidConfigError(
+            f"invalid {what} name {name!r}: use 1 to 200 of A-Z a-z 0-9 . _ - (not . or ..)")
+    return name
+
+
+def partition_dir(root: str, name: str, p: int) -> str:
+    """The log directory of partition ``p`` of topic ``name``."""
+    return os.path.join(root, f"{name}-{p}")
+
+
+def read_partition_count(root: str, name: str) -> int | None:
+    """The recorded partition count of topic ``name`` under ``root``, None if the
+    topic does not exist (or its creation never finished)."""
+    try:
+        with open(os.path.join(root, TOPICS_DIR, name + ".json"), "rb") as f:
+            meta = json.loads(f.read())
+        n = meta["partitions"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return n if isinstance(n, int) and 1 <= n <= MAX_PARTITIONS else None
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    """Kafka-style keyed placement: ``xxh64(key, seed=0) % num_partitions``."""
+    return xxhash.xxh64_intdigest(key, 0) % num_partitions
+
+
+class Topic:
+    """The partitions of one topic, each a ``Log``. Open with ``Topic.open``."""
+
+    def __init__(self, root: str, name: str, logs: list[Log], readonly: bool) -> None:
+        self.root = root
+        self.name = name
+        self.readonly = readonly
+        self._logs = logs
+        self._next = 0                  # the sticky partition of the next keyless call
+        self._sticky_lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str], name: str, partitions: int | None = None,
+             readonly: bool = False, **config: Any) -> "Topic":
+        """Open topic ``name`` under ``root``; a writer creates it with ``partitions``.
+
+        ``InvalidConfigError`` for a bad name, a bad or missing partition count, or a
+        count that differs from the topic's; options are ``Log`` options, applied to
+        every partition. A writer holds every partition's log lock
+        (``LogLockedError`` if another process writes one of them).
+        """
+        check_name(name)
+        if partitions is not None:
+            if isinstance(partitions, bool) or not isinstance(partitions, int):
+                raise TypeError("partitions must be an int")
+            if not 1 <= partitions <= MAX_PARTITIONS:
+                raise InvalidConfigError(f"partitions must be 1 to {MAX_PARTITIONS}, not {partitions}")
+        LogConfig.from_kwargs(config)     # bad options: an error before anything is made
+        root = os.path.abspath(os.fspath(root))
+        n = read_partition_count(root, name)
+        if n is None:
+            if partitions is None:
+                raise InvalidConfigError(f"topic {name!r} does not exist under {root}; "
+                                         f"give partitions= to create it")
+            if readonly:
+                raise InvalidConfigError(f"topic {name!r} does not exist under {root}")
+            n = partitions
+            create = True
+        else:
+            if partitions is not None and partitions != n:
+                raise InvalidConfigError(f"topic {name!r} has {n} partitions, not {partitions}")
+            create = False
+        logs: list[Log] = []
+        try:
+            if create:
+                os.makedirs(os.path.join(root, TOPICS_DIR), exist_ok=True)
+            for p in range(n):
+                logs.append(Log.open(partition_dir(root, name, p), readonly=readonly, **config))
+            if create:
+                fsync_dir(root)
+                atomic_write(os.path.join(root, TOPICS_DIR, name + ".json"),
+                             json.dumps({"version": 1, "name": name, "partitions": n}).encode())
+        except BaseException:
+            for log in logs:
+                log.close()
+            raise
+        return cls(root, name, logs, readonly)
+
+    # -- partitions -------------------------------------------------------------------
+    @property
+    def num_partitions(self) -> int:
+        return len(self._logs)
+
+    def partition(self, p: int) -> Log:
+        """The ``Log`` of partition ``p`` (``InvalidConfigError`` if there is none)."""
+        return self._logs[self._check_partition(p)]
+
+    def _check_partition(self, p: object) -> int:
+        if isinstance(p, bool) or not isinstance(p, int):
+            raise TypeError(f"partition must be an int, not {type(p).__name__}")
+        if not 0 <= p < len(self._logs):
+            raise InvalidConfigError(
+                f"topic {self.name!r} has partitions 0 to {len(self._logs) - 1}, not {p}")
+        return p
+
+    def _sticky(self) -> int:
+        with self._sticky_lock:
+            p = self._next
+            self._next = (p + 1) % len(self._logs)
+        return p
+
+    # -- writing ---------------------------------------------------------------------
+    def append(self, value: bytes | None, key: bytes | None = None, timestamp: int | None = None,
+               headers: Headers = (), partition: int | None = None) -> tuple[int, int]:
+        """Append one message; return ``(partition, offset)``. Placement as the module
+        docstring says; durability and errors as ``Log.append``."""
+        self._check_open()
+        if partition is not None:
+            p = self._check_partition(partition)
+        elif key is not None:
+            p = partition_for_key(_key_bytes(key), len(self._logs))
+        else:
+            p = self._sticky()
+        return p, self._logs[p].append(value, key, timestamp, headers)
+
+    def append_batch(self, items: Iterable[bytes | Record], partition: int | None = None
+                     ) -> dict[int, range]:
+        """Append many messages; return ``{partition: range of offsets}``.
+
+        Keyed records go to their key's partition, keyless ones to this call's
+        sticky partition (or all to ``partition``). Every item is validated before
+        anything is written; each partition's part is appended atomically (one
+        ``Log.append_batch``); parts go to partitions in ascending order.
+        """
+        self._check_open()
+        items = list(items)
+        if partition is not None:
+            p = self._check_partition(partition)
+            return {p: self._logs[p].append_batch(items)} if items else {}
+        # validate everything first: a bad item anywhere writes nothing anywhere
+        keyed: dict[int, list[bytes | Record]] = {}
+        sticky: int | None = None
+        n = len(self._logs)
+        for item in items:
+            if isinstance(item, Record) and item.key is not None:
+                p = partition_for_key(_key_bytes(item.key), n)
+            elif isinstance(item, (bytes, bytearray, memoryview, Record)):
+                if sticky is None:
+                    sticky = self._sticky()
+                p = sticky
+            else:
+                raise TypeError(f"items must be bytes or Record, not {type(item).__name__}")
+            keyed.setdefault(p, []).append(item)
+        for p in sorted(keyed):
+            self._logs[p]._validate_batch(keyed[p])
+        return {p: self._logs[p].append_batch(keyed[p]) for p in sorted(keyed)}
+
+    def flush(self) -> dict[int, int]:
+        """fsync every partition; ``{partition: flushed offset}``."""
+        self._check_open()
+        return {p: log.flush() for p, log in enumerate(self._logs)}
+
+    # -- offsets ---------------------------------------------------------------------
+    def start_offsets(self) -> dict[int, int]:
+        self._check_open()
+        return {p: log.start_offset for p, log in enumerate(self._logs)}
+
+    def end_offsets(self) -> dict[int, int]:
+        self._check_open()
+        return {p: log.end_offset for p, log in enumerate(self._logs)}
+
+    def offsets_for_time(self, timestamp: int) -> dict[int, int | None]:
+        """Per partition, the first offset whose timestamp is >= ``timestamp``."""
+        self._check_open()
+        return {p: log.offset_for_time(timestamp) for p, log in enumerate(self._logs)}
+
+    # -- lifecycle -------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"topic {self.name!r} is closed")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Close every partition (flush, seal, release locks). Idempotent; the first
+        error is raised after every partition was closed."""
+        if self._closed:
+            return
+        self._closed = True
+        first: BaseException | None = None
+        for log in self._logs:
+            try:
+                log.close()
+            except BaseException as e:     # close the rest, then report
+                first = first or e
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> "Topic":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("readonly" if self.readonly else "writer")
+        return (f"<seglog.Topic {self.name!r} at {self.root} {len(self._logs)} "
+                f"partition(s) {state}>")
+
+
+def _key_bytes(key: object) -> bytes:
+    if isinstance(key, bytes):
+        return key
+    if isinstance(key, (bytearray, memoryview)):
+        return bytes(key)
+    raise TypeError(f"key must be bytes or None, not {type(key).__name__}")
