@@ -105,6 +105,10 @@ def refresh_live(seg: Segment) -> None:
     file_size = os.fstat(seg.fileno()).st_size
     if file_size <= start:
         return
+    if seg.corruption is None and not any(os.pread(seg.fileno(), codec.HEADER_SIZE, start)):
+        # the writer's preallocated zeros: nothing new (a scan would stop there too,
+        # after reading a whole chunk of them)
+        return
     # a live segment's first batch starts at its base offset; checking that matters:
     # the writer stamps a batch's base offset (outside the CRC) as it copies it in,
     # so a reader can catch a whole batch whose offset still reads 0

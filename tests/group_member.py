@@ -1,0 +1,48 @@
+"""A consumer-group member process for the group tests.
+
+    python group_member.py ROOT GROUP TOPIC MEMBER TRACE SESSION_MS [ASSIGNOR]
+
+Consumes until SIGTERM (then closes: commit, leave), writing one JSON line per event
+to TRACE: ["join", member, generation, t], ["got", member, generation, [[p, offset],
+...], t], ["commit", member, generation, {p: position}, t], ["commit_failed", member,
+generation, t], ["left", member, t]. It commits after every batch it got.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+
+import seglog
+
+
+def main() -> None:
+    root, group, topic, member, trace, session_ms = sys.argv[1:7]
+    assignor = sys.argv[7] if len(sys.argv) > 7 else "range"
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    with open(trace, "a", buffering=1) as out:
+        def emit(*event: object) -> None:
+            out.write(json.dumps(list(event) + [time.time()]) + "\n")
+
+        c = seglog.Consumer(root, group, [topic], session_timeout_ms=int(session_ms),
+                            auto_commit_ms=None, member_id=member, assignor=assignor)
+        emit("join", member, c.generation)
+        while not stop:
+            batch = c.poll(timeout_ms=50, max_records=200)
+            if batch:
+                emit("got", member, c.generation, [[m.partition, m.offset] for m in batch])
+                try:
+                    c.commit()
+                    emit("commit", member, c.generation,
+                         {str(p): c.position(t, p) for t, p in c._owned})
+                except seglog.CommitFailedError:
+                    emit("commit_failed", member, c.generation)
+        c.close()
+        emit("left", member)
+
+
+if __name__ == "__main__":
+    main()

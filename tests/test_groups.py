@@ -1,0 +1,470 @@
+"""Consumer groups: assignors, one process's consumers, and real member processes
+(SIGKILL and SIGSTOP are real signals). The torture test's round count grows with
+SEGLOG_TORTURE (scripts/torture); every randomized test prints its seed."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import seglog
+from seglog import CommitFailedError, Consumer, InvalidConfigError, Topic, describe_group
+from seglog.consumer_group import assign
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MEMBER = os.path.join(HERE, "group_member.py")
+TORTURE = int(os.environ.get("SEGLOG_TORTURE", "1"))
+
+
+def _seed() -> int:
+    seed = int(os.environ.get("SEGLOG_SEED", random.randrange(2**32)))
+    print(f"seed {seed} (rerun with SEGLOG_SEED={seed})")
+    return seed
+
+
+def wait_for(cond, timeout: float, what: str, step: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+# -- assignors -----------------------------------------------------------------------
+
+def test_range_is_the_kafka_papers_algorithm():
+    # 7 partitions over 3 members: 3, 2, 2 contiguous partitions, members in order
+    got = assign("range", {"a": ["t"], "b": ["t"], "c": ["t"]}, {"t": 7})
+    assert got == {"a": [("t", 0), ("t", 1), ("t", 2)], "b": [("t", 3), ("t", 4)],
+                   "c": [("t", 5), ("t", 6)]}
+
+
+def test_roundrobin_deals_in_turn():
+    got = assign("roundrobin", {"a": ["t", "u"], "b": ["t", "u"]}, {"t": 2, "u": 2})
+    assert got == {"a": [("t", 0), ("u", 0)], "b": [("t", 1), ("u", 1)]}
+
+
+def test_sticky_keeps_partitions_where_they_are():
+    before = assign("sticky", {"a": ["t"], "b": ["t"], "c": ["t"]}, {"t": 9})
+    after = assign("sticky", {"a": ["t"], "c": ["t"]}, {"t": 9}, before)
+    for m in ("a", "c"):
+        assert set(before[m]) <= set(after[m])        # nothing moved that had not to
+    assert sorted(after["a"] + after["c"]) == [("t", p) for p in range(9)]
+
+
+@given(st.sampled_from(["range", "roundrobin", "sticky"]),
+       st.lists(st.sets(st.sampled_from(["t", "u", "v"]), min_size=1), min_size=1, max_size=6),
+       st.fixed_dictionaries({"t": st.integers(1, 12), "u": st.integers(1, 5),
+                              "v": st.integers(1, 3)}))
+@settings(deadline=None, max_examples=200)
+def test_every_partition_goes_to_exactly_one_subscribed_member(assignor, subs, counts):
+    members = {f"m{i}": sorted(s) for i, s in enumerate(subs)}
+    got = assign(assignor, members, counts)
+    owners: dict = {}
+    for m, tps in got.items():
+        for tp in tps:
+            assert tp not in owners and tp[0] in members[m]
+            owners[tp] = m
+    wanted = {(t, p) for t in counts for p in range(counts[t])
+              if any(t in s for s in members.values())}
+    assert set(owners) == wanted
+    if assignor != "range" and len({tuple(s) for s in members.values()}) == 1:
+        sizes = [len(v) for v in got.values()]
+        assert max(sizes) - min(sizes) <= 1
+
+
+# -- consumers in one process ------------------------------------------------------
+
+@pytest.fixture
+def topic(tmp_path):
+    root = str(tmp_path)
+    t = Topic.open(root, "ev", partitions=4)
+    yield t
+    t.close()
+
+
+def fill(topic, n, start=0):
+    for i in range(start, start + n):
+        topic.append(b"m%06d" % i, partition=i % topic.num_partitions)
+
+
+def drain(consumer, until, timeout=10.0):
+    seen = []
+    deadline = time.monotonic() + timeout
+    while len(seen) < until and time.monotonic() < deadline:
+        seen += consumer.poll(timeout_ms=50)
+    return seen
+
+
+def test_two_consumers_split_the_partitions_and_hand_over_on_close(topic):
+    fill(topic, 400)
+    a = Consumer(topic.root, "g", ["ev"], auto_commit_ms=None, member_id="a")
+    b = Consumer(topic.root, "g", ["ev"], auto_commit_ms=None, member_id="b")
+    wait_for(lambda: (a.poll(0), b.poll(0), a.generation == b.generation == 2
+                      and len(a._owned) == len(b._owned) == 2)[-1], 5, "the split")
+    assert a.assignment() | b.assignment() == {("ev", p) for p in range(4)}
+    assert not a.assignment() & b.assignment()
+    b.close()                               # leaves at once: no timeout to wait for
+    t0 = time.monotonic()
+    wait_for(lambda: (a.poll(0), len(a._owned) == 4)[-1], 2, "a to own everything")
+    assert time.monotonic() - t0 < 1.0
+    a.close()
+
+
+def test_commit_is_durable_and_the_next_owner_resumes_there(topic):
+    fill(topic, 100)
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        got = drain(c, 60)
+        c.commit()
+        positions = {p: c.position("ev", p) for p in range(4)}
+    with open(os.path.join(topic.root, "__groups", "g", "offsets.json")) as f:
+        stored = json.load(f)["offsets"]
+    assert {int(k.split("/")[1]): v[0] for k, v in stored.items()} == positions
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        rest = drain(c, 100 - len(got))
+        assert {(m.partition, m.offset) for m in got} | {(m.partition, m.offset) for m in rest} \
+            == {(i % 4, i // 4) for i in range(100)}
+        for p in range(4):
+            assert c.committed("ev", p) == positions[p]
+
+
+def test_close_commits_with_auto_commit_and_latest_skips_history(topic):
+    fill(topic, 40)
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000) as c:
+        drain(c, 40)
+    assert describe_group(topic.root, "g")["partitions"]["ev-0"]["lag"] == 0
+    with Consumer(topic.root, "h", ["ev"], auto_offset_reset="latest") as c:
+        assert c.poll(timeout_ms=100) == []
+        topic.append(b"new", partition=3)
+        got = drain(c, 1)
+        assert [(m.partition, m.value) for m in got] == [(3, b"new")]
+
+
+def test_committed_offsets_do_not_move_back_unless_seeked(topic):
+    fill(topic, 40)
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        drain(c, 40)
+        c.commit()
+        assert c.committed("ev", 0) == 10
+        c.seek("ev", 0, 4)
+        c.commit()
+        assert c.committed("ev", 0) == 4                 # an explicit seek back
+        assert [m.offset for m in drain(c, 6) if m.partition == 0] == [4, 5, 6, 7, 8, 9]
+        with pytest.raises(seglog.OffsetOutOfRangeError):
+            c.seek("ev", 0, 11)
+
+
+def test_an_expelled_member_cannot_commit_and_rejoins(topic, caplog):
+    fill(topic, 40)
+    a = Consumer(topic.root, "g", ["ev"], auto_commit_ms=None, member_id="a",
+                 session_timeout_ms=300)
+    drain(a, 40)
+    b = Consumer(topic.root, "g", ["ev"], auto_commit_ms=None, member_id="b",
+                 session_timeout_ms=300)
+    time.sleep(0.5)                             # a is silent past its session timeout
+    wait_for(lambda: (b.poll(0), len(b._owned) == 4)[-1], 3, "b to expel a")
+    b.commit()
+    committed = {p: b.committed("ev", p) for p in range(4)}
+    with pytest.raises(CommitFailedError):
+        a.commit()
+    with caplog.at_level(logging.WARNING, logger="seglog"):
+        wait_for(lambda: (a.poll(0), b.poll(0), a.generation == b.generation
+                          and a._owned and b._owned and len(a._owned) + len(b._owned) == 4)[-1],
+                 3, "a to rejoin")
+    assert "expelled" in caplog.text
+    assert {p: a.committed("ev", p) for p in range(4)} == committed
+    a.close()
+    b.close()
+
+
+def test_retention_past_the_committed_offset_resumes_at_the_start(tmp_path, caplog):
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=1, segment_bytes=1024, retention_bytes=1,
+                    retention_check_ms=None, file_delete_delay_ms=0) as t:
+        for i in range(10):
+            t.append(b"x" * 100)
+        with Consumer(root, "g", ["ev"], auto_commit_ms=None) as c:
+            drain(c, 2)
+            c.seek("ev", 0, 1)
+            c.commit()
+        for i in range(40):
+            t.append(b"y" * 100)
+        t.partition(0).enforce_retention()
+        start = t.partition(0).start_offset
+        assert start > 1
+        with caplog.at_level(logging.WARNING, logger="seglog"):
+            with Consumer(root, "g", ["ev"], auto_commit_ms=None) as c:
+                got = drain(c, 1)
+                assert got[0].offset == start
+        assert "deleted by retention" in caplog.text
+
+
+@pytest.mark.parametrize("kwargs, exc", [
+    ({"group": "a/b"}, InvalidConfigError), ({"group": 5}, TypeError),
+    ({"topics": "ev"}, TypeError), ({"topics": []}, InvalidConfigError),
+    ({"topics": ["nope"]}, InvalidConfigError), ({"topics": ["../x"]}, InvalidConfigError),
+    ({"auto_offset_reset": "middle"}, InvalidConfigError),
+    ({"assignor": "random"}, InvalidConfigError),
+    ({"session_timeout_ms": 0}, InvalidConfigError), ({"session_timeout_ms": 1.5}, TypeError),
+    ({"auto_commit_ms": 0}, InvalidConfigError), ({"on_assign": 3}, TypeError),
+    ({"member_id": "no spaces"}, InvalidConfigError),
+])
+def test_bad_input(topic, kwargs, exc):
+    args = {"group": "g", "topics": ["ev"], **kwargs}
+    with pytest.raises(exc):
+        Consumer(topic.root, args.pop("group"), args.pop("topics"), **args)
+
+
+def test_closed_consumer_and_duplicate_member(topic):
+    c = Consumer(topic.root, "g", ["ev"], member_id="one")
+    with pytest.raises(InvalidConfigError, match="in use"):
+        Consumer(topic.root, "g", ["ev"], member_id="one")
+    c.close()
+    c.close()
+    for call in (lambda: c.poll(0), c.commit, lambda: c.position("ev", 0)):
+        with pytest.raises(seglog.LogClosedError):
+            call()
+    with pytest.raises(InvalidConfigError):
+        describe_group(topic.root, "nobody")
+
+
+def test_an_idle_consumer_barely_uses_the_cpu(topic):
+    """An established topic (its directories not changed in the last seconds: a
+    reader re-lists a directory changed within its clock's granularity)."""
+    past = time.time() - 10
+    for p in range(topic.num_partitions):
+        os.utime(os.path.join(topic.root, f"ev-{p}"), (past, past))
+    code = ("import time, seglog, sys\n"
+            "c = seglog.Consumer(sys.argv[1], 'idle', ['ev'])\n"
+            "c.poll(timeout_ms=200)\n"
+            "t0, w0 = time.process_time(), time.monotonic()\n"
+            "c.poll(timeout_ms=2000)\n"
+            "print((time.process_time() - t0) / (time.monotonic() - w0))\n")
+    out = subprocess.run([sys.executable, "-c", code, topic.root], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) < 0.02
+
+
+def test_a_poll_wakes_promptly_when_data_arrives(topic):
+    with Consumer(topic.root, "g", ["ev"]) as c:
+        c.poll(timeout_ms=0)
+        timer = threading.Timer(0.3, lambda: topic.append(b"late", partition=1))
+        timer.start()
+        t0 = time.monotonic()
+        got = c.poll(timeout_ms=5000)
+        took = time.monotonic() - t0
+        timer.join()
+        assert [m.value for m in got] == [b"late"] and took < 0.3 + 0.15
+
+
+# -- member processes ------------------------------------------------------------------
+
+class Group:
+    """Member processes of one group, their traces, and a sampler of the committed
+    offsets file (to see every value it held)."""
+
+    def __init__(self, root: str, topic: str, session_ms: int = 1000) -> None:
+        self.root, self.topic, self.session_ms = root, topic, session_ms
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.trace = os.path.join(root, "trace.jsonl")
+        self.n = 0
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        path = os.path.join(self.root, "__groups", "g", "offsets.json")
+        while not self._stop.is_set():
+            try:
+                with open(path) as f:
+                    self.samples.append(json.load(f)["offsets"])
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.01)
+
+    def start(self) -> str:
+        name = f"m{self.n}"
+        self.n += 1
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, MEMBER, self.root, "g", self.topic, name, self.trace,
+             str(self.session_ms)])
+        return name
+
+    def events(self) -> list[list]:
+        try:
+            with open(self.trace) as f:
+                return [json.loads(line) for line in f if line.endswith("\n")]
+        except FileNotFoundError:
+            return []
+
+    def joined(self, name: str) -> bool:
+        return any(e[0] == "join" and e[1] == name for e in self.events())
+
+    def delivered(self) -> set[tuple[int, int]]:
+        return {(p, o) for e in self.events() if e[0] == "got" for p, o in e[3]}
+
+    def stop_all(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                    p.terminate()
+                except ProcessLookupError:
+                    pass
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self._stop.set()
+        self._sampler.join()
+
+    def check(self) -> None:
+        """No two members of one generation consumed one partition; committed
+        offsets never went back (no member seeks)."""
+        users: dict[tuple[int, int], set[str]] = {}
+        for e in self.events():
+            if e[0] == "got":
+                for p, _ in e[3]:
+                    users.setdefault((e[2], p), set()).add(e[1])
+        shared = {k: v for k, v in users.items() if len(v) > 1}
+        assert not shared, f"partitions consumed by two members of one generation: {shared}"
+        last: dict[str, int] = {}
+        for s in self.samples:
+            for k, (off, _) in s.items():
+                assert off >= last.get(k, 0), f"committed offset of {k} went back: {last[k]} -> {off}"
+                last[k] = off
+
+
+@pytest.fixture
+def group_topic(tmp_path):
+    root = str(tmp_path)
+    t = Topic.open(root, "ev", partitions=6)
+    yield t
+    t.close()
+
+
+def test_member_processes_split_disjointly_and_completely(group_topic):
+    fill(group_topic, 3000)
+    g = Group(group_topic.root, "ev")
+    try:
+        names = [g.start() for _ in range(3)]
+        want = {(i % 6, i // 6) for i in range(3000)}
+        wait_for(lambda: g.delivered() >= want, 30, "every message", step=0.1)
+        d = wait_for(lambda: (lambda d: d if len(d["members"]) == 3 and all(
+            v["owner"] for v in d["partitions"].values()) else None)(
+            describe_group(group_topic.root, "g")), 10, "3 members owning all")
+        owned = [tuple(tp) for m in d["members"].values() for tp in m["assignment"]]
+        assert sorted(owned) == [("ev", p) for p in range(6)]      # disjoint, complete
+        assert set(d["members"]) == set(names)
+    finally:
+        g.stop_all()
+    g.check()
+
+
+def test_sigkill_and_sigstop_members(group_topic):
+    fill(group_topic, 600)
+    g = Group(group_topic.root, "ev", session_ms=1000)
+    try:
+        a, b, c = g.start(), g.start(), g.start()
+        want = {(i % 6, i // 6) for i in range(600)}
+        wait_for(lambda: g.delivered() >= want, 30, "the first messages", step=0.05)
+        # SIGKILL: the others own its partitions at their next poll and consume them
+        os.kill(g.procs[a].pid, signal.SIGKILL)
+        g.procs[a].wait()
+        t0 = time.monotonic()
+        wait_for(lambda: (lambda d: len(d["members"]) == 2 and all(
+            v["owner"] in (b, c) for v in d["partitions"].values()))(
+            describe_group(group_topic.root, "g")), 10, "the survivors to own everything")
+        failover = time.monotonic() - t0
+        fill(group_topic, 600, 600)
+        want = {(i % 6, i // 6) for i in range(1200)}
+        wait_for(lambda: g.delivered() >= want, 30, "messages after the kill", step=0.05)
+        # SIGSTOP past the session timeout: expelled; after SIGCONT it rejoins
+        os.kill(g.procs[b].pid, signal.SIGSTOP)
+        wait_for(lambda: list(describe_group(group_topic.root, "g")["members"]) == [c],
+                 10, "the stopped member to be expelled")
+        fill(group_topic, 600, 1200)
+        want = {(i % 6, i // 6) for i in range(1800)}
+        wait_for(lambda: g.delivered() >= want, 30, "messages while it is stopped", step=0.05)
+        os.kill(g.procs[b].pid, signal.SIGCONT)
+        wait_for(lambda: set(describe_group(group_topic.root, "g")["members"]) == {b, c},
+                 10, "the stopped member to rejoin")
+        print(f"failover after SIGKILL: {failover:.3f} s")
+        assert failover < 2.0
+    finally:
+        g.stop_all()
+    g.check()
+
+
+def test_torture_kills_stops_joins_and_leaves(group_topic):
+    """Random SIGKILLs, SIGSTOPs past the session timeout, joins and leaves while
+    the topic is appended to; every message delivered, the invariants hold."""
+    rnd = random.Random(_seed())
+    rounds = 50 * TORTURE
+    g = Group(group_topic.root, "ev", session_ms=400)
+    stop = threading.Event()
+    written = [0]
+
+    def producer() -> None:
+        while not stop.is_set():
+            fill(group_topic, 12, written[0])
+            written[0] += 12
+            time.sleep(0.01)
+
+    th = threading.Thread(target=producer, daemon=True)
+    stopped: dict[str, float] = {}
+    try:
+        g.start()
+        g.start()
+        th.start()
+        for _ in range(rounds):
+            live = [n for n, p in g.procs.items() if p.poll() is None and n not in stopped]
+            action = rnd.choice(["kill", "stop", "join", "leave", "wait"])
+            if action == "join" or len(live) < 2:
+                g.start()
+            elif action == "kill":
+                os.kill(g.procs[rnd.choice(live)].pid, signal.SIGKILL)
+            elif action == "stop":
+                name = rnd.choice(live)
+                os.kill(g.procs[name].pid, signal.SIGSTOP)
+                stopped[name] = time.monotonic() + rnd.uniform(0.1, 0.8)
+            elif action == "leave":
+                g.procs[rnd.choice(live)].terminate()
+            for name, until in list(stopped.items()):
+                if time.monotonic() >= until:
+                    os.kill(g.procs[name].pid, signal.SIGCONT)
+                    del stopped[name]
+            time.sleep(rnd.uniform(0.02, 0.15))
+        for name in list(stopped):
+            os.kill(g.procs[name].pid, signal.SIGCONT)
+        stopped.clear()
+        stop.set()
+        th.join()
+        if not [p for p in g.procs.values() if p.poll() is None]:
+            g.start()
+        want = {(i % 6, i // 6) for i in range(written[0])}
+        wait_for(lambda: g.delivered() >= want, 60, f"all {written[0]} messages", step=0.1)
+        kills = sum(1 for p in g.procs.values() if p.returncode == -signal.SIGKILL)
+        print(f"torture: {rounds} rounds, {len(g.procs)} members, {kills} killed, "
+              f"{written[0]} messages, all delivered")
+    finally:
+        stop.set()
+        g.stop_all()
+    g.check()
