@@ -468,3 +468,123 @@ def test_torture_kills_stops_joins_and_leaves(group_topic):
         stop.set()
         g.stop_all()
     g.check()
+
+
+# -- the group protocol against a model ----------------------------------------------
+
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule  # noqa: E402
+
+
+class GroupMachine(RuleBasedStateMachine):
+    """Members join, leave, crash (their lock dropped without leaving), consume and
+    commit while the topic grows; after every step the group settles and must give
+    each partition to exactly one live member, committed offsets never go back,
+    and (at the end) every message was delivered."""
+
+    PARTITIONS = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+        self.dir = tempfile.mkdtemp()
+        self.topic = Topic.open(self.dir, "ev", partitions=self.PARTITIONS)
+        self.members: dict[str, Consumer] = {}
+        self.n = 0
+        self.written = 0
+        self.delivered: set[tuple[int, int]] = set()
+        self.committed: dict[int, int] = {}
+
+    def _new(self) -> None:
+        name = f"m{self.n}"
+        self.n += 1
+        c = Consumer(self.dir, "g", ["ev"], auto_commit_ms=None, member_id=name,
+                     session_timeout_ms=60_000)
+        c._check_s = 0.0          # look at the group on every poll: settle fast
+        self.members[name] = c
+
+    def _settle(self) -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for c in self.members.values():
+                self._take(c.poll(timeout_ms=0))
+            gens = {c.generation for c in self.members.values()}
+            owned = [tp for c in self.members.values() for tp in c._owned]
+            if len(gens) <= 1 and (not self.members or len(owned) == self.PARTITIONS):
+                return
+        raise AssertionError("the group did not settle in 10 s")
+
+    def _take(self, msgs) -> None:
+        for m in msgs:
+            assert m.value == b"m%06d" % (m.partition + self.PARTITIONS * m.offset)
+            self.delivered.add((m.partition, m.offset))
+
+    @rule()
+    @precondition(lambda self: len(self.members) < 4)
+    def join(self) -> None:
+        self._new()
+        self._settle()
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.members)
+    def leave(self, data) -> None:
+        name = data.draw(st.sampled_from(sorted(self.members)))
+        self.members.pop(name).close()
+        self._settle()
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.members)
+    def crash(self, data) -> None:
+        name = data.draw(st.sampled_from(sorted(self.members)))
+        c = self.members.pop(name)
+        for log in c._owned.values():
+            log.close()
+        os.close(c._member_fd)       # the lock goes, as with a killed process
+        c._member_fd = -1
+        c._closed = True
+        self._settle()
+
+    @rule(n=st.integers(1, 30))
+    def append(self, n) -> None:
+        fill(self.topic, n, self.written)
+        self.written += n
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.members)
+    def consume_and_commit(self, data) -> None:
+        c = self.members[data.draw(st.sampled_from(sorted(self.members)))]
+        self._take(c.poll(timeout_ms=0, max_records=data.draw(st.integers(1, 50))))
+        c.commit()
+
+    @invariant()
+    def one_owner_each(self) -> None:
+        if not self.members:
+            return
+        owned = [tp for c in self.members.values() for tp in c._owned]
+        assert sorted(owned) == [("ev", p) for p in range(self.PARTITIONS)]
+        state = describe_group(self.dir, "g")
+        assert set(state["members"]) == set(self.members)
+        for k, v in state["partitions"].items():
+            p = int(k.rsplit("-", 1)[1])
+            if v["committed"] is not None:
+                assert v["committed"] >= self.committed.get(p, 0)
+                self.committed[p] = v["committed"]
+
+    def teardown(self) -> None:
+        try:
+            if self.members:
+                want = {(i % self.PARTITIONS, i // self.PARTITIONS) for i in range(self.written)}
+                deadline = time.monotonic() + 10
+                while not want <= self.delivered and time.monotonic() < deadline:
+                    for c in self.members.values():
+                        self._take(c.poll(timeout_ms=0, max_records=500))
+                assert want <= self.delivered
+        finally:
+            for c in self.members.values():
+                c.close()
+            self.topic.close()
+            import shutil
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+TestGroupProtocol = GroupMachine.TestCase
+TestGroupProtocol.settings = settings(max_examples=20, stateful_step_count=12, deadline=None)
