@@ -200,9 +200,10 @@ class _GroupFiles:
         except FileNotFoundError:
             return []
 
-    def probe(self, member: str, now: float, session_s: float) -> str:
-        """``"alive"``, ``"dead"`` (no process holds its lock: the file is removed) or
-        ``"silent"`` (alive, but no heartbeat for ``session_s``). Group lock held."""
+    def probe(self, member: str, now: float, session_s: float, tidy: bool = True) -> str:
+        """``"alive"``, ``"dead"`` (no process holds its lock) or ``"silent"`` (alive,
+        but no heartbeat for ``session_s``). With ``tidy`` (group lock held) a dead
+        member's file is removed."""
         path = self.member_path(member)
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -214,7 +215,8 @@ class _GroupFiles:
             except BlockingIOError:
                 age = now - os.fstat(fd).st_mtime
                 return "silent" if age > session_s else "alive"
-            remove(path)       # nobody holds it: its process is gone
+            if tidy:
+                remove(path)   # nobody holds it: its process is gone
             return "dead"
         finally:
             os.close(fd)
@@ -346,7 +348,6 @@ class Consumer:
         self._owned: dict[TP, Log] = {}       # claimed partitions and their readers
         self._positions: dict[TP, int] = {}
         self._seeked: set[TP] = set()
-        self._committed_at: dict[TP, int] = {}
         self._rr = 0
         self._closed = False
         self._member_fd = -1
@@ -375,14 +376,20 @@ class Consumer:
                 os.rename(tmp, path)
                 fsync_dir(files.members_dir)
                 self._member_fd = fd
-                st = _rebalance(files, self.root, self.member_id, self.topics, False,
-                                self._session_s, self._assignor)
+                st = self._rebalance()
         except BaseException:
             if self._member_fd < 0:
                 os.close(fd)
                 remove(tmp)
             raise
         self._adopt(st)
+
+    def _rebalance(self, leaving: bool = False) -> _State:
+        """Under the group lock: the current generation, or a new one with this member
+        in it (or out of it, ``leaving``)."""
+        return _rebalance(self._files, self.root, self.member_id,
+                          None if leaving else self.topics, leaving, self._session_s,
+                          self._assignor)
 
     def _heartbeat(self) -> None:
         os.utime(self._member_fd)
@@ -410,14 +417,13 @@ class Consumer:
                                  "%d); rejoining", self.member_id, self.group, st.generation)
                     self._revoke(set(self._owned), commit=False)
                     with files.locked():
-                        st = _rebalance(files, self.root, self.member_id, self.topics, False,
-                                        self._session_s, self._assignor)
+                        st = self._rebalance()
                 self._adopt(st)
         # is every other member of the generation still there?
         stale = False
         wall = time.time()
         for m in st.members:
-            if m != self.member_id and self._gone(m, wall):
+            if m != self.member_id and files.probe(m, wall, self._session_s, tidy=False) != "alive":
                 stale = True
                 break
         if not stale:
@@ -425,28 +431,10 @@ class Consumer:
             stale = bool(present - set(st.members) - {self.member_id})
         if stale:
             with files.locked():
-                st = _rebalance(files, self.root, self.member_id, self.topics, False,
-                                self._session_s, self._assignor)
+                st = self._rebalance()
             self._adopt(st)
         if self._assigned - set(self._owned):
             self._claim()
-
-    def _gone(self, member: str, wall: float) -> bool:
-        """A cheap look without the group lock: its lock is free, or it is silent."""
-        path = self._files.member_path(member)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return True
-        try:
-            try:
-                _platform.flock(fd, _platform.LOCK_EX_NB)
-            except BlockingIOError:
-                return wall - os.fstat(fd).st_mtime > self._session_s
-            _platform.flock(fd, _platform.LOCK_UN)
-            return True
-        finally:
-            os.close(fd)
 
     def _adopt(self, st: _State) -> None:
         """Take generation ``st``: give up what it no longer assigns to this member."""
@@ -489,7 +477,6 @@ class Consumer:
             committed = offsets.get(_key(tp))
             if committed is not None:
                 pos = committed[0]
-                self._committed_at[tp] = pos
             else:
                 pos = log.start_offset if self._reset == "earliest" else log.end_offset
             if pos < log.start_offset:
@@ -528,7 +515,6 @@ class Consumer:
                 log.close()
             self._positions.pop(tp, None)
             self._seeked.discard(tp)
-            self._committed_at.pop(tp, None)
 
     # -- consuming -----------------------------------------------------------------
     def poll(self, timeout_ms: int = 1000, max_records: int = 500) -> list[ConsumerMessage]:
@@ -653,10 +639,7 @@ class Consumer:
                 changed = True
             if changed:
                 files.write_offsets(offsets)
-        for tp, pos in todo.items():
-            self._committed_at[tp] = max(pos, self._committed_at.get(tp, pos)) \
-                if tp not in self._seeked else pos
-            self._seeked.discard(tp)
+        self._seeked.difference_update(todo)
         self._last_commit = time.monotonic()
 
     def position(self, topic: str, partition: int) -> int:
@@ -717,8 +700,7 @@ class Consumer:
         try:
             self._revoke(set(self._owned), commit=True)
             with self._files.locked():
-                _rebalance(self._files, self.root, self.member_id, None, True,
-                           self._session_s, self._assignor)
+                self._rebalance(leaving=True)
                 remove(self._files.member_path(self.member_id))
         finally:
             for log in self._owned.values():

@@ -20,7 +20,7 @@ import weakref
 import zlib
 from contextlib import contextmanager
 from dataclasses import asdict, fields
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from . import _marker, _platform, _scheduler, codec, recovery
 from ._files import LOCK_FILE, LOG_START, RECOVERY_POINT, write_checkpoint
@@ -28,7 +28,8 @@ from .cleaner import CompactionStats, compact
 from .config import LogConfig
 from .errors import LogLockedError, MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
 from .local_log import NEVER, LocalLog
-from .message import _HEADER_FRAMING, Headers, Record, _check_ts, prepare_batch
+from .message import (_HEADER_FRAMING, Headers, PreparedBatch, Record, _check_ts,
+                      prepare_batch)
 from .retention import DelayedDeletes, expired_prefix
 from .segment import Segment
 
@@ -407,11 +408,7 @@ class Log(LocalLog):
                 size, parts = codec.encode_values_parts(body, lens, now, self._compress)
                 batches = [(parts, len(items), now, size)]
         if batches is None:
-            values, keys, stamps, headers = prepare_batch(items, now, self._max_msg)
-            if isinstance(stamps, int):
-                self._check_window(stamps, stamps, now)
-            else:
-                self._check_window(min(stamps), max(stamps), now)
+            values, keys, stamps, headers = self._prepared(items, now)
             batches = self._encode(values, keys, stamps, headers)
         lock = self._lock
         lock.acquire()
@@ -441,15 +438,20 @@ class Log(LocalLog):
             self.flush()
         return range(first, off)
 
-    def _validate_batch(self, items: list[bytes | Record]) -> None:
-        """Raise what ``append_batch(items)`` would raise for bad input; write nothing."""
-        self._check_writable()
-        now = _now_ms()
-        _, _, stamps, _ = prepare_batch(items, now, self._max_msg)
+    def _prepared(self, items: Sequence[Any], now: int) -> PreparedBatch:
+        """``prepare_batch`` and the timestamp window: every input check of a batch."""
+        prepared = prepare_batch(items, now, self._max_msg)
+        stamps = prepared[2]
         if isinstance(stamps, int):
             self._check_window(stamps, stamps, now)
         else:
             self._check_window(min(stamps), max(stamps), now)
+        return prepared
+
+    def _validate_batch(self, items: list[bytes | Record]) -> None:
+        """Raise what ``append_batch(items)`` would raise for bad input; write nothing."""
+        self._check_writable()
+        self._prepared(items, _now_ms())
 
     def _check_window(self, lo: int, hi: int, now: int) -> None:
         """Record timestamps ``lo``..``hi`` within the configured window around ``now``."""
