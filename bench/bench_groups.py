@@ -59,7 +59,7 @@ def consume(root: str, n: int) -> tuple[float, float]:
     got = 0
     with seglog.Consumer(root, "bench", ["ev"], auto_commit_ms=None) as c:
         while got < n:
-            got += len(c.poll(timeout_ms=100, max_records=5000))
+            got += len(c.poll(timeout_ms=100, max_records=500))
     t_consume = time.perf_counter() - t0
     t0 = time.perf_counter()
     seen = 0

@@ -6,11 +6,16 @@ Consumes until SIGTERM (then closes: commit, leave), writing one JSON line per e
 to TRACE: ["join", member, generation, t], ["got", member, generation, [[p, offset],
 ...], t], ["commit", member, generation, {p: position}, t], ["commit_failed", member,
 generation, t], ["left", member, t]. It commits after every batch it got.
+
+While a file TRACE.hold-MEMBER exists, it stops after its next batch, before
+committing it (event ["holding", member, generation, t]), until the file is gone:
+the moment between poll and commit in which a test stops it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -22,6 +27,7 @@ def main() -> None:
     root, group, topic, member, trace, session_ms = sys.argv[1:7]
     assignor = sys.argv[7] if len(sys.argv) > 7 else "range"
     stop = []
+    hold = f"{trace}.hold-{member}"
     signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
     with open(trace, "a", buffering=1) as out:
         def emit(*event: object) -> None:
@@ -34,6 +40,10 @@ def main() -> None:
             batch = c.poll(timeout_ms=50, max_records=200)
             if batch:
                 emit("got", member, c.generation, [[m.partition, m.offset] for m in batch])
+                if os.path.exists(hold):
+                    emit("holding", member, c.generation)
+                    while os.path.exists(hold) and not stop:
+                        time.sleep(0.01)
                 try:
                     c.commit()
                     emit("commit", member, c.generation,

@@ -167,6 +167,53 @@ def test_committed_offsets_do_not_move_back_unless_seeked(topic):
             c.seek("ev", 0, 11)
 
 
+def test_small_polls_return_every_message_once_in_order_and_seek_drops_what_was_read(tmp_path):
+    t = Topic.open(str(tmp_path), "one", partitions=1)
+    for i in range(0, 1000, 50):
+        t.append_batch([b"v%04d" % j for j in range(i, i + 50)])
+    with Consumer(t.root, "g", ["one"], auto_commit_ms=None) as c:
+        got = []
+        for size in [1, 7, 50, 3, 500, 1000]:
+            got += c.poll(timeout_ms=1000, max_records=size)
+            assert c.position("one", 0) == got[-1].offset + 1
+        assert [m.offset for m in got] == list(range(len(got)))
+        assert [m.value for m in got] == [b"v%04d" % i for i in range(len(got))]
+        c.seek("one", 0, 5)                     # read-ahead from before the seek is dropped
+        assert [m.offset for m in c.poll(timeout_ms=1000, max_records=3)] == [5, 6, 7]
+        c.seek("one", 0, 990)
+        assert [m.offset for m in c.poll(timeout_ms=1000)] == list(range(990, 1000))
+        assert c.poll(timeout_ms=0) == []
+    t.close()
+
+
+def test_consumer_message_is_a_tuple_with_named_fields(topic):
+    import pickle
+    topic.append(b"x" * 100, key=b"k", headers=[("h", b"1")], partition=2, timestamp=1_700_000_000_000)
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        (m,) = drain(c, 1)
+    assert m == ("ev", 2, 0, 1_700_000_000_000, b"k", b"x" * 100, (("h", b"1"),))
+    assert (m.topic, m.partition, m.offset, m.timestamp, m.key, m.headers) == \
+        ("ev", 2, 0, 1_700_000_000_000, b"k", (("h", b"1"),))
+    assert m._asdict()["value"] == b"x" * 100 and list(m._asdict()) == list(m._fields)
+    assert pickle.loads(pickle.dumps(m)) == m and type(pickle.loads(pickle.dumps(m))) is type(m)
+    assert "ConsumerMessage(topic='ev', partition=2, offset=0" in repr(m) and "100 bytes" in repr(m)
+
+
+def test_a_consumer_steps_over_offsets_compaction_removed(tmp_path):
+    t = Topic.open(str(tmp_path), "kv", partitions=1, segment_bytes=4096,
+                   cleanup_policy="compact")
+    for i in range(300):
+        t.append(b"v%d" % i, key=b"k%d" % (i % 3))
+    t.partition(0).compact()
+    live = [m.offset for m in t.partition(0).iter()]
+    assert len(live) < 300
+    with Consumer(t.root, "g", ["kv"], auto_commit_ms=None) as c:
+        got = drain(c, len(live))
+        assert [m.offset for m in got] == live
+        assert c.poll(timeout_ms=0) == [] and c.position("kv", 0) == 300
+    t.close()
+
+
 def test_an_expelled_member_cannot_commit_and_rejoins(topic, caplog):
     fill(topic, 40)
     a = Consumer(topic.root, "g", ["ev"], auto_commit_ms=None, member_id="a",
@@ -396,16 +443,31 @@ def test_sigkill_and_sigstop_members(group_topic):
         fill(group_topic, 600, 600)
         want = {(i % 6, i // 6) for i in range(1200)}
         wait_for(lambda: g.delivered() >= want, 30, "messages after the kill", step=0.05)
-        # SIGSTOP past the session timeout: expelled; after SIGCONT it rejoins
+        # SIGSTOP between a poll and its commit, past the session timeout: expelled;
+        # after SIGCONT that commit fails and the member rejoins
+        hold = f"{g.trace}.hold-{b}"
+        open(hold, "w").close()
+        fill(group_topic, 60, 1200)
+        held = wait_for(lambda: [e for e in g.events() if e[0] == "holding" and e[1] == b],
+                        30, "the member to hold a batch")[0]
         os.kill(g.procs[b].pid, signal.SIGSTOP)
+        os.remove(hold)
         wait_for(lambda: list(describe_group(group_topic.root, "g")["members"]) == [c],
                  10, "the stopped member to be expelled")
-        fill(group_topic, 600, 1200)
-        want = {(i % 6, i // 6) for i in range(1800)}
+        fill(group_topic, 600, 1260)
+        want = {(i % 6, i // 6) for i in range(1860)}
         wait_for(lambda: g.delivered() >= want, 30, "messages while it is stopped", step=0.05)
+        committed = {k: v["committed"] for k, v in
+                     describe_group(group_topic.root, "g")["partitions"].items()}
         os.kill(g.procs[b].pid, signal.SIGCONT)
+        failed = wait_for(lambda: [e for e in g.events() if e[0] == "commit_failed"
+                                   and e[1] == b], 10, "the stale member's commit to fail")
+        assert failed[0][2] == held[2]           # the generation it was stopped in
         wait_for(lambda: set(describe_group(group_topic.root, "g")["members"]) == {b, c},
                  10, "the stopped member to rejoin")
+        after = describe_group(group_topic.root, "g")["partitions"]
+        assert all(after[k]["committed"] >= v for k, v in committed.items()), \
+            "the stale member's commit moved committed offsets back"
         print(f"failover after SIGKILL: {failover:.3f} s")
         assert failover < 2.0
     finally:

@@ -275,24 +275,27 @@ class _Bad(Exception):
 @overload
 def iter_batches(data: bytes, start: int, end: int, min_offset: int = ...,
                  max_offset: int | None = ..., max_uncompressed: int = ..., *,
-                 expect: int | None = ..., progress: list[int] | None = ...
+                 expect: int | None = ..., progress: list[int] | None = ..., lead: tuple[Any, ...] = ...
                  ) -> Iterator[Iterator[MessageTuple]]: ...
 @overload
 def iter_batches(data: bytes, start: int, end: int, min_offset: int = ...,
                  max_offset: int | None = ..., max_uncompressed: int = ..., *,
                  message_type: Callable[[MessageTuple], _M], expect: int | None = ...,
-                 progress: list[int] | None = ...) -> Iterator[Iterator[_M]]: ...
+                 progress: list[int] | None = ..., lead: tuple[Any, ...] = ...
+                 ) -> Iterator[Iterator[_M]]: ...
 @overload
 def iter_batches(data: bytes, start: int, end: int, min_offset: int,
                  max_offset: int | None, max_uncompressed: int,
                  message_type: Callable[[MessageTuple], _M], expect: int | None = ...,
-                 progress: list[int] | None = ...) -> Iterator[Iterator[_M]]: ...
+                 progress: list[int] | None = ..., lead: tuple[Any, ...] = ...
+                 ) -> Iterator[Iterator[_M]]: ...
 def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
                  max_offset: int | None = None,
                  max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
                  message_type: Callable[[MessageTuple], Any] = tuple,
                  expect: int | None = None,
-                 progress: list[int] | None = None) -> Iterator[Iterator[Any]]:
+                 progress: list[int] | None = None,
+                 lead: tuple[Any, ...] = ()) -> Iterator[Iterator[Any]]:
     """Per whole batch in ``data[start:end]``, an iterator of its messages.
 
     Checks framing, CRC and offsets of each batch before decoding it and raises
@@ -306,12 +309,15 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
     batch (a chunk of a file): a batch that does not fit ends the iteration
     instead of raising, and after each whole batch ``progress`` holds the position
     after it and the offset the next batch must start at.
+    ``lead`` values come before the five fields of every message (a consumer's
+    topic and partition), so ``message_type`` gets one tuple and no copy is made.
     This is the read path's inner loop: a plain batch (no keys, headers, nulls,
     per-record timestamps or compression) decodes with a few C-level calls.
     """
     mv = memoryview(data)
     bio = BytesIO(data) if type(data) is bytes else None
     unpack = HEADER.unpack_from
+    leads = tuple(map(repeat, lead))
     pos = start
     while pos < end:
         if pos + HEADER_SIZE > end:
@@ -342,7 +348,7 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
             raise CorruptRecordError("CRC mismatch", position=pos, offset=base)
         if (attrs & ~F_WIDE) or bio is None or count != last_delta + 1:
             yield decode_batch(data, pos, hdr, min_offset, max_offset, max_uncompressed,
-                               message_type)
+                               message_type, lead)
         else:
             p = pos + HEADER_SIZE
             q = p + (4 if attrs else 2) * count
@@ -352,9 +358,9 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
             if q + sum(lens) != nxt:
                 raise CorruptRecordError("record lengths do not add up", position=pos, offset=base)
             bio.seek(q)
-            it: Iterator[Any] = map(message_type, zip(range(base, base + count), repeat(base_ts),
-                                                        repeat(None), map(bio.read, lens),
-                                                        repeat(())))
+            it: Iterator[Any] = map(message_type, zip(*leads, range(base, base + count),
+                                                        repeat(base_ts), repeat(None),
+                                                        map(bio.read, lens), repeat(())))
             if min_offset > base or (max_offset is not None and max_offset <= base + last_delta):
                 lo = max(0, min_offset - base)
                 hi = count if max_offset is None else min(count, max_offset - base)
@@ -369,29 +375,33 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
 @overload
 def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
                  min_offset: int = ..., max_offset: int | None = ...,
-                 max_uncompressed: int = ..., message_type: None = ...
-                 ) -> Iterator[MessageTuple]: ...
+                 max_uncompressed: int = ..., message_type: None = ...,
+                 lead: tuple[Any, ...] = ...) -> Iterator[MessageTuple]: ...
 @overload
 def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
                  min_offset: int = ..., max_offset: int | None = ...,
                  max_uncompressed: int = ..., *,
-                 message_type: Callable[[MessageTuple], _M]) -> Iterator[_M]: ...
+                 message_type: Callable[[MessageTuple], _M],
+                 lead: tuple[Any, ...] = ...) -> Iterator[_M]: ...
 @overload
 def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
                  min_offset: int, max_offset: int | None, max_uncompressed: int,
-                 message_type: Callable[[MessageTuple], _M]) -> Iterator[_M]: ...
+                 message_type: Callable[[MessageTuple], _M],
+                 lead: tuple[Any, ...] = ...) -> Iterator[_M]: ...
 def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
                  min_offset: int = 0, max_offset: int | None = None,
                  max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
-                 message_type: Callable[[MessageTuple], Any] | None = None) -> Iterator[Any]:
+                 message_type: Callable[[MessageTuple], Any] | None = None,
+                 lead: tuple[Any, ...] = ()) -> Iterator[Any]:
     """Messages of the (CRC-checked) batch at ``pos`` with min <= offset < max.
 
     Returns an iterator of ``message_type`` (a 5-tuple type: offset, timestamp, key,
-    value, headers). Raises CorruptRecordError if the records do not add up.
+    value, headers, after the ``lead`` values if any). Raises CorruptRecordError if
+    the records do not add up.
     """
     try:
         return _decode(data, pos, hdr, min_offset, max_offset, max_uncompressed,
-                       message_type or tuple)
+                       message_type or tuple, lead)
     except (_Bad, lz4.block.LZ4BlockError, ValueError, OverflowError, UnicodeDecodeError,
             struct_error) as e:
         raise CorruptRecordError(f"undecodable batch: {e}", position=pos, offset=hdr[0]) from None
@@ -399,7 +409,7 @@ def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
 
 def _decode(data: bytes, pos: int, hdr: BatchHeader, min_offset: int,
             max_offset: int | None, max_uncompressed: int,
-            mtype: Callable[[MessageTuple], Any]) -> Iterator[Any]:
+            mtype: Callable[[MessageTuple], Any], lead: tuple[Any, ...]) -> Iterator[Any]:
     base, length, _, _, attrs, last_delta, count, base_ts, _ = hdr
     end = pos + LENGTH_END + length
     p = pos + HEADER_SIZE
@@ -489,7 +499,8 @@ def _decode(data: bytes, pos: int, hdr: BatchHeader, min_offset: int,
         headers = [tuple(islice(pairs, c)) for c in hcounts]
     else:
         headers = repeat(())
-    it: Iterator[Any] = map(mtype, zip(offsets, timestamps, keys, values, headers))
+    it: Iterator[Any] = map(mtype, zip(*map(repeat, lead), offsets, timestamps, keys, values,
+                                       headers))
     if min_offset > base or (max_offset is not None and max_offset <= base + last_delta):
         lo = bisect_left(offsets, min_offset)
         hi = count if max_offset is None else bisect_left(offsets, max_offset)

@@ -34,33 +34,55 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from . import _platform
 from ._files import atomic_write, fsync_dir, remove
 from .errors import (CommitFailedError, InvalidConfigError, LogClosedError,
                      OffsetOutOfRangeError, SeglogError)
 from .log import Log
-from .message import Headers
+from .message import Headers, _short, _tuplegetter
 from .topic import check_name, partition_dir, read_partition_count
 
 _log = logging.getLogger("seglog")
+_FETCH_BYTES = 1 << 18    # one read per partition; what a poll leaves waits for the next
 GROUPS_DIR = "__groups"
 ASSIGNORS = ("range", "roundrobin", "sticky")
 TP = tuple[str, int]
 Callback = Callable[[set[TP]], None]
 
 
-class ConsumerMessage(NamedTuple):
-    """One message as a consumer sees it."""
+if TYPE_CHECKING:
+    _ConsumerMessageBase = tuple[str, int, int, int, bytes | None, bytes | None, Headers]
+else:
+    _ConsumerMessageBase = tuple
 
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
+
+class ConsumerMessage(_ConsumerMessageBase):
+    """One message as a consumer sees it:
+    ``topic, partition, offset, timestamp, key, value, headers``.
+
+    A tuple with named fields, like ``Message``; built from one 7-tuple so that the
+    consume path makes it with C-level calls only.
+    """
+
+    __slots__ = ()
+    _fields = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+    topic: str = _tuplegetter(0, "Topic name.")
+    partition: int = _tuplegetter(1, "Partition number.")
+    offset: int = _tuplegetter(2, "Logical offset in the partition.")
+    timestamp: int = _tuplegetter(3, "Milliseconds since the epoch.")
+    key: bytes | None = _tuplegetter(4, "Key bytes or None.")
+    value: bytes | None = _tuplegetter(5, "Value bytes; None is a tombstone.")
+    headers: Headers = _tuplegetter(6, "(str, bytes) pairs.")
+
+    def _asdict(self) -> dict[str, Any]:
+        return dict(zip(self._fields, self))
+
+    def __repr__(self) -> str:
+        return (f"ConsumerMessage(topic={self[0]!r}, partition={self[1]}, offset={self[2]}, "
+                f"timestamp={self[3]}, key={self[4]!r}, value={_short(self[5])}, "
+                f"headers={self[6]!r})")
 
 
 # -- assignors: pure functions of (members and their topics, partition counts, previous) --
@@ -347,6 +369,9 @@ class Consumer:
         self._assigned: frozenset[TP] = frozenset()
         self._owned: dict[TP, Log] = {}       # claimed partitions and their readers
         self._positions: dict[TP, int] = {}
+        # per partition, what the last read returned and nobody took yet: the set's
+        # next offset and its messages
+        self._fetched: dict[TP, tuple[int, Iterator[ConsumerMessage]]] = {}
         self._seeked: set[TP] = set()
         self._rr = 0
         self._closed = False
@@ -514,6 +539,7 @@ class Consumer:
             if log is not None:
                 log.close()
             self._positions.pop(tp, None)
+            self._fetched.pop(tp, None)
             self._seeked.discard(tp)
 
     # -- consuming -----------------------------------------------------------------
@@ -554,32 +580,32 @@ class Consumer:
         self._rr += 1
         for i in range(n):
             tp = tps[(start + i) % n]
-            log = self._owned[tp]
-            pos = self._positions[tp]
-            try:
-                if pos >= log.end_offset:
+            buffered = self._fetched.pop(tp, None)
+            if buffered is None:
+                log = self._owned[tp]
+                pos = self._positions[tp]
+                try:
+                    ms = log.read(pos, _FETCH_BYTES)
+                except OffsetOutOfRangeError:
+                    start_off = log.start_offset
+                    _log.warning("seglog: group %s: offset %d of %s-%d was deleted by "
+                                 "retention; resuming at the log start %d", self.group, pos,
+                                 tp[0], tp[1], start_off)
+                    self._positions[tp] = start_off
                     continue
-                ms = log.read(pos, 1 << 20)
-            except OffsetOutOfRangeError:
-                start_off = log.start_offset
-                _log.warning("seglog: group %s: offset %d of %s-%d was deleted by retention; "
-                             "resuming at the log start %d", self.group, pos, tp[0], tp[1],
-                             start_off)
-                self._positions[tp] = start_off
-                continue
-            topic, p = tp
+                if not ms:
+                    continue
+                buffered = ms.next_offset, ms._iter_as(ConsumerMessage, tp)
             before = len(out)
-            make = ConsumerMessage._make
-            for m in ms:
-                out.append(make((topic, p) + m))
-                if len(out) >= max_records:
-                    break
-            if len(out) > before:
+            want = max_records - before
+            out += itertools.islice(buffered[1], want)
+            if len(out) - before == want:
+                # the rest of what was read waits for the next poll: no read again
+                self._fetched[tp] = buffered
                 self._positions[tp] = out[-1].offset + 1
-            elif ms:
-                self._positions[tp] = max(pos, ms.next_offset)
-            if len(out) >= max_records:
                 break
+            # all of it taken: go on after the set (past batches compaction emptied)
+            self._positions[tp] = max(self._positions[tp], buffered[0])
         return out
 
     def __iter__(self) -> Iterator[ConsumerMessage]:
@@ -665,6 +691,7 @@ class Consumer:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{log.start_offset}, {log.end_offset}]")
         self._positions[tp] = offset
+        self._fetched.pop(tp, None)
         self._seeked.add(tp)
 
     def _owned_tp(self, topic: str, partition: int) -> TP:

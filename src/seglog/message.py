@@ -120,10 +120,12 @@ class MessageSet:
         if pos < end:
             raise CorruptRecordError("partial batch in message set", self._path, self._pos(pos))
 
-    def _batch_iters(self) -> Iterator[Iterator[Message]]:
+    def _batch_iters(self, message_type: Any = Message,
+                     lead: tuple[Any, ...] = ()) -> Iterator[Iterator[Any]]:
         try:
             yield from codec.iter_batches(self._data, self._start, self._end, self._min, self._max,
-                                          self._max_uncompressed, Message, self._expect)
+                                          self._max_uncompressed, message_type, self._expect,
+                                          lead=lead)
         except CorruptRecordError as e:
             pos = self._pos(e.position) if e.position is not None else None
             raise e.at(self._path, pos, e.offset) from None
@@ -133,6 +135,10 @@ class MessageSet:
 
     def __iter__(self) -> Iterator[Message]:
         return chain.from_iterable(self._batch_iters())
+
+    def _iter_as(self, message_type: Any, lead: tuple[Any, ...]) -> Iterator[Any]:
+        # the consumer's messages: ``message_type((*lead, offset, ..., headers))``
+        return chain.from_iterable(self._batch_iters(message_type, lead))
 
     def __len__(self) -> int:
         n = 0
