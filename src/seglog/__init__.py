@@ -14,7 +14,7 @@ from .errors import (CommitFailedError, CorruptRecordError, InvalidConfigError, 
                      SeglogError, StorageError)
 from .index import OffsetIndex, TimeIndex
 from .log import Log
-from .message import Message, MessageSet, Record
+from .message import Columns, Message, MessageSet, Record, arrow_schema
 from .segment import Segment
 from .topic import Topic
 
@@ -23,6 +23,6 @@ __all__ = [
     "SeglogError", "OffsetOutOfRangeError", "MessageTooLargeError", "CorruptRecordError",
     "LogLockedError", "LogClosedError", "InvalidConfigError", "StorageError", "ReadOnlyError",
     "NotALogError", "Topic", "Consumer", "ConsumerMessage", "describe_group",
-    "CommitFailedError",
+    "CommitFailedError", "Columns", "arrow_schema",
 ]
 __version__ = "0.1.0"

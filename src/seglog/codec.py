@@ -271,7 +271,14 @@ class _Bad(Exception):
     pass
 
 
-# the messages are MessageTuples, or what ``message_type`` makes of them
+# the messages are MessageTuples, or what ``message_type`` makes of them; with
+# ``columns``, ColumnParts (iter_column_parts) or message iterators
+@overload
+def iter_batches(data: bytes, start: int, end: int, min_offset: int = ...,
+                 max_offset: int | None = ..., max_uncompressed: int = ...,
+                 message_type: Callable[[MessageTuple], Any] = ..., expect: int | None = ...,
+                 progress: list[int] | None = ..., lead: tuple[Any, ...] = ..., *,
+                 columns: bool) -> Iterator[Any]: ...
 @overload
 def iter_batches(data: bytes, start: int, end: int, min_offset: int = ...,
                  max_offset: int | None = ..., max_uncompressed: int = ..., *,
@@ -295,7 +302,7 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
                  message_type: Callable[[MessageTuple], Any] = tuple,
                  expect: int | None = None,
                  progress: list[int] | None = None,
-                 lead: tuple[Any, ...] = ()) -> Iterator[Iterator[Any]]:
+                 lead: tuple[Any, ...] = (), columns: bool = False) -> Iterator[Any]:
     """Per whole batch in ``data[start:end]``, an iterator of its messages.
 
     Checks framing, CRC and offsets of each batch before decoding it and raises
@@ -311,6 +318,8 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
     after it and the offset the next batch must start at.
     ``lead`` values come before the five fields of every message (a consumer's
     topic and partition), so ``message_type`` gets one tuple and no copy is made.
+    With ``columns`` it yields a ``ColumnPart`` per batch instead (see
+    ``iter_column_parts``).
     This is the read path's inner loop: a plain batch (no keys, headers, nulls,
     per-record timestamps or compression) decodes with a few C-level calls.
     """
@@ -346,7 +355,9 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
             continue
         if crc32(mv[pos + CRC_FROM:nxt]) != crc:
             raise CorruptRecordError("CRC mismatch", position=pos, offset=base)
-        if (attrs & ~F_WIDE) or bio is None or count != last_delta + 1:
+        if columns:
+            yield column_part(data, pos, hdr, min_offset, max_offset, max_uncompressed)
+        elif (attrs & ~F_WIDE) or bio is None or count != last_delta + 1:
             yield decode_batch(data, pos, hdr, min_offset, max_offset, max_uncompressed,
                                message_type, lead)
         else:
@@ -370,6 +381,17 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
         if progress is not None:
             progress[0] = pos
             progress[1] = expect
+
+
+def iter_column_parts(data: bytes, start: int, end: int, min_offset: int = 0,
+                      max_offset: int | None = None,
+                      max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
+                      expect: int | None = None) -> Iterator["ColumnPart"]:
+    """Per whole batch in ``data[start:end]``, its records as a ``ColumnPart``, with
+    every check ``iter_batches`` makes (it is the same walk)."""
+    return cast("Iterator[ColumnPart]", iter_batches(data, start, end, min_offset, max_offset,
+                                                     max_uncompressed, tuple, expect,
+                                                     columns=True))
 
 
 @overload
@@ -407,105 +429,197 @@ def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
         raise CorruptRecordError(f"undecodable batch: {e}", position=pos, offset=hdr[0]) from None
 
 
+class _Layout:
+    """A batch's records as parsed arrays (the part of decoding shared by messages
+    and columns); ``data[body:]`` holds the keys, then the values, then the headers."""
+
+    __slots__ = ("data", "body", "offsets", "timestamps", "klens", "vlens", "knulls",
+                 "vnulls", "hcounts", "hlens", "key_bytes", "value_bytes")
+
+    def __init__(self, data: bytes, pos: int, hdr: BatchHeader, max_uncompressed: int) -> None:
+        base, length, _, _, attrs, last_delta, count, base_ts, _ = hdr
+        end = pos + LENGTH_END + length
+        p = pos + HEADER_SIZE
+        if attrs & F_HORIZON:
+            p += 8
+        if p > end:
+            raise _Bad("batch too short for its attributes")
+        if attrs & CODEC_MASK:
+            if attrs & CODEC_MASK != CODEC_LZ4:
+                raise _Bad(f"unknown codec {attrs & CODEC_MASK}")
+            (usize,) = _U32.unpack_from(data, p)
+            clen = end - p - 4
+            if usize > min(max_uncompressed, clen * _LZ4_MAX_RATIO + 64):
+                raise _Bad(f"claimed uncompressed size {usize} exceeds the bound")
+            with memoryview(data) as mv:
+                data = lz4.block.decompress(mv[p + 4:end], uncompressed_size=usize)
+            if len(data) != usize:
+                raise _Bad("uncompressed size mismatch")
+            p, end = 0, usize
+        elif type(data) is not bytes:
+            data = bytes(data[p:end])
+            p, end = 0, len(data)
+        wide = attrs & F_WIDE
+        lw = 4 if wide else 2
+        ltype = "I" if wide else "H"
+        null = _NULL_I if wide else _NULL_H
+
+        def take(typecode: str, size: int, n: int) -> array[int]:
+            nonlocal p
+            q = p + size * n
+            if q > end:
+                raise _Bad("arrays run past the batch")
+            arr = _array(typecode, data[p:q])
+            p = q
+            return arr
+
+        self.offsets: Sequence[int]
+        if attrs & F_OFFSETS:
+            deltas = take("I", 4, count)
+            if count and (deltas[-1] > last_delta or any(map(int.__ge__, deltas, deltas[1:]))):
+                raise _Bad("offset deltas not increasing")
+            self.offsets = list(map(add, deltas, repeat(base)))
+        else:
+            if count != last_delta + 1:
+                raise _Bad("record count does not match offset span")
+            self.offsets = range(base, base + count)
+        self.timestamps: list[int] | None = None        # None: all at base_ts
+        if attrs & F_TIMESTAMPS:
+            wide_ts = attrs & F_WIDE_TS
+            self.timestamps = list(map(add, take("q" if wide_ts else "I", 8 if wide_ts else 4,
+                                                 count), repeat(base_ts)))
+        klens = take(ltype, lw, count) if attrs & F_KEYS else None
+        vlens = take(ltype, lw, count)
+        self.hcounts = self.hlens = None
+        if attrs & F_HEADERS:
+            self.hcounts = take("H", 2, count)
+            self.hlens = take("I", 4, 2 * sum(self.hcounts))
+        self.knulls = None
+        if klens is not None:
+            self.knulls = _nulls(klens, null)
+            if self.knulls:
+                klens = _zero_nulls(klens, null)
+        self.vnulls = _nulls(vlens, null) if attrs & F_NULL_VALUES else None
+        if self.vnulls:
+            vlens = _zero_nulls(vlens, null)
+        self.klens, self.vlens = klens, vlens
+        self.key_bytes = sum(klens) if klens is not None else 0
+        self.value_bytes = sum(vlens)
+        total = self.key_bytes + self.value_bytes + (sum(self.hlens) if self.hlens else 0)
+        if p + total != end:
+            raise _Bad(f"record lengths add up to {total}, batch holds {end - p}")
+        self.data, self.body = data, p
+
+    def headers(self, read: Callable[[int], bytes]) -> list[tuple[tuple[str, bytes], ...]]:
+        """Every record's headers, reading from where the values end."""
+        assert self.hcounts is not None and self.hlens is not None
+        blobs = list(map(read, self.hlens))
+        pairs = iter(list(zip(map(bytes.decode, blobs[0::2]), blobs[1::2])))
+        return [tuple(islice(pairs, c)) for c in self.hcounts]
+
+
 def _decode(data: bytes, pos: int, hdr: BatchHeader, min_offset: int,
             max_offset: int | None, max_uncompressed: int,
             mtype: Callable[[MessageTuple], Any], lead: tuple[Any, ...]) -> Iterator[Any]:
-    base, length, _, _, attrs, last_delta, count, base_ts, _ = hdr
-    end = pos + LENGTH_END + length
-    p = pos + HEADER_SIZE
-    if attrs & F_HORIZON:
-        p += 8
-    if p > end:
-        raise _Bad("batch too short for its attributes")
-    if attrs & CODEC_MASK:
-        if attrs & CODEC_MASK != CODEC_LZ4:
-            raise _Bad(f"unknown codec {attrs & CODEC_MASK}")
-        (usize,) = _U32.unpack_from(data, p)
-        clen = end - p - 4
-        if usize > min(max_uncompressed, clen * _LZ4_MAX_RATIO + 64):
-            raise _Bad(f"claimed uncompressed size {usize} exceeds the bound")
-        with memoryview(data) as mv:
-            data = lz4.block.decompress(mv[p + 4:end], uncompressed_size=usize)
-        if len(data) != usize:
-            raise _Bad("uncompressed size mismatch")
-        p, end = 0, usize
-    elif type(data) is not bytes:
-        data = bytes(data[p:end])
-        p, end = 0, len(data)
-    wide = attrs & F_WIDE
-    lw = 4 if wide else 2
-    ltype = "I" if wide else "H"
-    null = _NULL_I if wide else _NULL_H
-
-    def take(typecode: str, size: int, n: int) -> array[int]:
-        nonlocal p
-        q = p + size * n
-        if q > end:
-            raise _Bad("arrays run past the batch")
-        arr = _array(typecode, data[p:q])
-        p = q
-        return arr
-
-    if attrs & F_OFFSETS:
-        deltas = take("I", 4, count)
-        if count and (deltas[-1] > last_delta or any(map(int.__ge__, deltas, deltas[1:]))):
-            raise _Bad("offset deltas not increasing")
-        offsets: Sequence[int] = list(map(add, deltas, repeat(base)))
-    else:
-        if count != last_delta + 1:
-            raise _Bad("record count does not match offset span")
-        offsets = range(base, base + count)
-    timestamps: Iterable[int]
-    if attrs & F_TIMESTAMPS:
-        wide_ts = attrs & F_WIDE_TS
-        timestamps = list(map(add, take("q" if wide_ts else "I", 8 if wide_ts else 4, count),
-                              repeat(base_ts)))
-    else:
-        timestamps = repeat(base_ts)
-    klens = take(ltype, lw, count) if attrs & F_KEYS else None
-    vlens = take(ltype, lw, count)
-    hcounts = hlens = None
-    if attrs & F_HEADERS:
-        hcounts = take("H", 2, count)
-        hlens = take("I", 4, 2 * sum(hcounts))
-    knulls = None
-    if klens is not None:
-        knulls = _nulls(klens, null)
-        if knulls:
-            klens = _zero_nulls(klens, null)
-    vnulls = _nulls(vlens, null) if attrs & F_NULL_VALUES else None
-    if vnulls:
-        vlens = _zero_nulls(vlens, null)
-    total = sum(vlens) + (sum(klens) if klens is not None else 0) + (sum(hlens) if hlens else 0)
-    if p + total != end:
-        raise _Bad(f"record lengths add up to {total}, batch holds {end - p}")
-    bio = BytesIO(data)
-    bio.seek(p)
+    lay = _Layout(data, pos, hdr, max_uncompressed)
+    bio = BytesIO(lay.data)
+    bio.seek(lay.body)
     read = bio.read
     keys: Iterable[bytes | None]
-    if klens is not None:
-        keys = _read_all(read, klens, knulls)
+    if lay.klens is not None:
+        keys = _read_all(read, lay.klens, lay.knulls)
     else:
         keys = repeat(None)
     values: Iterable[bytes | None]
-    if vnulls or hcounts is not None:
-        values = _read_all(read, vlens, vnulls)
+    if lay.vnulls or lay.hcounts is not None:
+        values = _read_all(read, lay.vlens, lay.vnulls)
     else:
-        values = map(read, vlens)
+        values = map(read, lay.vlens)
     headers: Iterable[tuple[tuple[str, bytes], ...]]
-    if hcounts is not None and hlens is not None:
-        blobs = list(map(read, hlens))
-        pairs = iter(list(zip(map(bytes.decode, blobs[0::2]), blobs[1::2])))
-        headers = [tuple(islice(pairs, c)) for c in hcounts]
-    else:
-        headers = repeat(())
-    it: Iterator[Any] = map(mtype, zip(*map(repeat, lead), offsets, timestamps, keys, values,
-                                       headers))
-    if min_offset > base or (max_offset is not None and max_offset <= base + last_delta):
+    headers = lay.headers(read) if lay.hcounts is not None else repeat(())
+    offsets = lay.offsets
+    it: Iterator[Any] = map(mtype, zip(*map(repeat, lead), offsets,
+                                       lay.timestamps or repeat(hdr[H_BASE_TS]), keys,
+                                       values, headers))
+    base, last = hdr[H_BASE], hdr[H_BASE] + hdr[H_LAST_DELTA]
+    if min_offset > base or (max_offset is not None and max_offset <= last):
         lo = bisect_left(offsets, min_offset)
-        hi = count if max_offset is None else bisect_left(offsets, max_offset)
+        hi = len(offsets) if max_offset is None else bisect_left(offsets, max_offset)
         it = islice(it, lo, max(lo, hi))
     return it
+
+
+# One batch's records with ``min <= offset < max`` as columns (``column_part``):
+# (offsets, base_ts, timestamps or None (all base_ts), value lengths as the batch
+# stores them (array 'H' or 'I'; a null is length 0 and listed by index), the values
+# back to back, value null indices or None, then the same three for keys (None: no
+# keys), headers per record or None, the batch's last offset). A tuple: one C-level
+# allocation per batch on the bulk read path.
+ColumnPart = tuple[Sequence[int], int, "list[int] | None", "array[int]", "bytes | memoryview",
+                   "list[int] | None", "array[int] | None", "bytes | memoryview | None",
+                   "list[int] | None", "list[tuple[tuple[str, bytes], ...]] | None", int]
+
+
+def column_part(data: bytes, pos: int, hdr: BatchHeader, min_offset: int = 0,
+                max_offset: int | None = None,
+                max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED) -> ColumnPart:
+    """The (checksum-checked) batch at ``pos`` as a ``ColumnPart``, with no object
+    per record unless it has keys with nulls, per-record timestamps or headers.
+
+    Raises CorruptRecordError if the records do not add up.
+    """
+    base, length, _, _, attrs, last_delta, count, base_ts, _ = hdr
+    last = base + last_delta
+    part: ColumnPart
+    try:
+        if not attrs & ~F_WIDE and count == last_delta + 1:
+            # a plain batch: lengths, then the values, nothing else
+            p = pos + HEADER_SIZE
+            q = p + (4 if attrs else 2) * count
+            nxt = pos + LENGTH_END + length
+            with memoryview(data) as mv:
+                lens = _array("I" if attrs else "H", mv[p:q])
+                if q > nxt or q + sum(lens) != nxt:
+                    raise _Bad("record lengths do not add up")
+                part = (range(base, last + 1), base_ts, None, lens, mv[q:nxt], None,
+                        None, None, None, None, last)
+        else:
+            lay = _Layout(data, pos, hdr, max_uncompressed)
+            kend = lay.body + lay.key_bytes
+            vend = kend + lay.value_bytes
+            headers = None
+            if lay.hcounts is not None:
+                bio = BytesIO(lay.data)
+                bio.seek(vend)
+                headers = lay.headers(bio.read)
+            with memoryview(lay.data) as mv:
+                part = (lay.offsets, base_ts, lay.timestamps, lay.vlens, mv[kend:vend],
+                        lay.vnulls or None, lay.klens,
+                        mv[lay.body:kend] if lay.klens is not None else None,
+                        lay.knulls or None, headers, last)
+    except (_Bad, lz4.block.LZ4BlockError, ValueError, OverflowError, UnicodeDecodeError,
+            struct_error) as e:
+        raise CorruptRecordError(f"undecodable batch: {e}", position=pos, offset=base) from None
+    if min_offset > base or (max_offset is not None and max_offset <= last):
+        offsets = part[0]
+        return _clip(part, bisect_left(offsets, min_offset),
+                     len(offsets) if max_offset is None else bisect_left(offsets, max_offset))
+    return part
+
+
+def _clip(part: ColumnPart, lo: int, hi: int) -> ColumnPart:
+    offsets, base_ts, stamps, vlens, values, vnulls, klens, keys, knulls, headers, last = part
+    hi = max(lo, hi)
+    vstart = sum(vlens[:lo])
+    values = values[vstart:vstart + sum(vlens[lo:hi])]
+    if klens is not None and keys is not None:
+        kstart = sum(klens[:lo])
+        keys = keys[kstart:kstart + sum(klens[lo:hi])]
+        klens = klens[lo:hi]
+        knulls = [i - lo for i in knulls or () if lo <= i < hi] or None
+    return (offsets[lo:hi], base_ts, None if stamps is None else stamps[lo:hi], vlens[lo:hi],
+            values, [i - lo for i in vnulls or () if lo <= i < hi] or None, klens, keys, knulls,
+            None if headers is None else headers[lo:hi], last)
 
 
 def _nulls(lengths: array[int], null: int) -> list[int]:

@@ -30,11 +30,12 @@ from . import _live, codec
 from ._files import LOG_START, read_checkpoint
 from .config import LogConfig
 from .errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, SeglogError
-from .message import Message, MessageSet, _check_ts
+from .message import Columns, Message, MessageSet, _arrow, _check_ts, arrow_schema
 from .segment import Segment, SegmentGoneError
 
 _BASE = attrgetter("base_offset")
 _MAX_DELTA = (1 << 32) - 2
+_ARROW_BATCH_BYTES = 16 << 20    # one RecordBatch per about this many bytes of values
 _RACY_NS = 3_000_000_000  # a directory listing this close to its mtime is not trusted
 _RELOCATIONS = 64         # a reader re-finds its place at most this often per step
 _ITER_CHUNK = 1 << 20
@@ -247,6 +248,42 @@ class LocalLog:
                 _check_covers(seg, ms.next_offset, segs[j + 1].base_offset, seg.size)
         return MessageSet(b"", min_offset=offset, next_offset=end)
 
+    def read_arrow(self, start: int | None = None, end: int | None = None) -> Any:
+        """Messages with ``start <= offset < end`` as a ``pyarrow.Table``
+        (``seglog.message.arrow_schema()``), built from whole batches' buffers
+        without an object per message (``MessageSet.columns()``).
+
+        ``start`` defaults to ``start_offset``, ``end`` to ``end_offset`` when called.
+        ``OffsetOutOfRangeError`` if ``start`` is outside the log or retention
+        deletes what is being read. Needs pyarrow and numpy (the ``spark`` extra).
+        """
+        pa = _arrow()[0]
+        self._check_readable()
+        if self.readonly:
+            self._refresh()
+        lo = self._start if start is None else start
+        hi = self._end if end is None else end
+        for name, v in (("start", lo), ("end", hi)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError(f"{name} must be an int or None")
+        if not self._start <= lo <= self._end:
+            raise OffsetOutOfRangeError(f"offset {lo} is outside [{self._start}, {self._end}]")
+        batches = []
+        parts: list[codec.ColumnPart] = []
+        size = 0
+        for part in self._batch_iters(lo, hi, columns=True):
+            parts.append(part)
+            size += len(part[4])
+            if size >= _ARROW_BATCH_BYTES:
+                batches.append(Columns._join(parts).to_arrow())
+                parts, size = [], 0
+        if parts or not batches:
+            batches.append(Columns._join(parts).to_arrow())
+        large = any(b.schema.field("value").type == pa.large_binary() for b in batches)
+        if large:
+            batches = [b.cast(arrow_schema(True)) for b in batches]
+        return pa.Table.from_batches(batches, schema=arrow_schema(large))
+
     def iter(self, start: int | None = None, end: int | None = None) -> Iterator[Message]:
         """Messages with ``start <= offset < end``, in order.
 
@@ -270,7 +307,9 @@ class LocalLog:
     def __iter__(self) -> Iterator[Message]:
         return self.iter()
 
-    def _batch_iters(self, offset: int, end: int | None) -> Iterator[Iterator[Message]]:
+    def _batch_iters(self, offset: int, end: int | None,
+                     columns: bool = False) -> Iterator[Any]:
+        # per batch an iterator of Messages, or with ``columns`` a codec.ColumnPart;
         # [segment, position, base offset of the batch there (None: unknown)]; files
         # are touched only inside _iter_step, never while messages are being yielded
         st: list[Any] = [None, 0, None]
@@ -293,7 +332,7 @@ class LocalLog:
                 try:
                     yield from codec.iter_batches(step, 0, len(step), offset, end,
                                                   message_type=Message, expect=st[2],
-                                                  progress=progress)
+                                                  progress=progress, columns=columns)
                 except CorruptRecordError as e:
                     raise e.at(seg.path, pos + (e.position or 0), e.offset) from None
                 if progress[0]:
@@ -304,7 +343,7 @@ class LocalLog:
                     # a batch larger than the chunk, a short read or damage
                     careful = True
                 continue
-            yield from step._batch_iters()
+            yield from step._column_parts() if columns else step._batch_iters()
             st[1] = pos + step.size_in_bytes
             offset = max(offset, step.next_offset)
             if step._last_next is not None:

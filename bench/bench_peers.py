@@ -1,0 +1,217 @@
+"""seglog beside what a user would pick instead (lmdb, sqlite3), same data, same run.
+
+    scripts/bench bench_peers.py              # 1,000,000 messages (installs lmdb: bench extra)
+    scripts/bench bench_peers.py --n 200000   # quicker
+
+Every workload writes or reads the same 200-byte values (os.urandom), best of 3:
+
+* append 1:  seglog ``append()`` per message; lmdb one ``put`` per write transaction;
+             sqlite3 (WAL, synchronous=NORMAL) one INSERT per transaction. None of
+             the three fsyncs per message: each survives a crash of the process, not
+             a power loss (seglog ``flush_ms`` off, lmdb ``sync=False``, sqlite NORMAL),
+             so like is compared with like.
+* append 50: seglog ``append_batch`` of 50; lmdb 50 puts in one transaction
+             (``putmulti``); sqlite3 ``executemany`` of 50 in one transaction; and a raw
+             ``os.write`` of each 50 values pre-joined (no framing, no checksum).
+* read:      every value in order: seglog ``iter()`` of the batch-50 log and of the
+             append-1 log; lmdb cursor ``iternext(keys=False)``; sqlite3 SELECT;
+             seglog ``Log.read_arrow()`` (columnar, into one pyarrow Table).
+* disk:      bytes on disk per message beyond the 200-byte value, batch 50.
+* recovery:  the scan of an unflushed tail after a crash (framing, checksums, offsets).
+
+Prints each figure and then the target ratios with ok / MISSED. Run by hand on a
+quiet machine; never as a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "src"))
+sys.path.insert(0, HERE)
+
+import seglog  # noqa: E402
+from bench_log import dir_bytes, raw_write, seglog_read, seglog_write, sqlite_read, \
+    sqlite_write, timed  # noqa: E402
+from seglog.testing import abandon  # noqa: E402
+
+try:
+    import lmdb
+except ImportError:
+    sys.exit("bench_peers needs lmdb (the bench extra): run it with scripts/bench bench_peers.py")
+
+MSG, BATCH = 200, 50
+REPEAT = 3
+
+
+def best(fn) -> float:
+    return timed(fn, REPEAT)
+
+
+# -- lmdb ------------------------------------------------------------------------------
+def lmdb_env(path: str, n: int) -> "lmdb.Environment":
+    # sync=False: commits reach the file (a process crash keeps them) but are not
+    # fsynced, as seglog's append before flush(); one named key per message, big-endian
+    # offsets so the cursor walks them in order
+    return lmdb.open(path, map_size=max(1 << 30, n * MSG * 4), sync=False, metasync=False,
+                     writemap=False, max_dbs=0, lock=True)
+
+
+def lmdb_write(root: str, msgs: list[bytes], batch: int) -> float:
+    keys = [i.to_bytes(8, "big") for i in range(len(msgs))]
+
+    def run() -> None:
+        path = os.path.join(root, "lmdb")
+        shutil.rmtree(path, ignore_errors=True)
+        env = lmdb_env(path, len(msgs))
+        if batch == 1:
+            begin = env.begin
+            for k, v in zip(keys, msgs):
+                with begin(write=True) as txn:
+                    txn.put(k, v, append=True)
+        else:
+            for i in range(0, len(msgs), batch):
+                with env.begin(write=True) as txn:
+                    txn.cursor().putmulti(zip(keys[i:i + batch], msgs[i:i + batch]),
+                                          append=True)
+        env.close()
+    return best(run)
+
+
+def lmdb_read(root: str, expect: int) -> float:
+    env = lmdb_env(os.path.join(root, "lmdb"), expect)
+    count = 0
+
+    def run() -> None:
+        nonlocal count
+        count = 0
+        with env.begin(buffers=False) as txn:
+            for v in txn.cursor().iternext(keys=False, values=True):
+                count += 1
+    t = best(run)
+    env.close()
+    assert count == expect, (count, expect)
+    return t
+
+
+# -- seglog columnar -------------------------------------------------------------------
+def arrow_read(path: str, expect: int) -> float:
+    log = seglog.Log.open(path, readonly=True)
+    rows = 0
+
+    def run() -> None:
+        nonlocal rows
+        rows = log.read_arrow().num_rows
+    t = best(run)
+    log.close()
+    assert rows == expect, (rows, expect)
+    return t
+
+
+def recovery_scan(root: str, mb: int) -> float:
+    """GB/s of recovery's scan over an unflushed, page-cache-warm tail."""
+    path = os.path.join(root, "tail")
+    log = seglog.Log.open(path, flush_ms=None, segment_bytes=1 << 30)
+    batch = [os.urandom(MSG) for _ in range(BATCH)]
+    while log.segments[-1].size < mb << 20:
+        log.append_batch(batch)
+    abandon(log)                       # as a crash leaves it: nothing flushed
+    with open(os.path.join(path, f"{0:020d}.log"), "rb") as f:
+        while f.read(1 << 24):
+            pass
+    log = seglog.Log.open(path, flush_ms=None, segment_bytes=1 << 30)
+    rep = log.recovery
+    assert rep is not None
+    log.close()
+    shutil.rmtree(path)
+    return rep.scanned_bytes / rep.scan_seconds / 1e9
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=1_000_000, help="messages per workload")
+    ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    ap.add_argument("--tail-mb", type=int, default=256, help="unflushed tail to recover")
+    args = ap.parse_args()
+    n = args.n - args.n % BATCH
+    root = tempfile.mkdtemp(prefix="seglog-peers-", dir=args.dir)
+    msgs = [os.urandom(MSG) for _ in range(n)]
+    print(f"{n:,} messages of {MSG} bytes, best of {REPEAT}; {platform.machine()}, "
+          f"{os.cpu_count()} cores, Python {platform.python_version()}, lmdb "
+          f"{lmdb.__version__}, sqlite {sqlite3.sqlite_version}, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    r: dict[str, float] = {}
+    try:
+        def fresh(name: str) -> str:
+            p = os.path.join(root, name)
+            shutil.rmtree(p, ignore_errors=True)
+            return p
+
+        one, fifty = os.path.join(root, "seglog1"), os.path.join(root, "seglog50")
+
+        def seg_write(path: str, batch: int) -> float:
+            return min(seglog_write(fresh(os.path.basename(path)), msgs, batch, flush_ms=None)
+                       for _ in range(REPEAT))
+
+        r["seglog append"] = n / seg_write(one, 1)
+        r["seglog append_batch(50)"] = n / seg_write(fifty, BATCH)
+        disk = dir_bytes(fifty)
+        r["lmdb put per txn"] = n / lmdb_write(root, msgs, 1)
+        r["lmdb txn of 50"] = n / lmdb_write(root, msgs, BATCH)
+        r["lmdb cursor read"] = n / lmdb_read(root, n)
+        chunks = [b"".join(msgs[i:i + BATCH]) for i in range(0, n, BATCH)]
+        r["raw os.write of 50"] = n / min(raw_write(os.path.join(root, "raw"), chunks)
+                                          for _ in range(REPEAT))
+        for batch, name in ((1, "sqlite3 insert per txn"), (BATCH, "sqlite3 executemany 50")):
+            db = os.path.join(root, f"sqlite{batch}.db")
+            if os.path.exists(db):
+                os.remove(db)
+            sub = msgs if batch > 1 else msgs[: n // 5]     # one txn per message is slow
+            r[name] = len(sub) / sqlite_write(db, sub, batch)
+        t, count = sqlite_read(os.path.join(root, f"sqlite{BATCH}.db"))
+        r["sqlite3 SELECT"] = count / t
+        r["seglog iter() batch-50 log"] = n / min(seglog_read(fifty, n) for _ in range(REPEAT))
+        r["seglog iter() append-1 log"] = n / min(seglog_read(one, n) for _ in range(REPEAT))
+        r["seglog read_arrow() batch-50 log"] = n / arrow_read(fifty, n)
+        gbs = recovery_scan(root, args.tail_mb)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    print(f"\n  {'workload':<36} {'msgs/s':>10}")
+    for k, v in r.items():
+        print(f"  {k:<36} {v / 1e6:8.3f} M")
+    over = disk / n - MSG
+    print(f"  seglog on-disk overhead at batch 50: {over:.2f} B/msg; recovery scan "
+          f"{gbs:.2f} GB/s ({args.tail_mb} MB tail)")
+
+    print(f"\n  {'ratio, same run':<48} {'got':>7} {'target':>8}")
+    checks = [
+        ("append_batch(50) / lmdb txn of 50", r["seglog append_batch(50)"] / r["lmdb txn of 50"], 2.0),
+        ("append() / lmdb put per txn", r["seglog append"] / r["lmdb put per txn"], 1.5),
+        ("iter() batch-50 / lmdb cursor", r["seglog iter() batch-50 log"] / r["lmdb cursor read"], 1.0),
+        ("iter() append-1 / lmdb cursor", r["seglog iter() append-1 log"] / r["lmdb cursor read"], 0.3),
+        ("read_arrow() / lmdb cursor", r["seglog read_arrow() batch-50 log"] / r["lmdb cursor read"], 5.0),
+        ("append_batch(50) / raw os.write", r["seglog append_batch(50)"] / r["raw os.write of 50"], 0.7),
+    ]
+    for name, got, target in checks:
+        print(f"  {name:<48} {got:6.2f}x {target:6.1f}x  {'ok' if got >= target else 'MISSED'}")
+    print(f"  {'on-disk overhead at batch 50 (B/msg)':<48} {over:7.2f} {'<= 6':>8}  "
+          f"{'ok' if over <= 6 else 'MISSED'}")
+    print(f"  {'recovery scan of an unflushed tail (GB/s)':<48} {gbs:7.2f} {'>= 1':>8}  "
+          f"{'ok' if gbs >= 1 else 'MISSED'}")
+    arrow_vps = r["seglog read_arrow() batch-50 log"]
+    print(f"  {'read_arrow() values/s (M)':<48} {arrow_vps / 1e6:7.2f} {'>= 20':>8}  "
+          f"{'ok' if arrow_vps >= 20e6 else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
