@@ -391,12 +391,16 @@ class Log(LocalLog):
             with self._lock:
                 self._check_writable()
                 return range(self._end, self._end)
-        now = _time_ns() // 1_000_000
+        return self._append_encoded(self._encoded(items, _time_ns() // 1_000_000))
+
+    def _encoded(self, items: Sequence[Any], now: int) -> list[tuple[Any, int, int, int]]:
+        """Every input check of ``append_batch(items)`` and its batches, encoded;
+        writes nothing (a topic encodes every partition's part before writing any)."""
         batches = None
         try:
             # bytes-like values only (Records, str, None make join raise): the join is
             # the type check and the batch body at once
-            body = b"".join(items)  # type: ignore[arg-type]  # a Record raises: the type check
+            body = b"".join(items)  # a Record raises: the type check
         except TypeError:
             body = None
         # the whole batch within max_message_bytes: so is every value in it
@@ -410,6 +414,9 @@ class Log(LocalLog):
         if batches is None:
             values, keys, stamps, headers = self._prepared(items, now)
             batches = self._encode(values, keys, stamps, headers)
+        return batches
+
+    def _append_encoded(self, batches: list[tuple[Any, int, int, int]]) -> range:
         lock = self._lock
         lock.acquire()
         try:
@@ -447,11 +454,6 @@ class Log(LocalLog):
         else:
             self._check_window(min(stamps), max(stamps), now)
         return prepared
-
-    def _validate_batch(self, items: list[bytes | Record]) -> None:
-        """Raise what ``append_batch(items)`` would raise for bad input; write nothing."""
-        self._check_writable()
-        self._prepared(items, _now_ms())
 
     def _check_window(self, lo: int, hi: int, now: int) -> None:
         """Record timestamps ``lo``..``hi`` within the configured window around ``now``."""

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import threading
+import time
 from typing import Any, Iterable
 
 import xxhash
@@ -191,9 +192,11 @@ class Topic:
             else:
                 raise TypeError(f"items must be bytes or Record, not {type(item).__name__}")
             keyed.setdefault(p, []).append(item)
-        for p in sorted(keyed):
-            self._logs[p]._validate_batch(keyed[p])
-        return {p: self._logs[p].append_batch(keyed[p]) for p in sorted(keyed)}
+        now = time.time_ns() // 1_000_000
+        encoded = {p: self._logs[p]._encoded(keyed[p], now) for p in sorted(keyed)}
+        for p in encoded:
+            self._logs[p]._check_writable()
+        return {p: self._logs[p]._append_encoded(b) for p, b in encoded.items()}
 
     def flush(self) -> dict[int, int]:
         """fsync every partition; ``{partition: flushed offset}``."""
