@@ -1,0 +1,5 @@
+"""``python -m seglog``: the command line (``seglog --help``)."""
+
+from .cli import run
+
+run()

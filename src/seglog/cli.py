@@ -1,0 +1,650 @@
+"""The ``seglog`` command: inspect, check, repair and tend logs and topics.
+
+    seglog dump PATH [--from OFF] [--to OFF] [--print-data] [--deep]
+    seglog verify PATH|ROOT
+    seglog recover PATH [--truncate-at-damage] [--yes]
+    seglog stats PATH|ROOT
+    seglog tail PATH|ROOT [TOPIC] [-f] [-n N] [--from-time ISO8601]
+    seglog groups ROOT [GROUP]
+    seglog compact PATH
+    seglog retention PATH [--dry-run]
+
+Every subcommand takes ``--json`` (one JSON document on stdout, or one per line for
+``tail``). PATH is a log directory; ROOT a directory of topics (``<topic>-<p>``
+partition logs). Reading commands take no lock and work beside a live writer.
+
+Exit codes: 0 done (verify: no damage); 1 damage found, or recovery refused; 2 bad
+usage; 3 not a seglog log or topic root; 4 a writer holds the log (recover,
+compact, retention need it); 5 cut not confirmed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+from . import codec, repair
+from ._files import MARKER
+from .consumer_group import GROUPS_DIR, describe_group
+from .errors import (CorruptRecordError, InvalidConfigError, LogLockedError, NotALogError,
+                     SeglogError)
+from .log import Log
+from .retention import expired_prefix
+from .topic import read_partition_count
+
+EXIT_OK, EXIT_DAMAGE, EXIT_USAGE, EXIT_NOT_A_LOG, EXIT_LOCKED, EXIT_DECLINED = 0, 1, 2, 3, 4, 5
+TOPICS_DIR = "__topics"
+
+
+class _Progress:
+    """bytes done / total, rate and ETA on stderr, only when it is a terminal."""
+
+    def __init__(self, label: str, total: int, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.on = bool(getattr(self.stream, "isatty", lambda: False)()) and total > 0
+        self.label, self.total, self.done = label, total, 0
+        self.t0 = self.last = time.monotonic()
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.on and now - self.last >= 0.2:
+            self.last = now
+            rate = self.done / max(now - self.t0, 1e-9)
+            eta = (self.total - self.done) / rate if rate else 0
+            self.stream.write(f"\r{self.label}: {_mb(self.done)} / {_mb(self.total)} "
+                              f"{rate / 1e6:7.1f} MB/s  ETA {eta:5.0f} s ")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.on:
+            self.stream.write("\r" + " " * 70 + "\r")
+            self.stream.flush()
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:8.1f} MB"
+
+
+# -- what a path is --------------------------------------------------------------------
+def _is_log(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, MARKER))
+
+
+def _partitions(root: str, topic: str | None = None) -> list[tuple[str, int, str]]:
+    """(topic, partition, log directory) under a topic root, in order."""
+    if not os.path.isdir(root):
+        raise NotALogError(f"{root} is not a directory")
+    out: list[tuple[str, int, str]] = []
+    names = sorted(os.listdir(root))
+    topics = {n[:-5] for n in os.listdir(os.path.join(root, TOPICS_DIR))
+              if n.endswith(".json")} if os.path.isdir(os.path.join(root, TOPICS_DIR)) else set()
+    for n in names:
+        t, _, num = n.rpartition("-")
+        if t and num.isdigit() and _is_log(os.path.join(root, n)):
+            topics.add(t)
+    for t in sorted(topics):
+        if topic is not None and t != topic:
+            continue
+        count = read_partition_count(root, t)
+        ps = range(count) if count else sorted(
+            int(n.rpartition("-")[2]) for n in names
+            if n.rpartition("-")[0] == t and n.rpartition("-")[2].isdigit())
+        for p in ps:
+            out.append((t, p, os.path.join(root, f"{t}-{p}")))
+    if not out:
+        raise NotALogError(f"{root} is neither a seglog log (no {MARKER}) nor a root of "
+                           f"topics" + (f" holding {topic!r}" if topic else ""))
+    return out
+
+
+def _logs(path: str) -> list[tuple[str, str]]:
+    """(name, log directory) for a log or every partition under a root."""
+    if _is_log(path):
+        return [(os.path.basename(os.path.abspath(path)), path)]
+    return [(f"{t}-{p}", d) for t, p, d in _partitions(path)]
+
+
+def _dir_bytes(path: str) -> int:
+    return sum(os.path.getsize(p) for _, p in repair.segment_paths(path))
+
+
+# -- showing values safely -------------------------------------------------------------
+def _show(b: bytes | None, limit: int) -> str:
+    """UTF-8 text if it is printable, else escaped bytes; cut at ``limit``."""
+    if b is None:
+        return "null"
+    cut = len(b) > limit
+    part = b[:limit]
+    try:
+        s = part.decode()
+        text = s.isprintable() or all(c.isprintable() or c in "\t" for c in s)
+    except UnicodeDecodeError:
+        text = False
+    shown = json.dumps(part.decode()) if text else repr(bytes(part))
+    return shown + (f"...({len(b)} bytes)" if cut else "")
+
+
+def _json_value(b: bytes | None, limit: int) -> Any:
+    if b is None:
+        return None
+    try:
+        return b[:limit].decode()
+    except UnicodeDecodeError:
+        return {"hex": b[:limit].hex()}
+
+
+def _ts(ms: int) -> str:
+    return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _parse_time(s: str) -> int:
+    try:
+        t = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidConfigError(f"--from-time: not an ISO 8601 time: {s!r}") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
+def _flags(attrs: int) -> str:
+    names = [("keys", codec.F_KEYS), ("headers", codec.F_HEADERS),
+             ("timestamps", codec.F_TIMESTAMPS), ("offset-deltas", codec.F_OFFSETS),
+             ("tombstones", codec.F_NULL_VALUES), ("horizon", codec.F_HORIZON)]
+    return ",".join(n for n, bit in names if attrs & bit) or "-"
+
+
+def _codec_name(attrs: int) -> str:
+    return {codec.CODEC_NONE: "none", codec.CODEC_LZ4: "lz4"}.get(attrs & codec.CODEC_MASK,
+                                                                  "unknown")
+
+
+# -- subcommands -----------------------------------------------------------------------
+def cmd_dump(a: argparse.Namespace, out: Any) -> int:
+    path = a.path
+    if not _is_log(path):
+        raise NotALogError(f"{path} is not a seglog log (no {MARKER})")
+    batches: list[repair.BatchInfo] = []
+    prog = _Progress("dump", _dir_bytes(path))
+    try:
+        rep = repair.check(path, prog, batches)
+    finally:
+        prog.close()
+    lo = a.from_offset if a.from_offset is not None else -1
+    hi = a.to_offset if a.to_offset is not None else 1 << 63
+    shown = [b for b in batches if b.last_offset >= lo and b.base_offset < hi]
+    if a.json:
+        docs = []
+        for b in shown:
+            d: dict[str, Any] = {
+                "segment": os.path.basename(b.segment), "position": b.position, "size": b.size,
+                "base_offset": b.base_offset, "last_offset": b.last_offset, "count": b.count,
+                "codec": _codec_name(b.attributes), "flags": _flags(b.attributes),
+                "base_timestamp": b.base_timestamp, "max_timestamp": b.max_timestamp,
+                "checksum": "valid"}
+            if a.print_data:
+                d["records"] = [{"offset": m[0], "timestamp": m[1],
+                                 "key": _json_value(m[2], a.max_bytes),
+                                 "value": _json_value(m[3], a.max_bytes),
+                                 "headers": [[k, _json_value(v, a.max_bytes)] for k, v in m[4]]}
+                                for m in _records(b, lo, hi)]
+            docs.append(d)
+        json.dump({"path": path, "batches": docs, "problems": _problems(rep, a.deep)}, out,
+                  indent=1)
+        out.write("\n")
+    else:
+        seg = None
+        for b in shown:
+            if b.segment != seg:
+                seg = b.segment
+                out.write(f"segment {seg}\n")
+            out.write(f"baseOffset: {b.base_offset} lastOffset: {b.last_offset} count: "
+                      f"{b.count} position: {b.position} size: {b.size} codec: "
+                      f"{_codec_name(b.attributes)} flags: {_flags(b.attributes)} "
+                      f"baseTimestamp: {b.base_timestamp} maxTimestamp: {b.max_timestamp} "
+                      f"checksum: valid\n")
+            if a.print_data:
+                for m in _records(b, lo, hi):
+                    hs = " ".join(f"{k}={_show(v, a.max_bytes)}" for k, v in m[4])
+                    out.write(f"| offset: {m[0]} timestamp: {m[1]} key: "
+                              f"{_show(m[2], a.max_bytes)} value: {_show(m[3], a.max_bytes)}"
+                              + (f" headers: {hs}" if hs else "") + "\n")
+        for p in _problems(rep, a.deep):
+            out.write(f"DAMAGE {p['file']} position {p['position']} offset {p['offset']}: "
+                      f"{p['reason']}: {p['message']}\n")
+    return EXIT_DAMAGE if _problems(rep, a.deep) else EXIT_OK
+
+
+def _problems(rep: repair.CheckReport, deep: bool) -> list[dict[str, Any]]:
+    # index problems are reported with --deep (dump) or always (verify)
+    return [{"file": p.path, "position": p.position, "offset": p.offset, "reason": p.reason,
+             "message": p.message} for p in rep.problems if deep or p.reason != "index"]
+
+
+def _records(b: repair.BatchInfo, lo: int, hi: int) -> Iterator[codec.MessageTuple]:
+    with open(b.segment, "rb") as f:
+        data = os.pread(f.fileno(), b.size, b.position)
+    hdr = codec.HEADER.unpack_from(data, 0)
+    return codec.decode_batch(data, 0, hdr, max(lo, 0), hi)
+
+
+def cmd_verify(a: argparse.Namespace, out: Any) -> int:
+    logs = _logs(a.path)
+    total = sum(_dir_bytes(d) for _, d in logs)
+    prog = _Progress("verify", total)
+    reports = []
+    try:
+        for name, d in logs:
+            reports.append((name, repair.check(d, prog)))
+    finally:
+        prog.close()
+    bad = [p for _, r in reports for p in r.problems]
+    if a.json:
+        json.dump({"ok": not bad, "logs": [{
+            "log": name, "path": r.path, "segments": r.segments, "batches": r.batches,
+            "messages": r.messages, "bytes": r.bytes, "first_offset": r.first_offset,
+            "next_offset": r.next_offset, "problems": _problems(r, True)}
+            for name, r in reports]}, out, indent=1)
+        out.write("\n")
+    else:
+        for name, r in reports:
+            state = "ok" if r.ok else f"DAMAGED ({len(r.problems)} problem(s))"
+            span = f"offsets {r.first_offset}..{(r.next_offset or 1) - 1}" \
+                if r.first_offset is not None else "empty"
+            out.write(f"{name}: {state}: {r.segments} segments, {r.batches} batches, "
+                      f"{r.messages} messages, {r.bytes} bytes, {span}\n")
+            for p in r.problems:
+                out.write(f"  DAMAGE {p.path} position {p.position} offset {p.offset}: "
+                          f"{p.reason}: {p.message}\n")
+        out.write(f"verified {len(reports)} log(s): "
+                  + ("no damage\n" if not bad else f"{len(bad)} problem(s)\n"))
+    return EXIT_DAMAGE if bad else EXIT_OK
+
+
+def cmd_recover(a: argparse.Namespace, out: Any, stdin: Any) -> int:
+    path = a.path
+    if not _is_log(path):
+        raise NotALogError(f"{path} is not a seglog log (no {MARKER})")
+    result: dict[str, Any] = {"path": path}
+    if a.truncate_at_damage:
+        plan = repair.plan_cut(path)
+        if plan is None:
+            result["cut"] = None
+        else:
+            what = (f"first damage: {plan.path} position {plan.position} (offset "
+                    f"{plan.offset}): {plan.reason}: {plan.message}\n"
+                    f"cutting there loses every message from offset {plan.offset} on: "
+                    f"{plan.lost_bytes} bytes, {len(plan.later_segments)} later segment(s), "
+                    f"{plan.valid_after} batch(es) with a good checksum after the damage\n")
+            result["cut"] = {"path": plan.path, "position": plan.position,
+                             "offset": plan.offset, "reason": plan.reason,
+                             "lost_bytes": plan.lost_bytes,
+                             "later_segments": plan.later_segments,
+                             "valid_batches_after": plan.valid_after}
+            if not a.json:
+                out.write(what)
+            if not a.yes:
+                sys.stderr.write("type 'yes' to cut the log there: ")
+                sys.stderr.flush()
+                if stdin.readline().strip() != "yes":
+                    sys.stderr.write("not cut\n")
+                    return EXIT_DECLINED
+            repair.cut(plan)
+    try:
+        with Log.open(path) as log:
+            rec = log.recovery
+            result.update(start_offset=log.start_offset, end_offset=log.end_offset)
+    except CorruptRecordError as e:
+        result["refused"] = str(e)
+        if a.json:
+            json.dump(result, out, indent=1)
+            out.write("\n")
+        else:
+            out.write(f"recovery refused: {e}\nthe log holds damage that a crash does not "
+                      f"explain; `seglog recover --truncate-at-damage {path}` cuts it at the "
+                      f"first bad batch after showing what is lost\n")
+        return EXIT_DAMAGE
+    result["recovery"] = None if rec is None else {
+        "recovery_point": rec.recovery_point, "same_boot": rec.same_boot,
+        "segments_scanned": rec.segments_scanned, "scanned_bytes": rec.scanned_bytes,
+        "truncated": [{"file": p, "position": at, "bytes": n, "why": why}
+                      for p, at, n, why in rec.truncated],
+        "deleted_segments": rec.deleted_segments}
+    if a.json:
+        json.dump(result, out, indent=1)
+        out.write("\n")
+    else:
+        if rec is None:
+            out.write(f"{path}: clean (closed cleanly; nothing to recover)\n")
+        else:
+            out.write(f"{path}: recovered from the recovery point {rec.recovery_point}: "
+                      f"scanned {rec.segments_scanned} segment(s), {rec.scanned_bytes} bytes\n")
+            for p, at, n, why in rec.truncated:
+                out.write(f"  cut {n} bytes of {p} at position {at}: {why}\n")
+            for b in rec.deleted_segments:
+                out.write(f"  deleted the segment at offset {b}\n")
+        out.write(f"offsets {result['start_offset']}..{result['end_offset']}\n")
+    return EXIT_OK
+
+
+def _scan_stats(d: str, prog: Callable[[int], None]) -> dict[str, Any]:
+    """Counts from the batch headers, and lz4's ratio and distinct keys (an estimate:
+    the number of distinct 64-bit key hashes, exact below 2**20 keys) from the records."""
+    import xxhash
+    st: dict[str, Any] = {"batches": 0, "messages": 0, "stored_bytes": 0,
+                          "min_timestamp": None, "max_timestamp": None,
+                          "lz4_batches": 0, "lz4_stored": 0, "lz4_raw": 0}
+    keys: set[int] = set()
+    many = False
+    for _, _pos, buf, p, hdr in repair.walk_log(d, prog, decode=False):
+        st["batches"] += 1
+        st["messages"] += hdr[codec.H_COUNT]
+        size = codec.LENGTH_END + hdr[codec.H_LENGTH]
+        st["stored_bytes"] += size
+        lo_ts, hi_ts = hdr[codec.H_BASE_TS], hdr[codec.H_MAX_TS]
+        st["min_timestamp"] = lo_ts if st["min_timestamp"] is None else min(st["min_timestamp"], lo_ts)
+        st["max_timestamp"] = hi_ts if st["max_timestamp"] is None else max(st["max_timestamp"], hi_ts)
+        attrs = hdr[codec.H_ATTRS]
+        if attrs & codec.CODEC_MASK:
+            st["lz4_batches"] += 1
+            st["lz4_stored"] += size
+        if attrs & codec.F_KEYS:
+            for m in codec.decode_batch(buf, p, hdr):
+                if attrs & codec.CODEC_MASK:
+                    st["lz4_raw"] += len(m[3] or b"") + len(m[2] or b"")
+                if m[2] is not None and not many:
+                    keys.add(xxhash.xxh3_64_intdigest(m[2]))
+                    many = len(keys) >= 1 << 20
+        elif attrs & codec.CODEC_MASK:
+            st["lz4_raw"] += sum(len(m[3] or b"") for m in codec.decode_batch(buf, p, hdr))
+    st["distinct_keys"] = len(keys) if not many else f">= {len(keys)}"
+    return st
+
+
+def cmd_stats(a: argparse.Namespace, out: Any) -> int:
+    logs = _logs(a.path)
+    prog = _Progress("stats", sum(_dir_bytes(d) for _, d in logs))
+    rows = []
+    try:
+        for name, d in logs:
+            segs = repair.segment_paths(d)
+            with Log.open(d, readonly=True) as log:
+                start, end = log.start_offset, log.end_offset
+            s = _scan_stats(d, prog)
+            rows.append({"log": name, "segments": len(segs), "bytes": _dir_bytes(d),
+                         "start_offset": start, "end_offset": end, **s})
+    finally:
+        prog.close()
+    if a.json:
+        json.dump({"path": a.path, "logs": rows}, out, indent=1)
+        out.write("\n")
+        return EXIT_OK
+    for r in rows:
+        span = (f"{_ts(r['min_timestamp'])} .. {_ts(r['max_timestamp'])}"
+                if r["min_timestamp"] is not None else "-")
+        ratio = (f"{r['lz4_stored'] / r['lz4_raw']:.2f}x over {r['lz4_batches']} lz4 batches"
+                 if r["lz4_raw"] else "none")
+        out.write(f"{r['log']}: {r['segments']} segments, {r['bytes']} bytes, "
+                  f"{r['messages']} messages in {r['batches']} batches, offsets "
+                  f"{r['start_offset']}..{r['end_offset']}, time {span}, compression "
+                  f"{ratio}, distinct keys {r['distinct_keys']}\n")
+    if len(rows) > 1:
+        out.write(f"total: {sum(r['segments'] for r in rows)} segments, "
+                  f"{sum(r['bytes'] for r in rows)} bytes, "
+                  f"{sum(r['messages'] for r in rows)} messages\n")
+    return EXIT_OK
+
+
+def cmd_tail(a: argparse.Namespace, out: Any) -> int:
+    if _is_log(a.path):
+        if a.topic is not None:
+            raise InvalidConfigError(f"{a.path} is a log; TOPIC applies to a root of topics")
+        targets: list[tuple[str | None, int | None, str]] = [(None, None, a.path)]
+    else:
+        if a.topic is None:
+            raise InvalidConfigError("TOPIC is required with a root of topics")
+        targets = [(t, p, d) for t, p, d in _partitions(a.path, a.topic)]
+    logs = [(t, p, Log.open(d, readonly=True)) for t, p, d in targets]
+    try:
+        pos = []
+        for _, _, log in logs:
+            if a.from_time is not None:
+                at = log.offset_for_time(_parse_time(a.from_time))
+                pos.append(log.end_offset if at is None else at)
+            else:
+                pos.append(max(log.start_offset, log.end_offset - a.n))
+        while True:
+            for i, (t, p, log) in enumerate(logs):
+                for m in log.iter(pos[i], log.end_offset):
+                    _print_message(out, a, t, p, m)
+                    pos[i] = m[0] + 1
+                pos[i] = max(pos[i], log.end_offset)
+            out.flush()
+            if not a.follow:
+                return EXIT_OK
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        return EXIT_OK
+    finally:
+        for _, _, log in logs:
+            log.close()
+
+
+def _print_message(out: Any, a: argparse.Namespace, t: str | None, p: int | None,
+                   m: codec.MessageTuple) -> None:
+    if a.json:
+        d: dict[str, Any] = {} if t is None else {"topic": t, "partition": p}
+        d.update(offset=m[0], timestamp=m[1], key=_json_value(m[2], a.max_bytes),
+                 value=_json_value(m[3], a.max_bytes),
+                 headers=[[k, _json_value(v, a.max_bytes)] for k, v in m[4]])
+        out.write(json.dumps(d) + "\n")
+    else:
+        where = "" if t is None else f"{t}-{p} "
+        out.write(f"{where}{m[0]} {_ts(m[1])} key={_show(m[2], a.max_bytes)} "
+                  f"{_show(m[3], a.max_bytes)}\n")
+
+
+def cmd_groups(a: argparse.Namespace, out: Any) -> int:
+    gdir = os.path.join(a.root, GROUPS_DIR)
+    if a.group is None:
+        groups = sorted(os.listdir(gdir)) if os.path.isdir(gdir) else []
+        descs = [describe_group(a.root, g) for g in groups]
+        if a.json:
+            json.dump({"groups": descs}, out, indent=1)
+            out.write("\n")
+        else:
+            for d in descs:
+                lag = sum(v["lag"] or 0 for v in d["partitions"].values())
+                out.write(f"{d['group']}: generation {d['generation']}, "
+                          f"{len(d['members'])} member(s), lag {lag}\n")
+            if not descs:
+                out.write(f"no consumer groups under {a.root}\n")
+        return EXIT_OK
+    d = describe_group(a.root, a.group)
+    if a.json:
+        json.dump(d, out, indent=1)
+        out.write("\n")
+        return EXIT_OK
+    out.write(f"group {d['group']}: generation {d['generation']}, assignor {d['assignor']}, "
+              f"{len(d['members'])} member(s)\n")
+    out.write(f"{'TOPIC-PARTITION':<24} {'OWNER':<32} {'COMMITTED':>12} {'END':>12} "
+              f"{'LAG':>10}\n")
+    for tp, v in d["partitions"].items():
+        out.write(f"{tp:<24} {str(v['owner'] or '-'):<32} "
+                  f"{str(v['committed'] if v['committed'] is not None else '-'):>12} "
+                  f"{str(v['end'] if v['end'] is not None else '-'):>12} "
+                  f"{str(v['lag'] if v['lag'] is not None else '-'):>10}\n")
+    return EXIT_OK
+
+
+def cmd_compact(a: argparse.Namespace, out: Any) -> int:
+    if not _is_log(a.path):
+        raise NotALogError(f"{a.path} is not a seglog log (no {MARKER})")
+    before = _dir_bytes(a.path)
+    with Log.open(a.path) as log:
+        if "compact" not in log.config.cleanup_policy:
+            raise InvalidConfigError(f"{a.path} has cleanup_policy "
+                                     f"{log.config.cleanup_policy!r}: nothing to compact")
+        st = log.compact()
+    if a.json:
+        json.dump({"path": a.path, "skipped": st.skipped, "segments_before": st.segments_before,
+                   "segments_after": st.segments_after, "bytes_before": st.bytes_before,
+                   "bytes_after": st.bytes_after, "records_read": st.records_read,
+                   "records_kept": st.records_kept,
+                   "tombstones_dropped": st.tombstones_dropped}, out)
+        out.write("\n")
+    elif st.skipped:
+        out.write(f"{a.path}: nothing compacted: {st.skipped}\n")
+    else:
+        out.write(f"{a.path}: compacted {st.segments_before} segment(s) of {st.bytes_before} "
+                  f"bytes into {st.segments_after} of {st.bytes_after}; kept "
+                  f"{st.records_kept} of {st.records_read} records, dropped "
+                  f"{st.tombstones_dropped} tombstone(s); the log's files: {before} bytes "
+                  f"before (replaced segments linger, renamed aside, for "
+                  f"file_delete_delay_ms)\n")
+    return EXIT_OK
+
+
+def cmd_retention(a: argparse.Namespace, out: Any) -> int:
+    if not _is_log(a.path):
+        raise NotALogError(f"{a.path} is not a seglog log (no {MARKER})")
+    now = int(time.time() * 1000)
+    with Log.open(a.path, readonly=a.dry_run) as log:
+        cfg = log.config
+        segs = log.segments
+        n = 0
+        if "delete" in cfg.cleanup_policy:
+            n = expired_prefix(segs, now, cfg.retention_ms, cfg.retention_bytes)
+        due = [{"base_offset": s.base_offset, "size": s.size, "max_timestamp": s.max_timestamp}
+               for s in segs[:n]]
+        if not a.dry_run:
+            log.enforce_retention(now)
+        start = log.start_offset
+    if a.json:
+        json.dump({"path": a.path, "dry_run": a.dry_run, "segments": due,
+                   "start_offset": start}, out)
+        out.write("\n")
+    else:
+        verb = "would delete" if a.dry_run else "deleted"
+        out.write(f"{a.path}: {verb} {len(due)} segment(s), "
+                  f"{sum(d['size'] for d in due)} bytes\n")
+        for d in due:
+            out.write(f"  segment at offset {d['base_offset']}: {d['size']} bytes, newest "
+                      f"record {_ts(d['max_timestamp']) if d['max_timestamp'] >= 0 else '-'}\n")
+        out.write(f"log start offset {'stays' if a.dry_run else 'now'} {start}\n")
+    return EXIT_OK
+
+
+# -- the parser ------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    ap = argparse.ArgumentParser(prog="seglog", description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=fmt)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help: str, examples: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help, formatter_class=fmt,
+                           epilog="examples:\n" + examples)
+        p.add_argument("--json", action="store_true", help="print JSON for machines")
+        return p
+
+    p = add("dump", "Batches of a log's segments as kafka-dump-log shows them",
+            "  seglog dump data/events\n"
+            "  seglog dump data/events --from 1000 --to 1010 --print-data\n"
+            "  seglog dump data/events --deep --json")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--from", dest="from_offset", type=int, help="first offset to show")
+    p.add_argument("--to", dest="to_offset", type=int, help="show offsets below this")
+    p.add_argument("--print-data", action="store_true", help="show the records too")
+    p.add_argument("--deep", action="store_true", help="check the index files too")
+    p.add_argument("--max-bytes", type=int, default=64, help="cut values at (default 64)")
+
+    p = add("verify", "Read every batch and index entry; exit 1 on damage",
+            "  seglog verify data/events\n  seglog verify data          # every partition of "
+            "every topic\n  seglog verify data --json")
+    p.add_argument("path", metavar="PATH|ROOT")
+
+    p = add("recover", "Run recovery and report what it did; cut at damage on request",
+            "  seglog recover data/events\n"
+            "  seglog recover data/events --truncate-at-damage        # shows, then asks\n"
+            "  seglog recover data/events --truncate-at-damage --yes")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--truncate-at-damage", action="store_true",
+                   help="cut the log at its first bad batch (after confirmation): the "
+                        "way out when the library refuses to open it")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    p = add("stats", "Segments, bytes, messages, offsets, time span, compression, keys",
+            "  seglog stats data/events\n  seglog stats data --json")
+    p.add_argument("path", metavar="PATH|ROOT")
+
+    p = add("tail", "The last messages of a log or topic; -f follows",
+            "  seglog tail data/events -n 20\n  seglog tail data orders -f\n"
+            "  seglog tail data orders --from-time 2026-11-23T10:00:00Z --json")
+    p.add_argument("path", metavar="PATH|ROOT")
+    p.add_argument("topic", metavar="TOPIC", nargs="?")
+    p.add_argument("-f", "--follow", action="store_true", help="wait for new messages")
+    p.add_argument("-n", type=int, default=10, help="messages per partition (default 10)")
+    p.add_argument("--from-time", help="start at the first message at/after this time")
+    p.add_argument("--max-bytes", type=int, default=200, help="cut values at (default 200)")
+
+    p = add("groups", "Consumer groups: members, generation, owner, committed, end, lag",
+            "  seglog groups data\n  seglog groups data billing\n  seglog groups data billing "
+            "--json")
+    p.add_argument("root", metavar="ROOT")
+    p.add_argument("group", metavar="GROUP", nargs="?")
+
+    p = add("compact", "Compact a log now (cleanup_policy must include compact)",
+            "  seglog compact data/users")
+    p.add_argument("path", metavar="PATH")
+
+    p = add("retention", "Delete the segments retention says are due",
+            "  seglog retention data/events --dry-run\n  seglog retention data/events")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None, out: Any = None, stdin: Any = None) -> int:
+    """Run the command line; return the exit code."""
+    out = out or sys.stdout
+    a = _parser().parse_args(argv)
+    for name in ("n", "max_bytes"):
+        if getattr(a, name, 1) is not None and getattr(a, name, 1) < 0:
+            sys.stderr.write(f"seglog: --{name.replace('_', '-')} must be >= 0\n")
+            return EXIT_USAGE
+    try:
+        if a.command == "recover":
+            return cmd_recover(a, out, stdin or sys.stdin)
+        return {"dump": cmd_dump, "verify": cmd_verify, "stats": cmd_stats, "tail": cmd_tail,
+                "groups": cmd_groups, "compact": cmd_compact,
+                "retention": cmd_retention}[a.command](a, out)
+    except NotALogError as e:
+        sys.stderr.write(f"seglog: {e}\n")
+        return EXIT_NOT_A_LOG
+    except LogLockedError as e:
+        sys.stderr.write(f"seglog: {e}\n")
+        return EXIT_LOCKED
+    except InvalidConfigError as e:
+        sys.stderr.write(f"seglog: {e}\n")
+        return EXIT_USAGE
+    except CorruptRecordError as e:
+        sys.stderr.write(f"seglog: damage: {e}\n")
+        return EXIT_DAMAGE
+    except BrokenPipeError:        # `seglog dump ... | head`
+        return EXIT_OK
+    except (SeglogError, OSError) as e:
+        sys.stderr.write(f"seglog: {e}\n")
+        return EXIT_DAMAGE
+
+
+def run() -> None:
+    """The console script."""
+    sys.exit(main())

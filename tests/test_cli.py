@@ -1,0 +1,286 @@
+"""The ``seglog`` command line, run as a user runs it: a subprocess on real logs
+(clean, damaged, refused by recovery, a topic root with a consumer group)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import seglog
+import seglog.repair
+from seglog import Log, Record, Topic
+from seglog.cli import _Progress
+from seglog.testing import abandon
+
+COMMANDS = ["dump", "verify", "recover", "stats", "tail", "groups", "compact", "retention"]
+
+
+def run(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "seglog", *args], capture_output=True,
+                          text=True, input=stdin, timeout=timeout)
+
+
+def files_digest(path: str) -> str:
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(path)):
+        p = os.path.join(path, name)
+        if os.path.isfile(p):
+            h.update(name.encode())
+            with open(p, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
+
+
+def flip(path: str, pos: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)
+        f.seek(pos)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+@pytest.fixture
+def log_dir(tmp_path):
+    path = str(tmp_path / "ev")
+    with Log.open(path) as log:
+        for i in range(30):
+            log.append_batch([b"line %d" % j for j in range(i * 10, i * 10 + 10)])
+        log.append(b"\xff\x00binary", key=b"k1", headers=[("h", b"v")])
+    return path
+
+
+@pytest.fixture
+def root(tmp_path):
+    r = str(tmp_path / "root")
+    with Topic.open(r, "orders", partitions=3) as t:
+        for i in range(90):
+            t.append(b"order %d" % i, key=b"c%d" % (i % 7))
+    with seglog.Consumer(r, "billing", ["orders"], auto_commit_ms=None) as c:
+        got = 0
+        deadline = time.monotonic() + 10
+        while got < 60 and time.monotonic() < deadline:
+            got += len(c.poll(timeout_ms=100, max_records=20))
+        c.commit()
+    return r
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_every_subcommand_has_help_with_examples(cmd):
+    p = run(cmd, "--help")
+    assert p.returncode == 0 and "examples:" in p.stdout and "--json" in p.stdout
+
+
+def test_the_console_script_and_module_agree():
+    script = os.path.join(os.path.dirname(sys.executable), "seglog")
+    p = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and "dump" in p.stdout and "Exit codes" in p.stdout
+
+
+def test_dump_batches_records_and_json(log_dir):
+    p = run("dump", log_dir)
+    assert p.returncode == 0
+    lines = [x for x in p.stdout.splitlines() if x.startswith("baseOffset")]
+    assert len(lines) == 31 and "baseOffset: 0 lastOffset: 9 count: 10 position: 0" in lines[0]
+    p = run("dump", log_dir, "--from", "295", "--to", "301", "--print-data")
+    assert "baseOffset: 290" in p.stdout and "baseOffset: 280" not in p.stdout
+    assert '| offset: 295 ' in p.stdout and '"line 299"' in p.stdout
+    assert "| offset: 294 " not in p.stdout
+    assert r"b'\xff\x00binary'" in p.stdout and 'key: "k1"' in p.stdout and 'h="v"' in p.stdout
+    doc = json.loads(run("dump", log_dir, "--json", "--from", "300", "--print-data").stdout)
+    (b,) = doc["batches"]
+    assert b["base_offset"] == 300 and b["flags"] == "keys,headers"
+    assert b["records"][0]["value"] == {"hex": "ff0062696e617279"} and not doc["problems"]
+
+
+def test_verify_clean_and_damaged(log_dir, root):
+    p = run("verify", log_dir)
+    assert p.returncode == 0 and "no damage" in p.stdout and "301 messages" in p.stdout
+    p = run("verify", root, "--json")
+    doc = json.loads(p.stdout)
+    assert p.returncode == 0 and doc["ok"] and sorted(x["log"] for x in doc["logs"]) == \
+        ["orders-0", "orders-1", "orders-2"]
+    seg = os.path.join(log_dir, f"{0:020d}.log")
+    flip(seg, 1000)
+    p = run("verify", log_dir)
+    assert p.returncode == 1
+    assert f"DAMAGE {seg} position 921 offset 70: crc" in p.stdout
+    doc = json.loads(run("verify", log_dir, "--json").stdout)
+    assert doc["logs"][0]["problems"][0]["position"] == 921
+
+
+def test_verify_reports_a_bad_index_entry(log_dir):
+    ix = os.path.join(log_dir, f"{0:020d}.index")
+    with Log.open(log_dir, index_interval_bytes=64) as log:        # entries to spoil
+        log.append_batch([b"x" * 100] * 5)
+    with open(ix, "r+b") as f:
+        data = bytearray(f.read())
+        data[4:8] = (7).to_bytes(4, "little")      # first entry's position: not a batch
+        f.seek(0)
+        f.write(data)
+    p = run("verify", log_dir)
+    assert p.returncode == 1 and "index" in p.stdout
+    assert run("dump", log_dir).returncode == 0            # index checks are --deep there
+    assert run("dump", log_dir, "--deep").returncode == 1
+
+
+def refused_log(path: str) -> tuple[int, int]:
+    """A log recovery refuses: flushed, then damaged in the middle, left unclean."""
+    log = Log.open(path, flush_ms=None)
+    for i in range(20):
+        log.append_batch([b"m%d" % j for j in range(i * 10, i * 10 + 10)])
+    log.flush()
+    abandon(log)
+    batches: list = []
+    seglog.repair.check(path, batches=batches)
+    (at,) = [b.position for b in batches if b.base_offset == 100]
+    flip(os.path.join(path, f"{0:020d}.log"), at + 30)
+    return at, 100
+
+
+def test_recover_refuses_then_cuts_only_when_confirmed(tmp_path):
+    path = str(tmp_path / "bad")
+    pos, off = refused_log(path)
+    with pytest.raises(seglog.CorruptRecordError):
+        Log.open(path)
+    before = files_digest(path)
+    p = run("recover", path)
+    assert p.returncode == 1 and "recovery refused" in p.stdout and "--truncate-at-damage" in p.stdout
+    p = run("recover", path, "--truncate-at-damage", stdin="no\n")
+    assert p.returncode == 5 and f"position {pos} (offset {off})" in p.stdout
+    assert "loses every message from offset 100 on" in p.stdout
+    assert "9 batch(es) with a good checksum after the damage" in p.stdout
+    assert files_digest(path) == before                       # nothing changed
+    p = run("recover", path, "--truncate-at-damage", "--yes", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["cut"]["offset"] == 100 and doc["end_offset"] == 100
+    with Log.open(path) as log:
+        assert [m.value for m in log.iter()] == [b"m%d" % j for j in range(100)]
+    assert run("verify", path).returncode == 0
+
+
+def test_recover_reports_a_torn_tail(tmp_path):
+    path = str(tmp_path / "torn")
+    log = Log.open(path, flush_ms=None)
+    log.append_batch([b"a"] * 10)
+    log.flush()
+    log.append_batch([b"b" * 50] * 10)
+    size = log.segments[-1].size
+    abandon(log)
+    seg = os.path.join(path, f"{0:020d}.log")
+    with open(seg, "r+b") as f:
+        f.truncate(size - 20)                   # the last batch torn
+    p = run("recover", path)
+    assert p.returncode == 0 and "recovered from the recovery point 10" in p.stdout
+    assert "offsets 0..10" in p.stdout
+
+
+def test_stats_of_a_log_and_a_root(log_dir, tmp_path, root):
+    doc = json.loads(run("stats", log_dir, "--json").stdout)
+    (s,) = doc["logs"]
+    assert s["messages"] == 301 and s["batches"] == 31 and s["distinct_keys"] == 1
+    assert s["start_offset"] == 0 and s["end_offset"] == 301
+    lz = str(tmp_path / "lz")
+    with Log.open(lz, compression="lz4") as log:
+        log.append_batch([b"GET /index.html 200 " * 10] * 50)
+    (s,) = json.loads(run("stats", lz, "--json").stdout)["logs"]
+    assert s["lz4_batches"] == 1 and s["lz4_stored"] < s["lz4_raw"] / 5
+    p = run("stats", root)
+    assert p.returncode == 0 and "total: 3 segments" in p.stdout and "90 messages" in p.stdout
+
+
+def test_tail_log_topic_time_and_follow(log_dir, root):
+    p = run("tail", log_dir, "-n", "2")
+    assert p.stdout.splitlines()[0].startswith("299 ") and "binary" in p.stdout
+    rows = [json.loads(x) for x in run("tail", root, "orders", "-n", "1", "--json").stdout.splitlines()]
+    assert sorted(r["partition"] for r in rows) == [0, 1, 2] and all(r["topic"] == "orders" for r in rows)
+    with Log.open(log_dir, readonly=True) as log:
+        ts = list(log.iter(300))[0].timestamp
+    later = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts / 1000 + 3600)) + "Z"
+    assert run("tail", log_dir, "--from-time", later).stdout == ""
+    assert run("tail", log_dir, "--from-time", "yesterday").returncode == 2
+    proc = subprocess.Popen([sys.executable, "-m", "seglog", "tail", log_dir, "-f", "-n", "0"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        with Log.open(log_dir) as log:
+            log.append(b"fresh")
+        deadline = time.monotonic() + 10
+        line = ""
+        while "fresh" not in line and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+        assert "fresh" in line and line.startswith("301 ")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_groups_list_and_describe(root):
+    p = run("groups", root)
+    assert p.returncode == 0 and "billing: generation" in p.stdout
+    doc = json.loads(run("groups", root, "billing", "--json").stdout)
+    lag = {k: v["lag"] for k, v in doc["partitions"].items()}
+    assert sum(lag.values()) == 90 - sum(v["committed"] for v in doc["partitions"].values())
+    p = run("groups", root, "billing")
+    assert "TOPIC-PARTITION" in p.stdout and "orders-2" in p.stdout
+    assert run("groups", root, "nobody").returncode == 2
+
+
+def test_compact_and_retention(tmp_path):
+    path = str(tmp_path / "kv")
+    with Log.open(path, cleanup_policy="compact", segment_bytes=2048) as log:
+        for i in range(400):
+            log.append(b"v%d" % i, key=b"k%d" % (i % 5))
+    doc = json.loads(run("compact", path, "--json").stdout)
+    assert doc["records_kept"] < doc["records_read"]
+    with Log.open(path) as log:
+        assert {m.key: m.value for m in log.iter()} == {b"k%d" % k: b"v%d" % (395 + k) for k in range(5)}
+    path = str(tmp_path / "old")
+    with Log.open(path, segment_bytes=1024, retention_bytes=2048) as log:
+        for i in range(100):
+            log.append(b"x" * 60)
+    with Log.open(path, readonly=True) as log:
+        bases = [s.base_offset for s in log.segments]
+    before = files_digest(path)
+    p = run("retention", path, "--dry-run", "--json")
+    doc = json.loads(p.stdout)
+    assert p.returncode == 0 and doc["segments"] and files_digest(path) == before
+    p = run("retention", path)
+    assert p.returncode == 0 and f"deleted {len(doc['segments'])} segment(s)" in p.stdout
+    with Log.open(path) as log:
+        assert log.start_offset == bases[len(doc["segments"])]
+
+
+def test_errors_have_exit_codes(tmp_path, log_dir):
+    assert run("verify", str(tmp_path / "none")).returncode == 3
+    os.makedirs(tmp_path / "plain")
+    assert run("stats", str(tmp_path / "plain")).returncode == 3
+    assert run("dump").returncode == 2
+    with Log.open(log_dir):
+        p = run("compact", log_dir)
+        assert p.returncode == 4 and "another writer holds" in p.stderr
+        assert run("verify", log_dir).returncode == 0        # readers need no lock
+
+
+def test_progress_shows_on_a_terminal_only():
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+    t = Tty()
+    prog = _Progress("verify", 10_000_000, t)
+    prog.last -= 1
+    prog(5_000_000)
+    prog.close()
+    assert "verify:" in t.getvalue() and "MB/s" in t.getvalue() and "ETA" in t.getvalue()
+    quiet = io.StringIO()
+    prog = _Progress("verify", 10_000_000, quiet)
+    prog.last -= 1
+    prog(5_000_000)
+    assert quiet.getvalue() == ""
