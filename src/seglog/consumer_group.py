@@ -36,7 +36,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from . import _platform
+from . import _html, _platform
 from ._files import atomic_write, fsync_dir, remove
 from .errors import (CommitFailedError, InvalidConfigError, LogClosedError,
                      OffsetOutOfRangeError, SeglogError)
@@ -749,7 +749,27 @@ class Consumer:
                 f"{' closed' if self._closed else ''}>")
 
 
-def describe_group(root: str | os.PathLike[str], group: str) -> dict[str, Any]:
+class GroupDescription(dict[str, Any]):
+    """``describe_group``'s answer: a plain dict (JSON-ready) that a notebook shows
+    as tables."""
+
+    def _repr_html_(self) -> str:
+        members = _html.grid(
+            f"group {self['group']!r}: generation {self['generation']}, assignor "
+            f"{self['assignor']}", ("member", "topics", "assignment"),
+            [(m, ", ".join(v["topics"]), ", ".join(f"{t}-{p}" for t, p in v["assignment"]))
+             for m, v in self["members"].items()])
+        parts = _html.grid("partitions", ("partition", "owner", "committed", "end", "lag"),
+                           [(tp, v["owner"] or "-", _dash(v["committed"]), _dash(v["end"]),
+                             _dash(v["lag"])) for tp, v in self["partitions"].items()])
+        return members + parts
+
+
+def _dash(v: object) -> object:
+    return "-" if v is None else v
+
+
+def describe_group(root: str | os.PathLike[str], group: str) -> GroupDescription:
     """The group as its files say: ``generation``, ``members`` (id -> topics and
     assignment), and per ``"topic-partition"``: ``owner``, ``committed``, ``end``,
     ``lag`` (end - committed, or None with nothing committed)."""
@@ -779,7 +799,8 @@ def describe_group(root: str | os.PathLike[str], group: str) -> dict[str, Any]:
             parts[f"{t}-{p}"] = {"owner": holder[0] if holder else None,
                                  "committed": c[0] if c else None, "end": end,
                                  "lag": (end - c[0]) if (c and end is not None) else None}
-    return {"group": group, "generation": st.generation, "assignor": st.assignor,
-            "members": {m: {"topics": ts, "assignment": sorted(st.assignment.get(m, []))}
-                        for m, ts in st.members.items()},
-            "partitions": parts}
+    return GroupDescription(
+        group=group, generation=st.generation, assignor=st.assignor,
+        members={m: {"topics": ts, "assignment": sorted(st.assignment.get(m, []))}
+                 for m, ts in st.members.items()},
+        partitions=parts)

@@ -26,11 +26,12 @@ from itertools import chain
 from operator import attrgetter
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from . import _live, codec
+from . import _html, _live, codec
 from ._files import LOG_START, read_checkpoint
 from .config import LogConfig
 from .errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, SeglogError
-from .message import Columns, Message, MessageSet, _arrow, _check_ts, arrow_schema
+from .message import (Columns, Message, MessageSet, _arrow, _check_ts, arrow_schema, as_ms,
+                      messages_html)
 from .segment import Segment, SegmentGoneError
 
 _BASE = attrgetter("base_offset")
@@ -307,6 +308,83 @@ class LocalLog:
     def __iter__(self) -> Iterator[Message]:
         return self.iter()
 
+    # -- for people: notebooks and operators ------------------------------------------
+    def __len__(self) -> int:
+        """Messages between ``start_offset`` and ``end_offset``: the offsets in between,
+        or after compaction (which leaves gaps) the records, counted from the batches."""
+        self._check_readable()
+        if self.readonly:
+            self._refresh()
+        if "compact" not in self.config.cleanup_policy:
+            return self._end - self._start
+        return sum(1 for _ in self.iter(self._start, self._end))
+
+    def stats(self) -> dict[str, Any]:
+        """A snapshot as a plain dict: offsets, messages (``len``), segments, bytes,
+        the oldest and newest record timestamps (ms; None when empty)."""
+        segs = self.segments
+        n = len(self)
+        first_ts = None
+        for seg in segs:
+            for _, hdr in seg.batches(0, min(seg.size, codec.HEADER_SIZE * 64)):
+                first_ts = hdr[codec.H_BASE_TS]
+                break
+            if first_ts is not None:
+                break
+        newest = max((s.max_timestamp for s in segs if s.size), default=-1)
+        return {"path": self.path, "start_offset": self._start, "end_offset": self._end,
+                "messages": n, "segments": len(segs), "bytes": sum(s.size for s in segs),
+                "oldest_timestamp": first_ts, "newest_timestamp": newest if newest >= 0 else None,
+                "readonly": self.readonly}
+
+    def _window(self, start: int | None, end: int | None, since: object,
+                until: object) -> tuple[int, int, int | None, int | None]:
+        """Offsets [lo, hi) and the time bounds in ms of a to_pandas-style window."""
+        self._check_readable()
+        if self.readonly:
+            self._refresh()
+        lo = self._start if start is None else start
+        hi = self._end if end is None else min(end, self._end)
+        t0 = None if since is None else as_ms(since, "since")
+        t1 = None if until is None else as_ms(until, "until")
+        if t0 is not None:
+            at = self.offset_for_time(t0)
+            lo = max(lo, self._end if at is None else at)
+        if t1 is not None:
+            at = self.offset_for_time(t1)
+            hi = min(hi, self._end if at is None else at)
+        return lo, max(lo, hi), t0, t1
+
+    def to_pandas(self, start: int | None = None, end: int | None = None, *,
+                  since: object = None, until: object = None) -> Any:
+        """Messages as a ``pandas.DataFrame`` (columns offset, timestamp as UTC
+        datetimes, key, value, headers), from offset ``start`` to ``end`` and with
+        timestamps in ``[since, until)`` (datetimes, ISO 8601 strings or ms; naive
+        means UTC). Built from ``read_arrow``; needs pandas and pyarrow (the ``spark``
+        extra)."""
+        lo, hi, t0, t1 = self._window(start, end, since, until)
+        return _frame(self.read_arrow(lo, hi), t0, t1)
+
+    def _repr_html_(self) -> str:
+        if self._closed:
+            return _html.fields("seglog.Log (closed)", [("path", self.path)])
+        segs = self.segments
+        head = _html.fields(f"seglog.Log{' (readonly)' if self.readonly else ''}", [
+            ("path", self.path), ("offsets", f"[{self._start:,}, {self._end:,})"),
+            ("segments", len(segs)), ("bytes", _html.size(sum(s.size for s in segs))),
+            ("time span", f"{_html.when(self.stats()['oldest_timestamp'])} .. "
+                          f"{_html.when(max((s.max_timestamp for s in segs), default=-1))}"),
+            ("cleanup policy", self.config.cleanup_policy),
+            ("compression", self.config.compression or "none")])
+        shown = segs if len(segs) <= 10 else list(segs[:5]) + list(segs[-5:])
+        table = _html.grid("segments", ("base offset", "bytes", "newest record", "state"),
+                           [(s.base_offset, _html.size(s.size), _html.when(s.max_timestamp),
+                             "active" if s is segs[-1] else "sealed") for s in shown],
+                           f"{len(segs) - 10} more in between" if len(segs) > 10 else "")
+        tail = messages_html("the last messages",
+                             self.iter(max(self._start, self._end - 5), self._end))
+        return head + table + tail
+
     def _batch_iters(self, offset: int, end: int | None,
                      columns: bool = False) -> Iterator[Any]:
         # per batch an iterator of Messages, or with ``columns`` a codec.ColumnPart;
@@ -491,6 +569,25 @@ class LocalLog:
                 return
             self._end = last.next_offset if last.next_offset is not None else last.base_offset
 
+
+
+def _frame(table: Any, t0: int | None, t1: int | None) -> Any:
+    """A pandas DataFrame from ``read_arrow``'s table, rows outside ``[t0, t1)``
+    dropped (timestamps need not ascend, so the offset window is not enough)."""
+    try:
+        import pandas  # noqa: F401  (to_pandas below needs it; say so plainly)
+        import pyarrow as pa
+        import pyarrow.compute as pc
+    except ImportError as e:
+        raise ImportError(f"to_pandas needs pandas and pyarrow: pip install 'seglog[spark]' "
+                          f"({e})") from e
+    if t0 is not None or t1 is not None:
+        ms = table.column("timestamp").cast(pa.int64())
+        keep = pc.greater_equal(ms, t0 if t0 is not None else 0)
+        if t1 is not None:
+            keep = pc.and_(keep, pc.less(ms, t1))
+        table = table.filter(keep)
+    return table.to_pandas()
 
 
 def _end_offset(seg: Segment) -> int:

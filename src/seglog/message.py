@@ -10,7 +10,7 @@ from operator import itemgetter, mul
 from struct import Struct
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple, Sequence, cast
 
-from . import codec
+from . import _html, codec
 from .errors import CorruptRecordError, MessageTooLargeError, SeglogError
 
 Headers = Sequence[tuple[str, bytes]]
@@ -49,11 +49,17 @@ class Message(_MessageBase):
     """
 
     __slots__ = ()
+    _fields = ("offset", "timestamp", "key", "value", "headers")
     offset: int = _tuplegetter(0, "Logical offset.")
     timestamp: int = _tuplegetter(1, "Milliseconds since the epoch.")
     key: bytes | None = _tuplegetter(2, "Key bytes or None.")
     value: bytes | None = _tuplegetter(3, "Value bytes; None is a tombstone.")
     headers: tuple[tuple[str, bytes], ...] = _tuplegetter(4, "(str, bytes) pairs.")
+
+    def _asdict(self) -> dict[str, Any]:
+        """The fields by name (as a namedtuple's ``_asdict``; pandas builds columns
+        from ``_fields``)."""
+        return dict(zip(self._fields, self))
 
     def __repr__(self) -> str:
         return (f"Message(offset={self[0]}, timestamp={self[1]}, key={self[2]!r}, "
@@ -435,10 +441,48 @@ class MessageSet:
     def __repr__(self) -> str:
         return f"<MessageSet {self.size_in_bytes} bytes from offset {self._min}>"
 
+    def _repr_html_(self) -> str:
+        return messages_html(f"MessageSet: {_html.size(self.size_in_bytes)} of whole batches",
+                             iter(self))
+
+
+def messages_html(title: str, messages: Iterator[codec.MessageTuple],
+                  limit: int = 20) -> str:
+    """A table of up to ``limit`` messages, values previewed safely."""
+    rows: list[tuple[Any, ...]] = []
+    more = False
+    for m in messages:
+        if len(rows) == limit:
+            more = True
+            break
+        rows.append((m[0], _html.when(m[1]), _html.preview(m[2]), _html.preview(m[3]),
+                     len(m[4])))
+    return _html.grid(title, ("offset", "timestamp", "key", "value", "headers"), rows,
+                      f"first {limit} messages shown" if more else "")
+
 
 # -- input validation: every check before anything is written ---------------------
 _MAX_TS = (1 << 63) - 1
 _HEADER_FRAMING = 8       # a header's key and value lengths
+
+
+def as_ms(t: object, what: str = "time") -> int:
+    """Milliseconds since the epoch from an int (ms), a ``datetime`` (naive means
+    UTC) or an ISO 8601 string (``"2026-11-23T10:00:00Z"``)."""
+    import datetime as dt
+    if isinstance(t, str):
+        try:
+            t = dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{what}: not an ISO 8601 time: {t!r}") from None
+    if isinstance(t, dt.datetime):
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=dt.timezone.utc)
+        return _check_ts(round(t.timestamp() * 1000))
+    if isinstance(t, int) and not isinstance(t, bool):
+        return _check_ts(t)
+    raise TypeError(f"{what} must be a datetime, an ISO 8601 string or int milliseconds, "
+                    f"not {type(t).__name__}")
 
 
 def _check_ts(ts: object) -> int:

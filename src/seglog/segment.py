@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Sequence, cast
 
 
 
-from . import _platform, _prefault, _scan, codec
+from . import _html, _platform, _prefault, _scan, codec
 from ._files import fsync_dir, fsync_file, remove, tmp_path
 from .errors import CorruptRecordError, OffsetOutOfRangeError
 from .index import OffsetIndex, TimeIndex, entries_valid, next_entry_position, offset_arrays
@@ -723,5 +723,15 @@ class Segment:
                           file_position=start, path=self.path, expect=expect, last_next=after)
 
     def __repr__(self) -> str:
-        return (f"<Segment base={self.base_offset} size={self._size} "
+        try:
+            size: int | str = self.size
+        except (OSError, ValueError):
+            size = "?"            # closed or deleted: a repr must not raise
+        return (f"<Segment base={self.base_offset} size={size} "
                 f"{'active' if self.is_active else 'sealed'}>")
+
+    def _repr_html_(self) -> str:
+        return _html.fields(f"seglog.Segment {self.path}", [
+            ("base offset", self.base_offset), ("bytes", _html.size(self.size)),
+            ("newest record", _html.when(self.max_timestamp)),
+            ("state", "active" if self.is_active else "sealed")])

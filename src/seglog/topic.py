@@ -24,6 +24,7 @@ from typing import Any, Iterable
 
 import xxhash
 
+from . import _html
 from ._files import atomic_write, fsync_dir
 from .config import LogConfig
 from .errors import InvalidConfigError, LogClosedError
@@ -246,6 +247,48 @@ class Topic:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- for people: notebooks and operators ------------------------------------------
+    def __len__(self) -> int:
+        """Messages in all partitions (``len`` of each)."""
+        self._check_open()
+        return sum(len(log) for log in self._logs)
+
+    def stats(self) -> dict[str, Any]:
+        """``Log.stats()`` per partition, and totals, as plain dicts."""
+        self._check_open()
+        parts = [log.stats() for log in self._logs]
+        return {"topic": self.name, "root": self.root, "partitions": parts,
+                "messages": sum(p["messages"] for p in parts),
+                "bytes": sum(p["bytes"] for p in parts),
+                "segments": sum(p["segments"] for p in parts)}
+
+    def to_pandas(self, start: dict[int, int] | None = None, end: dict[int, int] | None = None,
+                  *, since: object = None, until: object = None) -> Any:
+        """Every partition's messages as one ``pandas.DataFrame`` with a ``partition``
+        column first, partition by partition in offset order; ``start``/``end`` map
+        partitions to offsets; ``since``/``until`` as ``Log.to_pandas``."""
+        self._check_open()
+        frames = [log.to_pandas((start or {}).get(p), (end or {}).get(p), since=since,
+                                until=until) for p, log in enumerate(self._logs)]
+        for p, df in enumerate(frames):
+            df.insert(0, "partition", p)
+        import pandas as pd
+        return pd.concat(frames, ignore_index=True)
+
+    def _repr_html_(self) -> str:
+        if self._closed:
+            return _html.fields(f"seglog.Topic {self.name!r} (closed)", [("root", self.root)])
+        rows = []
+        for p, log in enumerate(self._logs):
+            st = log.stats()
+            rows.append((p, st["start_offset"], st["end_offset"], st["messages"],
+                         st["segments"], _html.size(st["bytes"]),
+                         _html.when(st["newest_timestamp"])))
+        return _html.grid(f"seglog.Topic {self.name!r} at {self.root}"
+                          f"{' (readonly)' if self.readonly else ''}",
+                          ("partition", "start", "end", "messages", "segments", "bytes",
+                           "newest record"), rows)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("readonly" if self.readonly else "writer")
