@@ -13,7 +13,7 @@ import os
 import seglog
 
 LAYERS = [
-    "errors", "_html", "_platform", "config", "_files", "codec", "_prefault", "_scheduler",
+    "errors", "_html", "_metrics", "_platform", "config", "_files", "codec", "_prefault", "_scheduler",
     "message", "index", "_scan", "segment", "_marker", "retention", "cleaner",
     "recovery", "repair", "_live", "local_log", "log", "topic", "consumer_group", "testing",
     "cli", "__main__", "__init__",

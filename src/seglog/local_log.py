@@ -27,6 +27,7 @@ from operator import attrgetter
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from . import _html, _live, codec
+from ._metrics import Metrics
 from ._files import LOG_START, read_checkpoint
 from .config import LogConfig
 from .errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, SeglogError
@@ -72,6 +73,8 @@ class LocalLog:
         self._listed_at = 0
         self._pid = os.getpid()
         self._forked_from: int | None = None
+        self._metrics = Metrics()
+        self._reported_damage: BaseException | None = None
 
     # -- the segment list ------------------------------------------------------------
     def _closed_error(self) -> SeglogError:
@@ -412,6 +415,7 @@ class LocalLog:
                                                   message_type=Message, expect=st[2],
                                                   progress=progress, columns=columns)
                 except CorruptRecordError as e:
+                    self._metrics.corrupt_batches += 1
                     raise e.at(seg.path, pos + (e.position or 0), e.offset) from None
                 if progress[0]:
                     st[1] = pos + progress[0]
@@ -532,7 +536,11 @@ class LocalLog:
     def _raise_corruption(self) -> None:
         """A reader at the visible end: raise damage found there, if any."""
         if self.readonly and self._segs and self._segs[-1].corruption is not None:
-            raise self._segs[-1].corruption
+            damage = self._segs[-1].corruption
+            if damage is not self._reported_damage:     # counted once, however often raised
+                self._reported_damage = damage
+                self._metrics.corrupt_batches += 1
+            raise damage
 
     def _refresh(self, force: bool = False) -> None:
         """Pick up new data and new or deleted segments written by another process."""

@@ -83,6 +83,12 @@ class Log(LocalLog):
         self._crc_cache: dict[int, int] = {}
         self._flush_at = NEVER if config.flush_messages is None else config.flush_messages - 1
         self._background_error: BaseException | None = None
+        # metrics that cost the append path nothing: messages and bytes appended come
+        # from the end offset and the segments' sizes against these
+        self._end_at_open = 0
+        self._active_bytes_at_open = 0
+        self._rolled_bytes = 0
+        self._batches_appended = 0
 
     # -- opening and closing ------------------------------------------------------
     @classmethod
@@ -152,6 +158,8 @@ class Log(LocalLog):
         log._flushed = loaded.end_offset
         log._checkpointed = loaded.recovery_point
         log.recovery = loaded.report
+        log._end_at_open = loaded.end_offset
+        log._active_bytes_at_open = loaded.segments[-1].size
         log._update_flush_at()
         log._watch(loaded.segments[-1])
         log._set_roll_limits(loaded.segments[-1])
@@ -367,6 +375,7 @@ class Log(LocalLog):
                     except OSError as e:
                         raise self._fail(e) from e
                     self._end = off + 1
+                    self._batches_appended += 1
                 finally:
                     lock.release()
                 if self._waiters:
@@ -437,6 +446,7 @@ class Log(LocalLog):
                     self._set_roll_limits(seg)
                 off += n
                 self._end = off
+            self._batches_appended += len(batches)
         finally:
             lock.release()
         if self._waiters:
@@ -509,6 +519,9 @@ class Log(LocalLog):
             new = self._roll_segment(old)
         except OSError as e:
             raise self._fail(e) from e
+        self._metrics.rolls += 1
+        self._rolled_bytes += old.size - self._active_bytes_at_open
+        self._active_bytes_at_open = 0
         if self._flushed < self._end:
             self._flushed = self._end
             self._update_flush_at()
@@ -527,12 +540,16 @@ class Log(LocalLog):
                 # in flight: a compaction that retires this (rolled meanwhile) segment
                 # must not close its descriptors under the fsync
                 self._enter()
+                t0 = time.perf_counter()
                 try:
                     seg._fsync_with_indexes()
                 except (OSError, ValueError) as e:
                     raise self._fail(e) from e
                 finally:
                     self._leave()
+                m = self._metrics
+                m.fsync.observe(time.perf_counter() - t0)
+                m.flushes += 1
                 # the checkpoint is what lets recovery tell flushed data (whose damage
                 # is corruption) from a torn tail: it moves with every flush (R6)
                 self._write_recovery_point(target)
@@ -575,24 +592,32 @@ class Log(LocalLog):
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         if self.readonly:
             delay = 0.0005
+            waited = False
             while True:
                 self._check_readable()
                 if self.end_offset > offset:
+                    if waited:
+                        self._metrics.wait_wakeups += 1
                     return True
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
                 time.sleep(delay if left is None else min(delay, left))
+                waited = True
                 delay = min(delay * 2, 0.02)
         with self._cond:
             self._waiters += 1
             try:
+                waited = False
                 while self._end <= offset:
                     self._check_readable()
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         return False
                     self._cond.wait(None if left is None else min(left, threading.TIMEOUT_MAX))
+                    waited = True
+                if waited:
+                    self._metrics.wait_wakeups += 1
                 return True
             finally:
                 self._waiters -= 1
@@ -629,6 +654,7 @@ class Log(LocalLog):
             self._check_writable()
             self._deletes.purge()
             segs = self._segs
+            self._metrics.retention_runs += 1
             n = expired_prefix(segs, now_ms, cfg.retention_ms, cfg.retention_bytes)
             if not n:
                 return []
@@ -642,6 +668,8 @@ class Log(LocalLog):
             # is in flight (readers in other processes are what the delay is for)
             self._retire(doomed, "deleted by retention")
             self._deletes.delete(doomed, cfg.file_delete_delay_ms)
+            self._metrics.retention_deleted_segments += len(doomed)
+            self._metrics.retention_deleted_bytes += sum(s.size for s in doomed)
         return [s.base_offset for s in doomed]
 
     @contextmanager
@@ -677,14 +705,40 @@ class Log(LocalLog):
     def _compact(self, now_ms: int | None) -> CompactionStats:
         with self._maintenance, self._poisoning():
             self._check_writable()
-            return compact(self.path, self._segs[:-1], self._start, self.config,
-                           self._replace_segments, now_ms)
+            st = compact(self.path, self._segs[:-1], self._start, self.config,
+                         self._replace_segments, now_ms)
+            if st.skipped is None:
+                self._metrics.compaction_runs += 1
+                self._metrics.compaction_bytes_saved += st.bytes_before - st.bytes_after
+            return st
 
     def _raise_background_error(self) -> None:
         e = self._background_error
         if e is not None:
             self._background_error = None
             raise _storage_error(e, f"the background maintenance of {self.path} failed: {e}") from e
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters since this ``Log`` was opened, as a plain dict: messages, batches
+        and bytes appended; flushes and the fsync latency histogram (cumulative
+        buckets in ms, as Prometheus has them); rolls; what recovery at open
+        scanned and cut; corrupt batches seen by reads; retention runs and what they
+        deleted; compaction runs and the bytes they saved; wake-ups of ``wait``.
+        Cheap to keep on: appends add one integer increment."""
+        rec = self.recovery
+        appended = 0 if self.readonly else max(0, self._end - self._end_at_open)
+        segs = self._segs
+        active = segs[-1].size if segs and not self.readonly else 0
+        out: dict[str, Any] = {
+            "messages_appended": appended, "batches_appended": self._batches_appended,
+            "bytes_appended": (self._rolled_bytes + active - self._active_bytes_at_open
+                               if not self.readonly else 0),
+            "recovery": None if rec is None else {
+                "segments_scanned": rec.segments_scanned, "scanned_bytes": rec.scanned_bytes,
+                "cut_bytes": sum(t[2] for t in rec.truncated),
+                "deleted_segments": len(rec.deleted_segments)}}
+        out.update(self._metrics.snapshot())
+        return out
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("readonly" if self.readonly else "writer")

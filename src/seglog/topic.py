@@ -263,6 +263,16 @@ class Topic:
                 "bytes": sum(p["bytes"] for p in parts),
                 "segments": sum(p["segments"] for p in parts)}
 
+    def metrics(self) -> dict[str, Any]:
+        """``Log.metrics()`` per partition (``"partitions"``) and the sums of the
+        numeric counters over them."""
+        self._check_open()
+        parts = [log.metrics() for log in self._logs]
+        total = {k: sum(p[k] for p in parts) for k, v in parts[0].items()
+                 if isinstance(v, int) and not isinstance(v, bool)}
+        total["partitions"] = parts
+        return total
+
     def to_pandas(self, start: dict[int, int] | None = None, end: dict[int, int] | None = None,
                   *, since: object = None, until: object = None) -> Any:
         """Every partition's messages as one ``pandas.DataFrame`` with a ``partition``

@@ -1,0 +1,70 @@
+"""Counters a log keeps about itself (``Log.metrics()``): plain ints and one
+fixed-bucket latency histogram, updated where the work happens and cheap enough to
+leave on (the append path adds one integer increment)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# fsync latency bucket bounds in milliseconds (the last bucket: everything slower)
+FSYNC_BOUNDS_MS = (0.1, 0.5, 1.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0)
+
+
+class Histogram:
+    """Counts of observations per latency bucket, with their count and sum."""
+
+    __slots__ = ("counts", "count", "sum_s")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(FSYNC_BOUNDS_MS) + 1)
+        self.count = 0
+        self.sum_s = 0.0
+
+    def observe(self, seconds: float) -> None:
+        ms = seconds * 1000.0
+        i = 0
+        for bound in FSYNC_BOUNDS_MS:
+            if ms <= bound:
+                break
+            i += 1
+        self.counts[i] += 1
+        self.count += 1
+        self.sum_s += seconds
+
+    def snapshot(self) -> dict[str, Any]:
+        """Cumulative counts by upper bound (``"+Inf"`` last), as Prometheus buckets."""
+        cum, buckets = 0, {}
+        for bound, n in zip((*map(str, FSYNC_BOUNDS_MS), "+Inf"), self.counts):
+            cum += n
+            buckets[bound] = cum
+        return {"buckets_ms": buckets, "count": self.count, "sum_seconds": self.sum_s}
+
+
+class Metrics:
+    """A log's counters since it was opened (this process, this ``Log`` object)."""
+
+    __slots__ = ("flushes", "fsync", "rolls", "corrupt_batches", "retention_runs",
+                 "retention_deleted_segments", "retention_deleted_bytes", "compaction_runs",
+                 "compaction_bytes_saved", "wait_wakeups")
+
+    def __init__(self) -> None:
+        self.flushes = 0
+        self.fsync = Histogram()
+        self.rolls = 0
+        self.corrupt_batches = 0
+        self.retention_runs = 0
+        self.retention_deleted_segments = 0
+        self.retention_deleted_bytes = 0
+        self.compaction_runs = 0
+        self.compaction_bytes_saved = 0
+        self.wait_wakeups = 0
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"flushes": self.flushes, "fsync_latency": self.fsync.snapshot(),
+                "rolls": self.rolls, "corrupt_batches_seen": self.corrupt_batches,
+                "retention_runs": self.retention_runs,
+                "retention_deleted_segments": self.retention_deleted_segments,
+                "retention_deleted_bytes": self.retention_deleted_bytes,
+                "compaction_runs": self.compaction_runs,
+                "compaction_bytes_saved": self.compaction_bytes_saved,
+                "wait_wakeups": self.wait_wakeups}

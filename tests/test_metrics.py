@@ -1,0 +1,98 @@
+"""Log.metrics() and Topic.metrics(): every counter moves when its event happens."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from seglog import CorruptRecordError, Log, Record, Topic
+from seglog.testing import abandon
+
+pytestmark = pytest.mark.usefixtures("synthetic_clock")
+
+
+def test_appends_flushes_rolls_and_fsync_latency(tmp_path):
+    with Log.open(str(tmp_path / "l"), segment_bytes=4096, flush_ms=None) as log:
+        m0 = log.metrics()
+        assert m0["messages_appended"] == m0["batches_appended"] == m0["bytes_appended"] == 0
+        for i in range(100):
+            log.append(b"x" * 100)
+        log.append_batch([b"y" * 50] * 20)
+        log.append_batch([Record(b"z", key=b"k")] * 3)
+        log.flush()
+        log.flush()                                   # nothing new: no fsync
+        m = log.metrics()
+        assert m["messages_appended"] == 123 and m["batches_appended"] == 102
+        assert m["bytes_appended"] == sum(s.size for s in log.segments)
+        assert m["rolls"] == len(log.segments) - 1 >= 2
+        assert m["flushes"] == 1 and m["fsync_latency"]["count"] == 1
+        assert m["fsync_latency"]["buckets_ms"]["+Inf"] == 1 and m["fsync_latency"]["sum_seconds"] > 0
+        assert m["recovery"] is None and m["corrupt_batches_seen"] == 0
+    # reopened: counts start again, bytes from the reopened active segment on
+    with Log.open(str(tmp_path / "l")) as log:
+        log.append(b"again")
+        m = log.metrics()
+        assert m["messages_appended"] == 1 and m["bytes_appended"] == len(log.read(123).buffer())
+
+
+def test_recovery_retention_compaction_and_corruption(tmp_path):
+    path = str(tmp_path / "r")
+    log = Log.open(path, segment_bytes=1024, flush_ms=None)
+    for i in range(60):
+        log.append(b"v" * 50, timestamp=1000 + i)
+    log.flush()
+    log.append_batch([b"torn"] * 5)
+    abandon(log)
+    with open(os.path.join(path, f"{0:020d}.log"), "ab"):
+        pass
+    segs = sorted(f for f in os.listdir(path) if f.endswith(".log"))
+    last = os.path.join(path, segs[-1])
+    os.truncate(last, os.path.getsize(last) - 3)           # tear the last batch
+    with Log.open(path, retention_ms=10, segment_bytes=1024) as log:
+        m = log.metrics()
+        assert m["recovery"]["cut_bytes"] > 0 and m["recovery"]["segments_scanned"] >= 1
+        deleted = log.enforce_retention(now_ms=10_000)
+        m = log.metrics()
+        assert m["retention_runs"] == 1 and m["retention_deleted_segments"] == len(deleted) > 0
+        assert m["retention_deleted_bytes"] > 0
+    kv = str(tmp_path / "kv")
+    with Log.open(kv, cleanup_policy="compact", segment_bytes=1024) as log:
+        for i in range(300):
+            log.append(b"v%d" % i, key=b"k%d" % (i % 3), timestamp=1000 + i)
+        st = log.compact()
+        m = log.metrics()
+        assert m["compaction_runs"] == 1
+        assert m["compaction_bytes_saved"] == st.bytes_before - st.bytes_after > 0
+    bad = str(tmp_path / "bad")
+    with Log.open(bad) as log:
+        log.append_batch([b"q" * 100] * 10)
+        log.append_batch([b"w" * 100] * 10)
+    with open(os.path.join(bad, f"{0:020d}.log"), "r+b") as f:
+        f.seek(1200)
+        f.write(b"\xff")
+    with Log.open(bad, readonly=True) as log:
+        with pytest.raises(CorruptRecordError):
+            list(log.iter())
+        assert log.metrics()["corrupt_batches_seen"] == 1
+        assert log.metrics()["messages_appended"] == 0
+
+
+def test_wait_wakeups_and_topic_sums(tmp_path):
+    with Log.open(str(tmp_path / "w")) as log:
+        got = []
+        t = threading.Thread(target=lambda: got.append(log.wait(0, timeout=10)))
+        t.start()
+        time.sleep(0.1)
+        log.append(b"wake")
+        t.join(10)
+        assert got == [True] and log.metrics()["wait_wakeups"] == 1
+        assert log.wait(0, timeout=0) and log.metrics()["wait_wakeups"] == 1   # no wait
+    with Topic.open(str(tmp_path / "t"), "t", partitions=3) as topic:
+        for i in range(30):
+            topic.append(b"m", key=b"%d" % i)
+        m = topic.metrics()
+        assert m["messages_appended"] == 30 and len(m["partitions"]) == 3
+        assert m["batches_appended"] == sum(p["batches_appended"] for p in m["partitions"])
