@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import seglog
 from seglog import CommitFailedError, Consumer, InvalidConfigError, Topic, describe_group
-from seglog.consumer_group import assign, commit_offsets
+from seglog.consumer_group import assign, commit_offsets, committed_offsets
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MEMBER = os.path.join(HERE, "group_member.py")
@@ -184,6 +184,8 @@ def test_commit_offsets_without_a_member_never_goes_back_and_a_consumer_resumes_
         c.commit()
     # a commit by a member that is gone is not fenced out of commit_offsets either
     assert commit_offsets(topic.root, "spark", {("ev", 3): 10}) == {("ev", 3): 10}
+    assert committed_offsets(topic.root, "spark") == {("ev", p): 10 for p in range(4)}
+    assert committed_offsets(topic.root, "nobody") == {}
     for bad, err in (({("ev", 4): 1}, InvalidConfigError), ({("nope", 0): 1}, InvalidConfigError),
                      ({("ev", 0): -1}, InvalidConfigError), ({("ev", 0): 1.5}, TypeError),
                      ({"ev-0": 1}, TypeError)):

@@ -15,7 +15,8 @@ import seglog
 LAYERS = [
     "errors", "_platform", "config", "_files", "codec", "_prefault", "_scheduler",
     "message", "index", "_scan", "segment", "_marker", "retention", "cleaner",
-    "recovery", "_live", "local_log", "log", "topic", "consumer_group", "testing", "__init__",
+    "recovery", "_live", "local_log", "log", "topic", "consumer_group", "spark", "testing",
+    "__init__",
 ]
 PKG = os.path.dirname(seglog.__file__)
 

@@ -835,3 +835,15 @@ def commit_offsets(root: str | os.PathLike[str], group: str,
         if changed:
             files.write_offsets(current)
     return {tp: int(current[_key(tp)][0]) for tp in todo}
+
+
+def committed_offsets(root: str | os.PathLike[str], group: str) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): committed offset}`` of ``group`` as its ``offsets.json``
+    says; empty for a group that does not exist (yet)."""
+    check_name(group, "group")
+    files = _GroupFiles(os.path.abspath(os.fspath(root)), group)
+    out = {}
+    for k, (off, _) in files.offsets().items():
+        topic, p = k.rsplit("/", 1)
+        out[(topic, int(p))] = int(off)
+    return out
