@@ -242,6 +242,48 @@ def test_a_range_whose_offsets_retention_deletes_before_the_read(tmp_path):
         assert got.column("offset").to_pylist() == list(range(first, 90))
 
 
+def test_stream_offsets_admission_control_and_available_now_without_spark(tmp_path):
+    """The stream reader's planning calls, as Spark's engine makes them."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=2) as t:
+        t.append_batch([b"x"] * 30, partition=0)
+        t.append_batch([b"y"] * 10, partition=1)
+        ds = sgs.SeglogDataSource({"path": root, "subscribe": "ev", "startingoffsets": "earliest",
+                                   "minoffsetspertrigger": "50", "maxtriggerdelay": "1h",
+                                   "maxoffsetspertrigger": "20"})
+        r = ds.streamReader(ds.schema())
+        start = r.initialOffset()
+        assert start == {"ev": {"0": 0, "1": 0}}
+        assert r.getDefaultReadLimit() == ReadMaxRows(20)
+        # the first trigger does not wait (as Kafka's); 20 prorated 30:10
+        assert r.latestOffset(start, ReadMaxRows(20)) == {"ev": {"0": 15, "1": 5}}
+        # then 40 available < minOffsetsPerTrigger within maxTriggerDelay: no batch
+        assert r.latestOffset(start, ReadMaxRows(20)) == start
+        # a limit from the engine replaces its own kind; the other bound stays (Kafka's
+        # composite limit): 40 are enough for ReadMinRows(40), 20 is still the most
+        assert r.latestOffset(start, ReadMinRows(40)) == {"ev": {"0": 15, "1": 5}}
+        # ReadAllAvailable (e.g. Trigger.Once) ignores the options
+        assert r.latestOffset(start, ReadAllAvailable()) == {"ev": {"0": 30, "1": 10}}
+        assert r.reportLatestOffset() == {"ev": {"0": 30, "1": 10}}
+        assert [p.value for p in r.partitions(start, {"ev": {"0": 15, "1": 5}})] == \
+            [OffsetRange("ev", 0, 0, 15), OffsetRange("ev", 1, 0, 5)]
+        assert r.partitions(start, start) == []
+        # AvailableNow: the ends when it starts, whatever comes later; no waiting for
+        # minOffsetsPerTrigger (it would wait for ever at the end)
+        r.prepareForTriggerAvailableNow()
+        t.append_batch([b"z"] * 20, partition=1)
+        near = {"ev": {"0": 25, "1": 10}}
+        assert r.latestOffset(near, ReadMaxRows(20)) == {"ev": {"0": 30, "1": 10}}
+        assert r.latestOffset({"ev": {"0": 30, "1": 10}}, ReadMaxRows(20)) == \
+            {"ev": {"0": 30, "1": 10}}
+        # the reader goes to executors by pickle without its open logs
+        import pickle
+        again = pickle.loads(pickle.dumps(r))
+        assert type(again) is type(r) and again.o == r.o
+        r.stop()
+
+
 # -- batch reads -------------------------------------------------------------------
 
 def test_every_row_reads_back_byte_exact_with_keys_headers_and_timestamps(spark, mixed):
