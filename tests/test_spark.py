@@ -33,6 +33,7 @@ def spark():
     from pyspark.sql import SparkSession
     session = (SparkSession.builder.master("local[2]").appName("seglog-tests")
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.session.timeZone", "UTC")
                .getOrCreate())
@@ -470,3 +471,18 @@ def test_rdd_ranges_commit_only_after_the_jobs_output_succeeded(spark, tmp_path)
         offset_ranges(root, ["nope"])
     with pytest.raises(TypeError):
         offset_ranges(root, "ev")
+
+
+# -- the example -------------------------------------------------------------------
+
+def test_the_spark_pipeline_example_counts_the_same_in_batch_and_streaming(spark, tmp_path):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+    try:
+        import spark_pipeline
+    finally:
+        sys.path.pop(0)
+    # 80,000 events ~2 ms apart: 160 s, so the watermark (1 minute) closes a minute
+    found = spark_pipeline.run(spark, str(tmp_path), 80_000)
+    assert found["same"] and found["batch_events"] == 60_000
+    assert sum(found["run1"]) == 60_000 and found["run2"] == [20_000]
+    assert set(found["lag"].values()) == {0}
