@@ -435,12 +435,13 @@ def _plan(o: _Options, logs: _Logs, start: Mapping[TP, int],
         frm = start.get(tp, first)         # a partition new to a stream: from its start
         if frm < first:
             _data_loss(o, tp, frm, first, "when planning")
+            if until <= first:             # the whole range is gone
+                continue
             frm = first
         if until < frm:
-            if frm == first:   # skipped past the end of the range: nothing left of it
-                continue
-            raise OffsetOutOfRangeError(f"seglog: the range {frm} to {until} of {tp[0]}-{tp[1]} "
-                                        f"ends before it starts")
+            raise OffsetOutOfRangeError(
+                f"seglog: {tp[0]}-{tp[1]} now ends at {until}, before offset {frm} that this "
+                f"query had reached (was the log deleted and made again?)")
         ranges.append(OffsetRange(tp[0], tp[1], frm, until))
     return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
 
@@ -448,9 +449,10 @@ def _plan(o: _Options, logs: _Logs, start: Mapping[TP, int],
 def split_ranges(ranges: Sequence[OffsetRange], min_partitions: int | None = None,
                  max_records_per_partition: int | None = None) -> list[OffsetRange]:
     """Kafka's ``KafkaOffsetRangeCalculator``: empty ranges dropped; ranges above
-    ``max_records_per_partition`` cut into equal parts; then, while there are fewer
-    than ``min_partitions``, each range is cut into parts proportional to its size,
-    ranges that would get one part kept whole (they are left out of the shares)."""
+    ``max_records_per_partition`` cut into equal parts; then, if there are fewer
+    than ``min_partitions``, each range is cut into parts proportional to its size
+    (rounded, so the count is about ``min_partitions``), ranges that would get one
+    part kept whole (they are left out of the shares)."""
     out = [r for r in ranges if r.untilOffset > r.fromOffset]
     if max_records_per_partition is not None:
         out = [part for r in out
