@@ -49,7 +49,7 @@ def mixed_records(rnd: random.Random, n: int, ts0: int) -> list[Record]:
     out = []
     for i in range(n):
         key = None if rnd.random() < 0.3 else os.urandom(rnd.randrange(0, 12))
-        value = None if rnd.random() < 0.05 else os.urandom(rnd.randrange(0, 300)) + b"\n"
+        value = rnd.choice([None, b"", os.urandom(rnd.randrange(0, 300)) + b"\n"] + [b"v%d" % i] * 7)
         headers = [("h%d" % j, os.urandom(rnd.randrange(0, 5))) for j in range(rnd.randrange(0, 3))] \
             if rnd.random() < 0.3 else []
         out.append(Record(value, key=key, timestamp=ts0 + i * 7 + rnd.randrange(5), headers=headers))
@@ -81,18 +81,26 @@ def spark_rows(df, with_headers: bool) -> list[tuple]:
 
 @pytest.fixture
 def mixed(tmp_path):
-    """Two topics under one root: "ev" (3 partitions, plain) and "zz" (1 partition,
-    lz4), mixed records in batches and single appends."""
+    """Three topics under one root: "ev" (3 partitions, plain), "zz" (1 partition,
+    lz4) and "cc" (compacted: offsets with gaps), mixed records in batches and
+    single appends."""
     root = str(tmp_path / "root")
     rnd = random.Random(12)
     with Topic.open(root, "ev", partitions=3, segment_bytes=1 << 14) as ev, \
-            Topic.open(root, "zz", partitions=1, compression="lz4") as zz:
+            Topic.open(root, "zz", partitions=1, compression="lz4") as zz, \
+            Topic.open(root, "cc", partitions=1, cleanup_policy="compact", segment_bytes=4096,
+                       min_cleanable_dirty_ratio=0.01) as cc:
         for k in range(20):
             recs = mixed_records(rnd, rnd.randrange(1, 40), NOW - 3_600_000 + k * 1000)
             ev.append_batch(recs, partition=k % 3)
             zz.append_batch(recs)
+            cc.append_batch([r._replace(key=b"k%d" % rnd.randrange(8)) for r in recs])
         for r in mixed_records(rnd, 10, NOW - 60_000):
             ev.append(r.value, key=r.key, timestamp=r.timestamp, headers=r.headers, partition=1)
+        cc.partition(0).compact()
+    with Log.open(os.path.join(root, "cc-0"), readonly=True) as log:
+        offsets = [m.offset for m in log.iter()]
+    assert len(offsets) < offsets[-1] + 1                    # compaction left gaps
     return root
 
 
@@ -120,13 +128,13 @@ def test_read_yields_batches_spark_passes_through_untouched(mixed):
     Python conversion per row)."""
     from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
     for headers in ("false", "true"):
-        ds = sgs.SeglogDataSource({"path": mixed, "subscribe": "ev,zz", "includeheaders": headers})
+        ds = sgs.SeglogDataSource({"path": mixed, "subscribe": "ev,zz,cc", "includeheaders": headers})
         schema = ds.schema()
         reader = ds.reader(schema)
         parts = reader.partitions()
-        assert [p.value for p in parts] == [
-            OffsetRange("ev", p, 0, Log.open(os.path.join(mixed, f"ev-{p}"), readonly=True).end_offset)
-            for p in range(3)] + [OffsetRange("zz", 0, 0, parts[-1].value.untilOffset)]
+        ends = {(t, p): Log.open(os.path.join(mixed, f"{t}-{p}"), readonly=True).end_offset
+                for t, p in [("cc", 0), ("ev", 0), ("ev", 1), ("ev", 2), ("zz", 0)]}
+        assert [p.value for p in parts] == [OffsetRange(t, p, 0, e) for (t, p), e in ends.items()]
         for p in parts:
             batches = list(reader.read(p))
             assert batches and all(isinstance(b, pa.RecordBatch) for b in batches)
@@ -241,6 +249,16 @@ def test_a_range_whose_offsets_retention_deletes_before_the_read(tmp_path):
         o2 = sgs._parse_options({"path": root, "subscribe": "t", "failOnDataLoss": "false"}, False)
         got = pa.Table.from_batches(list(sgs.read_range(o2, r)))
         assert got.column("offset").to_pylist() == list(range(first, 90))
+        # planned after the deletion: the same two ways; a range wholly gone is dropped
+        logs = sgs._Logs()
+        with pytest.raises(OffsetOutOfRangeError, match=f"offsets 10 to {first - 1} of t-0"):
+            sgs._plan(o, logs, {("t", 0): 10}, {("t", 0): 90})
+        assert sgs._plan(o2, logs, {("t", 0): 10}, {("t", 0): 90}) == [OffsetRange("t", 0, first, 90)]
+        assert sgs._plan(o2, logs, {("t", 0): 1}, {("t", 0): 5}) == []
+        logs.close()
+        # the RDD path fails the task: a job reads its ranges whole or not at all
+        with pytest.raises(OffsetOutOfRangeError, match="deleted"):
+            list(sgs._messages(root, r))
 
 
 def test_stream_offsets_admission_control_and_available_now_without_spark(tmp_path):
@@ -289,12 +307,15 @@ def test_stream_offsets_admission_control_and_available_now_without_spark(tmp_pa
 
 def test_every_row_reads_back_byte_exact_with_keys_headers_and_timestamps(spark, mixed):
     for with_headers in (True, False):
-        df = (spark.read.format("seglog").option("subscribe", "ev,zz")
+        df = (spark.read.format("seglog").option("subscribe", "ev,zz,cc")
               .option("includeHeaders", str(with_headers).lower()).load(mixed))
         assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp",
                               "timestampType"] + (["headers"] if with_headers else [])
         got = spark_rows(df, with_headers)
-        want = expected_rows(mixed, "ev", 3, with_headers) + expected_rows(mixed, "zz", 1, with_headers)
+        want = sorted(expected_rows(mixed, "ev", 3, with_headers)
+                      + expected_rows(mixed, "zz", 1, with_headers)
+                      + expected_rows(mixed, "cc", 1, with_headers),
+                      key=lambda r: (r[2], r[3], r[4]))
         assert len(got) == len(want) > 500
         assert got == want
     # one log directory: the topic is its name, the partition 0
