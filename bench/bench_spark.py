@@ -210,9 +210,13 @@ def main() -> None:
         }
         results: dict[tuple[str, str], float] = {}
         answers: dict[str, set[object]] = {q: set() for q in queries}
+        # a whole round first: the JVM's compiled code, the page cache and the Python
+        # workers are then warm for every figure, not only for the later ones
+        for q in queries.values():
+            for make in sources.values():
+                q(make())
         for qname, q in queries.items():
             for sname, make in sources.items():
-                q(make())     # warm: the JVM's code, the page cache, the Python workers
                 secs, out = best(lambda: q(make()), args.repeat)
                 results[(sname, qname)] = secs
                 if not sname.startswith("floor"):     # its rows are copies of the first ones

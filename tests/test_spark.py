@@ -221,7 +221,8 @@ def test_options_are_checked_with_kafkas_rules(mixed):
         ({**ok, "startingOffsetsByTimestampStrategy": "maybe"}, False, "error or latest"),
         ({"path": mixed, "subscribePattern": "("}, False, "not a regular expression"),
         ({**ok, "groupId": "a b"}, False, "invalid group name"),
-        ({"path": os.path.join(mixed, "zz-0"), "groupId": "g"}, False, "needs topics"),
+        ({"path": os.path.join(mixed, "zz-0"), "groupId": "g"}, True, "needs topics"),
+        ({**ok, "groupId": "g"}, False, "a batch query commits nothing"),
     ]
     for options, streaming, words in bad:
         with pytest.raises(InvalidConfigError, match=words):

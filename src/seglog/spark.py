@@ -316,10 +316,14 @@ def _parse_options(options: Mapping[str, str], streaming: bool | None) -> _Optio
             kw[key] = _bool(name, v)
     v = get("groupId")
     if v is not None:
+        kw["group_id"] = check_name(v, "group")
         if single:
             raise InvalidConfigError("option groupId needs topics (a root with subscribe, "
                                      "subscribePattern or assign), not one log directory")
-        kw["group_id"] = check_name(v, "group")
+        if streaming is False:
+            raise InvalidConfigError("option groupId records a stream's progress; a batch "
+                                     "query commits nothing (for batch jobs: "
+                                     "seglog.spark.offset_ranges, rdd and commit)")
     return _Options(root=root, single=single, **kw)
 
 
