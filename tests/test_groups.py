@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import seglog
 from seglog import CommitFailedError, Consumer, InvalidConfigError, Topic, describe_group
-from seglog.consumer_group import assign
+from seglog.consumer_group import assign, commit_offsets, committed_offsets
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MEMBER = os.path.join(HERE, "group_member.py")
@@ -165,6 +165,34 @@ def test_committed_offsets_do_not_move_back_unless_seeked(topic):
         assert [m.offset for m in drain(c, 6) if m.partition == 0] == [4, 5, 6, 7, 8, 9]
         with pytest.raises(seglog.OffsetOutOfRangeError):
             c.seek("ev", 0, 11)
+
+
+def test_commit_offsets_without_a_member_never_goes_back_and_a_consumer_resumes_there(topic):
+    fill(topic, 40)
+    assert commit_offsets(topic.root, "spark", {("ev", 0): 7, ("ev", 1): 10}) == \
+        {("ev", 0): 7, ("ev", 1): 10}
+    # an older position is ignored: committed offsets never move backwards
+    assert commit_offsets(topic.root, "spark", {("ev", 0): 3, ("ev", 2): 5}) == \
+        {("ev", 0): 7, ("ev", 2): 5}
+    parts = describe_group(topic.root, "spark")["partitions"]
+    assert {k: (v["committed"], v["lag"]) for k, v in parts.items()} == {
+        "ev-0": (7, 3), "ev-1": (10, 0), "ev-2": (5, 5), "ev-3": (None, None)}
+    with Consumer(topic.root, "spark", ["ev"], auto_commit_ms=None) as c:
+        got = drain(c, 3 + 5 + 10)
+        assert sorted((m.partition, m.offset) for m in got if m.partition in (0, 2)) == \
+            [(0, 7), (0, 8), (0, 9)] + [(2, o) for o in range(5, 10)]
+        c.commit()
+    # a commit by a member that is gone is not fenced out of commit_offsets either
+    assert commit_offsets(topic.root, "spark", {("ev", 3): 10}) == {("ev", 3): 10}
+    assert committed_offsets(topic.root, "spark") == {("ev", p): 10 for p in range(4)}
+    assert committed_offsets(topic.root, "nobody") == {}
+    for bad, err in (({("ev", 4): 1}, InvalidConfigError), ({("nope", 0): 1}, InvalidConfigError),
+                     ({("ev", 0): -1}, InvalidConfigError), ({("ev", 0): 1.5}, TypeError),
+                     ({"ev-0": 1}, TypeError)):
+        with pytest.raises(err):
+            commit_offsets(topic.root, "spark", bad)
+    with pytest.raises(InvalidConfigError):
+        commit_offsets(topic.root, "bad/name", {("ev", 0): 1})
 
 
 def test_small_polls_return_every_message_once_in_order_and_seek_drops_what_was_read(tmp_path):

@@ -22,6 +22,9 @@ dropped by the rebalance that expelled it) gets ``CommitFailedError``; a member
 that lost a partition in a rebalance may still commit it until it releases it,
 which is how its last position reaches the next owner. Committed offsets never
 move backwards unless the owner ``seek``s back.
+
+``commit_offsets`` records offsets for a reader outside the membership (a Spark
+query, a batch job): under ``group.lock``, durably, never backwards, not fenced.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from . import _html, _platform
 from ._files import atomic_write, fsync_dir, remove
@@ -804,3 +807,64 @@ def describe_group(root: str | os.PathLike[str], group: str) -> GroupDescription
         members={m: {"topics": ts, "assignment": sorted(st.assignment.get(m, []))}
                  for m, ts in st.members.items()},
         partitions=parts)
+
+
+def commit_offsets(root: str | os.PathLike[str], group: str,
+                   offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """Durably record ``{(topic, partition): next offset}`` as ``group``'s committed
+    offsets without being a member: for a reader that keeps its own position (a Spark
+    query's checkpoint, a batch job's offset ranges) and wants ``describe_group`` to
+    show its progress and lag.
+
+    Under ``group.lock``, in ``offsets.json`` (the group and its directory are made
+    when missing). Not fenced by generations, since the caller's own record is the
+    truth; an offset below the committed one is ignored, so committed offsets never
+    move backwards. Returns the committed offsets of the given partitions afterwards.
+    ``InvalidConfigError``/``TypeError`` for a bad group, topic, partition or offset.
+    """
+    check_name(group, "group")
+    root = os.path.abspath(os.fspath(root))
+    todo: dict[TP, int] = {}
+    counts: dict[str, int] = {}
+    for tp, off in offsets.items():
+        if not isinstance(tp, tuple) or len(tp) != 2:
+            raise TypeError(f"offsets keys must be (topic, partition), not {tp!r}")
+        topic, p = tp
+        check_name(topic)
+        if topic not in counts:
+            counts.update(_partition_counts(root, [topic]))
+        for what, v in (("partition", p), ("offset", off)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"{what} must be an int, not {type(v).__name__}")
+        if not 0 <= p < counts[topic]:
+            raise InvalidConfigError(
+                f"topic {topic!r} has partitions 0 to {counts[topic] - 1}, not {p}")
+        if off < 0:
+            raise InvalidConfigError(f"offset must be >= 0, not {off} ({topic}-{p})")
+        todo[(topic, p)] = off
+    files = _GroupFiles(root, group)
+    files.make()
+    with files.locked():
+        generation = files.state().generation
+        current = files.offsets()
+        changed = False
+        for tp, off in todo.items():
+            cur = current.get(_key(tp))
+            if cur is None or off > cur[0]:
+                current[_key(tp)] = [off, generation]
+                changed = True
+        if changed:
+            files.write_offsets(current)
+    return {tp: int(current[_key(tp)][0]) for tp in todo}
+
+
+def committed_offsets(root: str | os.PathLike[str], group: str) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): committed offset}`` of ``group`` as its ``offsets.json``
+    says; empty for a group that does not exist (yet)."""
+    check_name(group, "group")
+    files = _GroupFiles(os.path.abspath(os.fspath(root)), group)
+    out = {}
+    for k, (off, _) in files.offsets().items():
+        topic, p = k.rsplit("/", 1)
+        out[(topic, int(p))] = int(off)
+    return out
