@@ -25,7 +25,7 @@ from seglog.spark import OffsetRange, commit, offset_ranges, rdd, split_ranges  
 NOW = int(time.time() * 1000)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark():
     # workers must run this interpreter: it is the one with seglog installed
     os.environ["PYSPARK_PYTHON"] = sys.executable
