@@ -16,7 +16,6 @@ import random
 import tempfile
 
 import struct
-import zlib
 
 import lz4.block
 from hypothesis import example, given, settings
@@ -68,16 +67,16 @@ _TAIL_1H = struct.Struct("<HIIqqH")
 @example([(b"", 0), (b"x" * SHORT_MAX, 2**63 - 1), (b"y", -(2**63))], 2**62)
 @settings(deadline=None, max_examples=60)
 def test_append_one_writes_what_encode_batch_makes(records, base):
-    """The one-record path as Log.append calls it (the CRC from the tail, then the
+    """The one-record path as Log.append calls it (the checksum of the tail and the
     value), against the reference, read back from the segment's file."""
     with tempfile.TemporaryDirectory() as d:
         seg = Segment._create(d, base, 1 << 24, 4096, 1 << 16)
         try:
             off = base
             for value, ts in records:
-                crc = zlib.crc32(value, zlib.crc32(_TAIL_1H.pack(0, 0, 1, ts, ts, len(value))))
+                check = codec.checksum(_TAIL_1H.pack(0, 0, 1, ts, ts, len(value)) + value)
                 size = codec.HEADER_SIZE + 2 + len(value)
-                pos = seg._append_one(off, ts, crc, value, size)
+                pos = seg._append_one(off, ts, check, value, size)
                 assert seg.next_offset == off + 1 and seg.size == pos + size
                 assert seg.pread(size, pos) == codec.encode_batch(off, [value], ts)
                 off += 1
@@ -173,7 +172,7 @@ e2e_values = st.one_of(small_values, small_values, small_values, small_values, b
 e2e_stamps = st.one_of(st.none(), st.integers(0, 2**63 - 1),
                        st.integers(1_600_000_000_000, 1_900_000_000_000))
 # runs of tiny appends, few lengths and few timestamps: the inline path caches the
-# CRC of its header per (timestamp, length)
+# checksummed tail of its header per (timestamp, length)
 tiny_appends = st.lists(
     st.tuples(st.just("one"), st.binary(max_size=2),
               st.sampled_from([None, 0, 1, 1_700_000_000_000, 2**63 - 1])),

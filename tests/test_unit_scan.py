@@ -98,7 +98,7 @@ def test_walk_batch_larger_than_chunk_is_read_whole(mkfile):
     assert [(p + fp, h[0]) for _, p, fp, h in got] == _expected(bs)
     buf, p, _, hdr = got[1]
     assert buf[p:p + codec.batch_size(hdr)] == bs[1]     # the whole batch in one buffer
-    assert codec.check_crc(buf, p, hdr)
+    assert codec.checksum_ok(buf, p, hdr)
 
 
 def test_walk_from_a_middle_batch_and_to_a_middle_end(mkfile):
@@ -159,9 +159,8 @@ def test_damage_framing_bad_timestamps_only_when_checking(mkfile):
     good = codec.encode_batch(0, [b"a"], 100)
     hdr = list(codec.HEADER.unpack_from(good))
     hdr[8] = 50                             # max timestamp below the base timestamp
-    body = codec.HEADER.pack(*hdr)[codec.CRC_FROM:] + good[codec.HEADER_SIZE:]
-    import zlib
-    hdr[3] = zlib.crc32(body)               # a right CRC: only the timestamps are wrong
+    body = codec.HEADER.pack(*hdr)[codec.CHECKSUM_FROM:] + good[codec.HEADER_SIZE:]
+    hdr[3] = codec.checksum(body)           # a right checksum: only the timestamps are wrong
     bad = codec.HEADER.pack(*hdr) + good[codec.HEADER_SIZE:]
     f = mkfile(bad)
     assert len(f.walk()) == 1
@@ -169,15 +168,15 @@ def test_damage_framing_bad_timestamps_only_when_checking(mkfile):
     assert d.reason == "framing"
 
 
-def test_damage_crc_only_when_checking(mkfile):
+def test_damage_checksum_only_when_checking(mkfile):
     bs = _batches(4)
     pos = _positions(bs)
     data = bytearray(b"".join(bs))
     data[pos[2] + codec.HEADER_SIZE + 6] ^= 1      # a value byte of the third batch
     f = mkfile(bytes(data))
-    assert _summary(f.walk(check=False)) == _expected(bs)     # check=False: no CRC check
+    assert _summary(f.walk(check=False)) == _expected(bs)     # check=False: no checksum check
     d = _damage(f, check=True)
-    assert d.reason == "crc"
+    assert d.reason == "checksum"
     assert (d.position, d.offset) == (pos[2], 4)
 
 
@@ -224,7 +223,7 @@ def _seg(tmp_path, data: bytes, base: int = 0) -> Segment:
 
 @pytest.mark.parametrize("damage, stop", [
     ("none", "end"), ("torn", "partial"), ("short", "partial"), ("zeros", "zeros"),
-    ("magic", "framing"), ("crc", "crc"), ("offsets", "offsets")])
+    ("magic", "framing"), ("checksum", "checksum"), ("offsets", "offsets")])
 def test_scan_stops_with_reason_and_end(tmp_path, damage, stop):
     bs = _batches(5, base=50)
     pos = _positions(bs)
@@ -243,7 +242,7 @@ def test_scan_stops_with_reason_and_end(tmp_path, damage, stop):
     elif damage == "magic":
         data[pos[3] + 12] = 0xEE
         good = 3
-    elif damage == "crc":
+    elif damage == "checksum":
         data[pos[3] + codec.HEADER_SIZE + 5] ^= 0x10
         good = 3
     elif damage == "offsets":
@@ -262,7 +261,7 @@ def test_scan_stops_with_reason_and_end(tmp_path, damage, stop):
 
 
 def test_scan_never_raises_and_first_batch_sets_offset(tmp_path):
-    seg = _seg(tmp_path, b"\x02" * 500, base=3)
+    seg = _seg(tmp_path, bytes([codec.MAGIC + 1]) * 500, base=3)     # garbage: no magic
     try:
         res = _scan.scan(seg, 0, 500, None)
         assert (res.stop, res.end, res.next_offset, res.batches) == ("framing", 0, 3, 0)

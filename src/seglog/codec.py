@@ -2,9 +2,9 @@
 
 The layout (docs/FORMAT.md has it byte by byte) is columnar so that a batch of N
 records encodes and decodes with a handful of C-level calls: the lengths of all
-values are one ``array``, the values are one ``b"".join``, the CRC is one
-``zlib.crc32``. Keys, per-record timestamps and headers cost nothing when a batch
-has none of them.
+values are one ``array``, the values are one ``b"".join``, the checksum is one
+XXH3 call (``checksum``). Keys, per-record timestamps and headers cost nothing when
+a batch has none of them.
 
 All integers are little-endian.
 """
@@ -12,7 +12,6 @@ All integers are little-endian.
 from __future__ import annotations
 
 import sys
-import zlib
 from array import array
 from io import BytesIO
 from bisect import bisect_left
@@ -24,26 +23,30 @@ from struct import error as struct_error
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, cast, overload
 
 import lz4.block
+from xxhash import xxh3_64_intdigest
 
 from .errors import CorruptRecordError
 
-MAGIC = 1
+# the format version, in every batch's magic byte: 2 is the XXH3 checksum (format 1,
+# CRC-32, is refused with a message that says so; nobody has format-1 data to convert)
+MAGIC = 2
+OLD_MAGIC = 1
 
-# base_offset q, batch_length I, magic B, crc I, attributes H,
+# base_offset q, batch_length I, magic B, checksum I, attributes H,
 # last_offset_delta I, record_count I, base_timestamp q, max_timestamp q
 HEADER = Struct("<qIBIHIIqq")
 # the fields of an unpacked header, by name (other modules index headers only so)
-(H_BASE, H_LENGTH, H_MAGIC, H_CRC, H_ATTRS, H_LAST_DELTA, H_COUNT, H_BASE_TS,
+(H_BASE, H_LENGTH, H_MAGIC, H_CHECKSUM, H_ATTRS, H_LAST_DELTA, H_COUNT, H_BASE_TS,
  H_MAX_TS) = range(9)
 HEADER_SIZE = HEADER.size                 # 43
 LENGTH_END = 12                           # batch_length counts the bytes after this
-CRC_FROM = 17                             # the CRC covers bytes [17, end of batch)
+CHECKSUM_FROM = 17                        # the checksum covers bytes [17, end of batch)
 MIN_BATCH_LENGTH = HEADER_SIZE - LENGTH_END
 _HEAD = Struct("<qIBI")
 _TAIL = Struct("<HIIqq")
 # a one-record, keyless, headerless batch with a short value (``Log.append``'s hot
-# path packs these two straight into the segment): the tail its CRC starts with, and
-# the whole header with the value's length
+# path packs these two straight into the segment): the tail its checksum starts with,
+# and the whole header with the value's length
 ONE_TAIL = Struct("<HIIqqH")
 ONE_HEADER = Struct("<qIBIHIIqqH")
 _U32 = Struct("<I")
@@ -71,13 +74,22 @@ _BIG = sys.byteorder == "big"
 _LZ4_MAX_RATIO = 255
 DEFAULT_MAX_UNCOMPRESSED = 1 << 30
 
-crc32 = zlib.crc32
+_CHECKSUM_BITS = 0xFFFFFFFF
+
+
+def checksum(data: ReadableBuffer) -> int:
+    """The batch checksum of ``data`` (bytes 17 .. end of a batch): the low 32 bits of
+    XXH3-64. The one definition: every writer and checker calls this."""
+    return xxh3_64_intdigest(data) & _CHECKSUM_BITS
+
 
 # one decoded message: (offset, timestamp, key, value, headers), the 5-tuple a
 # ``message_type`` is built from
 MessageTuple = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
 if TYPE_CHECKING:
     from typing import TypeVar
+
+    from _typeshed import ReadableBuffer
     _M = TypeVar("_M")
 
 
@@ -125,9 +137,8 @@ def encode_values_parts(body: bytes, lengths: list[int], timestamp: int,
             attrs |= CODEC_LZ4
             lens, body = _U32.pack(len(records)), packed
     tail = _TAIL.pack(attrs, n - 1, n, timestamp, timestamp) + lens
-    crc = crc32(body, crc32(tail))
     size = _HEAD.size + len(tail) + len(body)
-    return size, [_HEAD.pack(0, size - LENGTH_END, MAGIC, crc) + tail, body]
+    return size, [_HEAD.pack(0, size - LENGTH_END, MAGIC, checksum(tail + body)) + tail, body]
 
 
 @lru_cache(maxsize=256)
@@ -206,10 +217,9 @@ def encode_batch(base_offset: int, values: Sequence[bytes | None],
     if delete_horizon is not None:
         attrs |= F_HORIZON
         records = _I64.pack(delete_horizon) + records
-    tail = _TAIL.pack(attrs, last_delta, n, base_ts, max_ts)
-    crc = crc32(records, crc32(tail))
-    return b"".join((_HEAD.pack(base_offset, 5 + len(tail) + len(records), MAGIC, crc),
-                     tail, records))
+    checked = _TAIL.pack(attrs, last_delta, n, base_ts, max_ts) + records
+    return b"".join((_HEAD.pack(base_offset, 5 + len(checked), MAGIC, checksum(checked)),
+                     checked))
 
 
 BatchHeader = tuple[int, int, int, int, int, int, int, int, int]
@@ -220,25 +230,36 @@ def read_header(data: bytes | memoryview, pos: int, end: int) -> BatchHeader | N
 
     Returns None when the bytes stop short (a partial batch, or the end). Raises
     CorruptRecordError when the framing is impossible (bad magic, bad length,
-    zero-filled space). The CRC is not checked here; see ``check_crc``.
+    zero-filled space). The checksum is not checked here; see ``checksum_ok``.
     """
     if pos + HEADER_SIZE > end or pos + HEADER_SIZE > len(data):
         return None
     hdr = HEADER.unpack_from(data, pos)
     length = hdr[1]
     if hdr[2] != MAGIC or length < MIN_BATCH_LENGTH or hdr[0] < 0 or hdr[4] & ~_KNOWN_ATTRS:
-        raise CorruptRecordError(
-            f"bad batch framing (magic {hdr[2]}, length {length}, base offset {hdr[0]})",
-            position=pos)
+        raise framing_error(hdr[2], length, hdr[0], pos, None)
     if pos + LENGTH_END + length > end:
         return None
     return hdr
 
 
-def check_crc(data: bytes | memoryview, pos: int, hdr: BatchHeader) -> bool:
-    """True when the batch at ``pos`` matches its CRC32."""
+def framing_error(magic: int, length: int, base: int, pos: int,
+                  offset: int | None) -> CorruptRecordError:
+    """The error for a batch header that cannot be one of this format's."""
+    if magic == OLD_MAGIC:
+        return CorruptRecordError(
+            f"a batch of format {OLD_MAGIC} (magic byte {OLD_MAGIC}, CRC-32 checksums): this "
+            f"seglog reads format {MAGIC} only, and converts no older data", position=pos,
+            offset=offset)
+    return CorruptRecordError(
+        f"bad batch framing (magic {magic}, length {length}, base offset {base})",
+        position=pos, offset=offset)
+
+
+def checksum_ok(data: bytes | memoryview, pos: int, hdr: BatchHeader) -> bool:
+    """True when the batch at ``pos`` matches its checksum."""
     with memoryview(data) as mv:
-        return crc32(mv[pos + CRC_FROM: pos + LENGTH_END + hdr[1]]) == hdr[3]
+        return checksum(mv[pos + CHECKSUM_FROM: pos + LENGTH_END + hdr[1]]) == hdr[3]
 
 
 def batches_in(data: bytes | memoryview, start: int, end: int
@@ -247,7 +268,7 @@ def batches_in(data: bytes | memoryview, start: int, end: int
 
     Stops quietly at a batch that does not fit before ``end`` (the caller knows
     whether that is the end of a chunk or damage); raises ``CorruptRecordError``
-    (``position`` in ``data``) where the framing is impossible. CRCs are not checked.
+    (``position`` in ``data``) where the framing is impossible. Checksums are not checked.
     """
     pos = start
     end = min(end, len(data))    # read_header's end may lie past a header-only buffer
@@ -298,9 +319,9 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
                  lead: tuple[Any, ...] = ()) -> Iterator[Iterator[Any]]:
     """Per whole batch in ``data[start:end]``, an iterator of its messages.
 
-    Checks framing, CRC and offsets of each batch before decoding it and raises
+    Checks framing, checksum and offsets of each batch before decoding it and raises
     CorruptRecordError (with ``position`` relative to ``data``) on the first bad
-    one. The base offset is outside the CRC, so batches must follow each other:
+    one. The base offset is outside the checksum, so batches must follow each other:
     each starts at the previous one's last offset + 1 (after compaction, anywhere
     above it); ``expect`` is where the first must start, if known. Messages below
     ``min_offset`` or at/after ``max_offset`` are skipped.
@@ -325,13 +346,12 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
                 return
             raise CorruptRecordError("partial batch header", position=pos)
         hdr = unpack(data, pos)
-        base, length, magic, crc, attrs, last_delta, count, base_ts, _ = hdr
+        base, length, magic, check, attrs, last_delta, count, base_ts, _ = hdr
         nxt = pos + LENGTH_END + length
         if magic != MAGIC or length < MIN_BATCH_LENGTH or nxt > end:
             if progress is not None and magic == MAGIC and length >= MIN_BATCH_LENGTH:
                 return
-            raise CorruptRecordError(
-                f"bad batch framing (magic {magic}, length {length})", position=pos, offset=base)
+            raise framing_error(magic, length, base, pos, base)
         if expect is not None and (base != expect if not attrs & F_OFFSETS else base < expect):
             raise CorruptRecordError(f"batch starts at offset {base}, expected {expect}",
                                      position=pos, offset=base)
@@ -344,8 +364,8 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
                 progress[0] = pos
                 progress[1] = expect
             continue
-        if crc32(mv[pos + CRC_FROM:nxt]) != crc:
-            raise CorruptRecordError("CRC mismatch", position=pos, offset=base)
+        if checksum(mv[pos + CHECKSUM_FROM:nxt]) != check:
+            raise CorruptRecordError("checksum mismatch", position=pos, offset=base)
         if (attrs & ~F_WIDE) or bio is None or count != last_delta + 1:
             yield decode_batch(data, pos, hdr, min_offset, max_offset, max_uncompressed,
                                message_type, lead)
@@ -393,7 +413,7 @@ def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
                  max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
                  message_type: Callable[[MessageTuple], Any] | None = None,
                  lead: tuple[Any, ...] = ()) -> Iterator[Any]:
-    """Messages of the (CRC-checked) batch at ``pos`` with min <= offset < max.
+    """Messages of the (checksum-checked) batch at ``pos`` with min <= offset < max.
 
     Returns an iterator of ``message_type`` (a 5-tuple type: offset, timestamp, key,
     value, headers, after the ``lead`` values if any). Raises CorruptRecordError if

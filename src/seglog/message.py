@@ -70,7 +70,7 @@ class MessageSet:
     Iterating yields the ``Message`` objects with ``offset >= `` the offset asked
     for (the first batch may start earlier; its earlier records are skipped).
     ``write_to`` sends the raw batch bytes, zero-copy with ``os.sendfile`` when the
-    set is backed by a file. Every batch's CRC is checked as it is iterated;
+    set is backed by a file. Every batch's checksum is checked as it is iterated;
     a mismatch raises ``CorruptRecordError``.
     """
 
@@ -187,10 +187,11 @@ class MessageSet:
         return list(map(itemgetter(3), self))
 
     def validate(self) -> None:
-        """Check framing and CRC of every batch; raise CorruptRecordError."""
+        """Check framing and checksum of every batch; raise CorruptRecordError."""
         for pos, hdr in self._headers():
-            if not codec.check_crc(self._data, pos, hdr):
-                raise CorruptRecordError("CRC mismatch", self._path, self._pos(pos), hdr[codec.H_BASE])
+            if not codec.checksum_ok(self._data, pos, hdr):
+                raise CorruptRecordError("checksum mismatch", self._path, self._pos(pos),
+                                         hdr[codec.H_BASE])
             for _ in codec.decode_batch(self._data, pos, hdr,
                                         max_uncompressed=self._max_uncompressed):
                 pass
