@@ -68,7 +68,7 @@ def test_plain_batch_overhead_is_small():
     values = [os.urandom(200) for _ in range(50)]
     data = codec.encode_batch(0, values, 1234)
     overhead = (len(data) - 200 * 50) / 50
-    assert overhead < 3.0  # 43-byte header + 2-byte length per record
+    assert overhead < 3.0  # 47-byte header + 2-byte length per record
     size, parts = codec.encode_values_parts(b"".join(values), [200] * 50, 1234)
     assert b"".join(parts) == data and size == len(data)
 
@@ -113,7 +113,7 @@ def test_lz4_compresses_repetitive_data_and_skips_incompressible():
 
 
 def _rechecksum(data: bytearray) -> bytes:
-    struct.pack_into("<I", data, 13, codec.checksum(bytes(data[codec.CHECKSUM_FROM:])))
+    struct.pack_into("<Q", data, 13, codec.CHECKSUM(bytes(data[codec.CHECKSUM_FROM:])))
     return bytes(data)
 
 
@@ -161,7 +161,7 @@ def test_fuzz_decoding_garbage_raises_only_corrupt_record(junk, seed):
     # a valid checksum over garbage, so decoding goes past it
     for attrs in (0, seed & 0x7FF):
         body = struct.pack("<HIIqq", attrs, seed % 7, seed % 9, 1, 1) + junk
-        data = bytearray(struct.pack("<qIBI", 0, 5 + len(body), codec.MAGIC, 0) + body)
+        data = bytearray(struct.pack("<qIBQ", 0, 9 + len(body), codec.MAGIC, 0) + body)
         try:
             msgs = decode_all(_rechecksum(data))
         except CorruptRecordError:
@@ -218,14 +218,14 @@ def test_every_single_bit_flip_is_detected(shape):
     hdr = codec.HEADER.unpack_from(data)
     assert hdr[codec.H_MAGIC] == codec.MAGIC == 2
     assert codec.checksum_ok(data, 0, hdr)
-    assert hdr[codec.H_CHECKSUM] == xxh3_low32(data[codec.CHECKSUM_FROM:])
+    assert hdr[codec.H_CHECKSUM] == xxh3_64(data[codec.CHECKSUM_FROM:])
     decode_all(data, expect=5)
     bad = bytearray(data)
     for i in range(len(data)):
         for bit in range(8):
             bad[i] ^= 1 << bit
             flipped = bytes(bad)
-            if i >= codec.CHECKSUM_FROM - 4:      # the checksum and what it covers
+            if i >= codec.CHECKSUM_FROM - 8:      # the checksum and what it covers
                 assert not codec.checksum_ok(flipped, 0, codec.HEADER.unpack_from(flipped)), (i, bit)
             if (i < 8 and hdr[codec.H_ATTRS] & codec.F_OFFSETS
                     and codec.HEADER.unpack_from(flipped)[codec.H_BASE] > 5):
@@ -238,25 +238,24 @@ def test_every_single_bit_flip_is_detected(shape):
             bad[i] ^= 1 << bit
 
 
-def xxh3_low32(data: bytes) -> int:
+def xxh3_64(data: bytes) -> int:
     """FORMAT.md's definition, from the xxhash package directly."""
     import xxhash
-    return xxhash.xxh3_64_intdigest(data) & 0xFFFFFFFF
+    return xxhash.xxh3_64_intdigest(data)
 
 
 def _as_format_1(batch: bytes) -> bytes:
-    """The batch as format 1 wrote it: magic 1, CRC-32 (zlib's) of bytes 17 on."""
-    data = bytearray(batch)
-    data[12] = 1
-    struct.pack_into("<I", data, 13, zlib.crc32(data[codec.CHECKSUM_FROM:]))
-    return bytes(data)
+    """The batch as format 1 wrote it: magic 1, a 4-byte CRC-32 (zlib's) of the rest."""
+    base, *_ = codec.HEADER.unpack_from(batch)
+    rest = batch[codec.CHECKSUM_FROM:]
+    return struct.pack("<qIBI", base, 5 + len(rest), 1, zlib.crc32(rest)) + rest
 
 
 @pytest.mark.parametrize("values", [[b"a"], [b"a", b"b"]])
 def test_format_1_batch_is_refused_naming_its_format(values):
     old = _as_format_1(codec.encode_batch(0, values, 1))
     new = codec.encode_batch(0, values, 1)
-    assert old[codec.CHECKSUM_FROM:] == new[codec.CHECKSUM_FROM:]
+    assert old[17:] == new[codec.CHECKSUM_FROM:] and len(old) == len(new) - 4
     clear = r"format 1 .*this seglog reads format 2 only"
     with pytest.raises(CorruptRecordError, match=clear):
         decode_all(old)

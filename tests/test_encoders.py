@@ -74,7 +74,7 @@ def test_append_one_writes_what_encode_batch_makes(records, base):
         try:
             off = base
             for value, ts in records:
-                check = codec.checksum(_TAIL_1H.pack(0, 0, 1, ts, ts, len(value)) + value)
+                check = codec.CHECKSUM(_TAIL_1H.pack(0, 0, 1, ts, ts, len(value)) + value)
                 size = codec.HEADER_SIZE + 2 + len(value)
                 pos = seg._append_one(off, ts, check, value, size)
                 assert seg.next_offset == off + 1 and seg.size == pos + size

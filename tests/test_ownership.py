@@ -120,21 +120,23 @@ def test_legacy_directory_is_adopted(tmp_path):
 
 
 def _rewrite_as_format_1(path) -> None:
-    """Every batch of every segment as format 1 wrote it (magic 1, CRC-32 of bytes 17
-    on), and the marker saying format 1."""
+    """Every batch of every segment as format 1 wrote it (magic 1, a 4-byte CRC-32 of
+    the rest), and the marker saying format 1."""
     for name in os.listdir(path):
         if not name.endswith(".log"):
             continue
         with open(path / name, "r+b") as f:
-            data = bytearray(f.read())
+            data = f.read()
+            old = []
             pos = 0
             while data[pos:pos + codec.HEADER_SIZE].strip(b"\0"):    # to the preallocated zeros
-                end = pos + codec.batch_size(codec.HEADER.unpack_from(data, pos))
-                data[pos + 12] = 1
-                struct.pack_into("<I", data, pos + 13, zlib.crc32(data[pos + 17:end]))
+                hdr = codec.HEADER.unpack_from(data, pos)
+                end = pos + codec.batch_size(hdr)
+                rest = data[pos + codec.CHECKSUM_FROM:end]
+                old.append(struct.pack("<qIBI", hdr[0], 5 + len(rest), 1, zlib.crc32(rest)) + rest)
                 pos = end
             f.seek(0)
-            f.write(data)
+            f.write(b"".join(old) + data[pos:])     # as long as before: zeros stay zeros
     with open(path / "seglog.json") as f:
         marker = json.load(f)
     marker["format"] = 1

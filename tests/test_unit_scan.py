@@ -75,15 +75,19 @@ def test_walk_chunk_exact_multiples_of_the_batch_size(mkfile, chunk_batches):
     assert _summary(f.walk(chunk=size * chunk_batches, expect=0, check=True)) == _expected(bs)
 
 
-@pytest.mark.parametrize("chunk", [43, 44, 60, 80, 82, 97, 1000])
+H = codec.HEADER_SIZE
+B = H + 2 * (2 + 17)                   # a batch of two 17-byte values
+
+
+@pytest.mark.parametrize("chunk", [H, H + 1, 60, B - 1, B + 1, 97, 1000])
 def test_walk_chunk_not_aligned_with_batches(mkfile, chunk):
-    bs = _batches(9, size=17)          # 81-byte batches
-    assert len(bs[0]) == 81
+    bs = _batches(9, size=17)
+    assert len(bs[0]) == B
     f = mkfile(b"".join(bs))
     assert _summary(f.walk(chunk=chunk, expect=0, check=True)) == _expected(bs)
 
 
-@pytest.mark.parametrize("chunk", [1, 42])
+@pytest.mark.parametrize("chunk", [1, H - 1])
 def test_walk_chunk_smaller_than_a_header(mkfile, chunk):
     bs = _batches(3, size=17)
     f = mkfile(b"".join(bs))
@@ -160,7 +164,7 @@ def test_damage_framing_bad_timestamps_only_when_checking(mkfile):
     hdr = list(codec.HEADER.unpack_from(good))
     hdr[8] = 50                             # max timestamp below the base timestamp
     body = codec.HEADER.pack(*hdr)[codec.CHECKSUM_FROM:] + good[codec.HEADER_SIZE:]
-    hdr[3] = codec.checksum(body)           # a right checksum: only the timestamps are wrong
+    hdr[3] = codec.CHECKSUM(body)           # a right checksum: only the timestamps are wrong
     bad = codec.HEADER.pack(*hdr) + good[codec.HEADER_SIZE:]
     f = mkfile(bad)
     assert len(f.walk()) == 1

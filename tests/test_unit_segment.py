@@ -26,7 +26,7 @@ def segdir(tmp_path):
 def _one_args(offset: int, ts: int, value: bytes) -> tuple[int, int, int, bytes, int]:
     """What ``Log.append`` computes for ``Segment._append_one`` (log.py's hot path)."""
     n = len(value)
-    check = codec.checksum(codec.ONE_TAIL.pack(0, 0, 1, ts, ts, n) + value)
+    check = codec.CHECKSUM(codec.ONE_TAIL.pack(0, 0, 1, ts, ts, n) + value)
     return offset, ts, check, value, codec.HEADER_SIZE + 2 + n
 
 

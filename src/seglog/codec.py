@@ -3,7 +3,7 @@
 The layout (docs/FORMAT.md has it byte by byte) is columnar so that a batch of N
 records encodes and decodes with a handful of C-level calls: the lengths of all
 values are one ``array``, the values are one ``b"".join``, the checksum is one
-XXH3 call (``checksum``). Keys, per-record timestamps and headers cost nothing when
+XXH3 call (``CHECKSUM``). Keys, per-record timestamps and headers cost nothing when
 a batch has none of them.
 
 All integers are little-endian.
@@ -32,23 +32,23 @@ from .errors import CorruptRecordError
 MAGIC = 2
 OLD_MAGIC = 1
 
-# base_offset q, batch_length I, magic B, checksum I, attributes H,
+# base_offset q, batch_length I, magic B, checksum Q, attributes H,
 # last_offset_delta I, record_count I, base_timestamp q, max_timestamp q
-HEADER = Struct("<qIBIHIIqq")
+HEADER = Struct("<qIBQHIIqq")
 # the fields of an unpacked header, by name (other modules index headers only so)
 (H_BASE, H_LENGTH, H_MAGIC, H_CHECKSUM, H_ATTRS, H_LAST_DELTA, H_COUNT, H_BASE_TS,
  H_MAX_TS) = range(9)
-HEADER_SIZE = HEADER.size                 # 43
+HEADER_SIZE = HEADER.size                 # 47
 LENGTH_END = 12                           # batch_length counts the bytes after this
-CHECKSUM_FROM = 17                        # the checksum covers bytes [17, end of batch)
+CHECKSUM_FROM = 21                        # the checksum covers bytes [21, end of batch)
 MIN_BATCH_LENGTH = HEADER_SIZE - LENGTH_END
-_HEAD = Struct("<qIBI")
+_HEAD = Struct("<qIBQ")
 _TAIL = Struct("<HIIqq")
 # a one-record, keyless, headerless batch with a short value (``Log.append``'s hot
 # path packs these two straight into the segment): the tail its checksum starts with,
 # and the whole header with the value's length
 ONE_TAIL = Struct("<HIIqqH")
-ONE_HEADER = Struct("<qIBIHIIqqH")
+ONE_HEADER = Struct("<qIBQHIIqqH")
 _U32 = Struct("<I")
 _I64 = Struct("<q")
 
@@ -74,15 +74,6 @@ _BIG = sys.byteorder == "big"
 _LZ4_MAX_RATIO = 255
 DEFAULT_MAX_UNCOMPRESSED = 1 << 30
 
-_CHECKSUM_BITS = 0xFFFFFFFF
-
-
-def checksum(data: ReadableBuffer) -> int:
-    """The batch checksum of ``data`` (bytes 17 .. end of a batch): the low 32 bits of
-    XXH3-64. The one definition: every writer and checker calls this."""
-    return xxh3_64_intdigest(data) & _CHECKSUM_BITS
-
-
 # one decoded message: (offset, timestamp, key, value, headers), the 5-tuple a
 # ``message_type`` is built from
 MessageTuple = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
@@ -91,6 +82,11 @@ if TYPE_CHECKING:
 
     from _typeshed import ReadableBuffer
     _M = TypeVar("_M")
+
+# The batch checksum of bytes 21 .. end of a batch: XXH3-64, all 64 bits, so that the
+# one definition every writer and checker calls is a C function (a Python function
+# keeping 32 of the bits costs ~0.1 us per batch: docs/FORMAT.md)
+CHECKSUM: Callable[[ReadableBuffer], int] = xxh3_64_intdigest
 
 
 def _le(arr: array[int]) -> bytes:
@@ -138,7 +134,7 @@ def encode_values_parts(body: bytes, lengths: list[int], timestamp: int,
             lens, body = _U32.pack(len(records)), packed
     tail = _TAIL.pack(attrs, n - 1, n, timestamp, timestamp) + lens
     size = _HEAD.size + len(tail) + len(body)
-    return size, [_HEAD.pack(0, size - LENGTH_END, MAGIC, checksum(tail + body)) + tail, body]
+    return size, [_HEAD.pack(0, size - LENGTH_END, MAGIC, CHECKSUM(tail + body)) + tail, body]
 
 
 @lru_cache(maxsize=256)
@@ -218,7 +214,8 @@ def encode_batch(base_offset: int, values: Sequence[bytes | None],
         attrs |= F_HORIZON
         records = _I64.pack(delete_horizon) + records
     checked = _TAIL.pack(attrs, last_delta, n, base_ts, max_ts) + records
-    return b"".join((_HEAD.pack(base_offset, 5 + len(checked), MAGIC, checksum(checked)),
+    return b"".join((_HEAD.pack(base_offset, _HEAD.size - LENGTH_END + len(checked), MAGIC,
+                                CHECKSUM(checked)),
                      checked))
 
 
@@ -233,6 +230,8 @@ def read_header(data: bytes | memoryview, pos: int, end: int) -> BatchHeader | N
     zero-filled space). The checksum is not checked here; see ``checksum_ok``.
     """
     if pos + HEADER_SIZE > end or pos + HEADER_SIZE > len(data):
+        if _old_magic_at(data, pos, end):
+            raise framing_error(OLD_MAGIC, 0, 0, pos, None)
         return None
     hdr = HEADER.unpack_from(data, pos)
     length = hdr[1]
@@ -241,6 +240,11 @@ def read_header(data: bytes | memoryview, pos: int, end: int) -> BatchHeader | N
     if pos + LENGTH_END + length > end:
         return None
     return hdr
+
+
+def _old_magic_at(data: bytes | memoryview, pos: int, end: int) -> bool:
+    """A format-1 batch can be shorter than a format-2 header: its magic byte says so."""
+    return pos + LENGTH_END < min(end, len(data)) and data[pos + LENGTH_END] == OLD_MAGIC
 
 
 def framing_error(magic: int, length: int, base: int, pos: int,
@@ -259,7 +263,7 @@ def framing_error(magic: int, length: int, base: int, pos: int,
 def checksum_ok(data: bytes | memoryview, pos: int, hdr: BatchHeader) -> bool:
     """True when the batch at ``pos`` matches its checksum."""
     with memoryview(data) as mv:
-        return checksum(mv[pos + CHECKSUM_FROM: pos + LENGTH_END + hdr[1]]) == hdr[3]
+        return CHECKSUM(mv[pos + CHECKSUM_FROM: pos + LENGTH_END + hdr[1]]) == hdr[3]
 
 
 def batches_in(data: bytes | memoryview, start: int, end: int
@@ -342,6 +346,8 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
     pos = start
     while pos < end:
         if pos + HEADER_SIZE > end:
+            if _old_magic_at(data, pos, end):
+                raise framing_error(OLD_MAGIC, 0, 0, pos, None)
             if progress is not None:
                 return
             raise CorruptRecordError("partial batch header", position=pos)
@@ -364,7 +370,7 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
                 progress[0] = pos
                 progress[1] = expect
             continue
-        if checksum(mv[pos + CHECKSUM_FROM:nxt]) != check:
+        if CHECKSUM(mv[pos + CHECKSUM_FROM:nxt]) != check:
             raise CorruptRecordError("checksum mismatch", position=pos, offset=base)
         if (attrs & ~F_WIDE) or bio is None or count != last_delta + 1:
             yield decode_batch(data, pos, hdr, min_offset, max_offset, max_uncompressed,

@@ -37,7 +37,7 @@ _log = logging.getLogger("seglog")
 _RECORD_OVERHEAD = 24
 _ONE_SIZE = codec.ONE_HEADER.size
 _TAIL_1H = codec.ONE_TAIL
-_checksum = codec.checksum
+_checksum = codec.CHECKSUM
 _time_ns = time.time_ns
 
 
