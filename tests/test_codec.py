@@ -267,3 +267,120 @@ def test_format_1_batch_is_refused_naming_its_format(values):
         codec.read_header(old, 0, len(old))
     with pytest.raises(CorruptRecordError, match=clear):
         list(codec.batches_in(old, 0, len(old)))
+
+
+# -- runs of one-record batches (Log.append's), read on a path of their own ---------------
+
+def _log_like(shapes: list[str], base: int = 0, ts: int = 1_700_000_000_000) -> tuple[bytes, list[tuple]]:
+    """Batches in a row as a log holds them, and the messages they hold. Shapes:
+    "one" (Log.append's), "empty" (a one-record batch of b""), "many" (3 plain
+    records), "keyed" (one record with a key), "wide" (one 64 KiB value), "lz4"
+    (compressed), "gap" (a compacted batch starting 2 past the end, holes inside)."""
+    parts, msgs = [], []
+    off = base
+    for i, shape in enumerate(shapes):
+        t = ts + i // 2
+        if shape in ("one", "empty", "wide"):
+            v = {"one": b"v%d" % off, "empty": b"", "wide": bytes([i % 256]) * 0x10000}[shape]
+            parts.append(codec.encode_batch(off, [v], t))
+            msgs.append((off, t, None, v, ()))
+            off += 1
+        elif shape in ("many", "lz4"):
+            vs = [b"m%d-%d" % (off, j) * 20 for j in range(3)]
+            parts.append(codec.encode_batch(off, vs, t, codec=codec.CODEC_LZ4 if shape == "lz4" else 0))
+            msgs += [(off + j, t, None, v, ()) for j, v in enumerate(vs)]
+            off += 3
+        elif shape == "keyed":
+            parts.append(codec.encode_batch(off, [b"kv"], t, keys=[b"k"]))
+            msgs.append((off, t, b"k", b"kv", ()))
+            off += 1
+        elif shape == "gap":
+            start = off + 2
+            parts.append(codec.encode_batch(start, [b"g1", b"g2"], t, offset_deltas=[0, 2],
+                                            last_offset_delta=3))
+            msgs += [(start, t, None, b"g1", ()), (start + 2, t, None, b"g2", ())]
+            off = start + 4
+    return b"".join(parts), msgs
+
+
+_SHAPES = st.lists(st.sampled_from(["one"] * 6 + ["empty", "many", "keyed", "wide", "lz4", "gap"]),
+                   min_size=1, max_size=25)
+
+
+@given(_SHAPES, st.integers(0, 40), st.one_of(st.none(), st.integers(0, 60)),
+       st.booleans(), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_runs_of_one_record_batches_read_as_the_reference(shapes, lo, hi, know_start, as_view):
+    """Every bound, with and without ``expect``, from bytes and from a buffer that is
+    not bytes: the messages of batch-by-batch decoding, in order."""
+    data, msgs = _log_like(shapes, base=3)
+    want = [m for m in msgs if m[0] >= lo and (hi is None or m[0] < hi)]
+    buf = memoryview(data) if as_view else data
+    got = decode_all(buf, min_offset=lo, max_offset=hi, expect=3 if know_start else None)
+    assert got == want
+    assert all(type(m[3]) is bytes for m in got)
+    lead = decode_all(data, min_offset=lo, max_offset=hi, lead=("t", 7))
+    assert lead == [("t", 7) + m for m in want]
+
+
+@given(_SHAPES, st.lists(st.integers(1, 400), min_size=1, max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_runs_read_in_chunks_with_progress(shapes, sizes):
+    """The chunked file walk's protocol: a chunk that ends inside a batch (or its
+    header) stops quietly, and ``progress`` says where the next chunk starts and
+    which offset it must start at; a chunk with no whole batch leaves it alone."""
+    data, msgs = _log_like(shapes, base=10)
+    got, pos, expect, k = [], 0, 10, 0
+    while pos < len(data):
+        end = min(len(data), pos + sizes[k % len(sizes)])
+        k += 1
+        progress = [0, 0]
+        before = len(got)
+        for it in codec.iter_batches(data, pos, end, expect=expect, progress=progress):
+            got.extend(it)
+        if not progress[0]:
+            assert progress == [0, 0] and len(got) == before
+            end = pos + codec.batch_size(codec.HEADER.unpack_from(data, pos))   # read it whole
+            for it in codec.iter_batches(data, pos, end, expect=expect, progress=progress):
+                got.extend(it)
+        assert pos < progress[0] <= end
+        hdr = None
+        for q, hdr in codec.batches_in(data, pos, progress[0]):
+            pass
+        assert hdr is not None and q + codec.batch_size(hdr) == progress[0]
+        assert progress[1] == codec.last_offset(hdr) + 1
+        pos, expect = progress
+    assert got == msgs
+
+
+@pytest.mark.parametrize("at", [0, 1, 4, 7])
+@pytest.mark.parametrize("damage", ["checksum", "gap", "overlap", "magic", "value length",
+                                    "offset span"])
+def test_damage_inside_a_run_is_raised_after_the_messages_before_it(at, damage):
+    parts = [codec.encode_batch(i, [b"value %d" % i], 100 + i) for i in range(8)]
+    bad = bytearray(parts[at])
+    if damage == "checksum":
+        bad[-1] ^= 0x20
+    elif damage == "gap":
+        bad[:8] = struct.pack("<q", at + 1)
+    elif damage == "overlap":
+        bad[:8] = struct.pack("<q", at - 1)
+    elif damage == "magic":
+        bad[12] = 3
+    elif damage == "value length":      # under a valid checksum, as a forger would
+        struct.pack_into("<H", bad, codec.HEADER_SIZE, len(b"value 0") + 1)
+        bad = bytearray(_rechecksum(bad))
+    else:       # one record claiming three offsets, under a valid checksum
+        struct.pack_into("<I", bad, codec.CHECKSUM_FROM + 2, 2)
+        bad = bytearray(_rechecksum(bad))
+    data = b"".join(parts[:at]) + bytes(bad) + b"".join(parts[at + 1:])
+    got = []
+    with pytest.raises(CorruptRecordError) as ei:
+        for it in codec.iter_batches(data, 0, len(data), expect=0):
+            got.extend(it)
+    assert [m[0] for m in got] == list(range(at))
+    assert ei.value.position == sum(map(len, parts[:at]))
+    if at == 0 and damage in ("gap", "overlap"):
+        return          # without expect, any first offset is fine; with it, not
+    with pytest.raises(CorruptRecordError):
+        decode_all(data)

@@ -49,6 +49,9 @@ _TAIL = Struct("<HIIqq")
 # and the whole header with the value's length
 ONE_TAIL = Struct("<HIIqqH")
 ONE_HEADER = Struct("<qIBQHIIqqH")
+# what the read loop unpacks of every header: HEADER without max_timestamp, and the
+# value length that follows the header of a one-record batch
+_SCAN = Struct("<qIBQHIIq8xH")
 _U32 = Struct("<I")
 _I64 = Struct("<q")
 
@@ -73,6 +76,7 @@ _BIG = sys.byteorder == "big"
 # lz4 cannot expand data by more than this factor; a larger claim is a bomb
 _LZ4_MAX_RATIO = 255
 DEFAULT_MAX_UNCOMPRESSED = 1 << 30
+NEVER = 1 << 63         # above every offset
 
 # one decoded message: (offset, timestamp, key, value, headers), the 5-tuple a
 # ``message_type`` is built from
@@ -301,74 +305,116 @@ class _Bad(Exception):
 def iter_batches(data: bytes, start: int, end: int, min_offset: int = ...,
                  max_offset: int | None = ..., max_uncompressed: int = ..., *,
                  expect: int | None = ..., progress: list[int] | None = ..., lead: tuple[Any, ...] = ...
-                 ) -> Iterator[Iterator[MessageTuple]]: ...
+                 ) -> Iterator[Iterable[MessageTuple]]: ...
 @overload
 def iter_batches(data: bytes, start: int, end: int, min_offset: int = ...,
                  max_offset: int | None = ..., max_uncompressed: int = ..., *,
                  message_type: Callable[[MessageTuple], _M], expect: int | None = ...,
                  progress: list[int] | None = ..., lead: tuple[Any, ...] = ...
-                 ) -> Iterator[Iterator[_M]]: ...
+                 ) -> Iterator[Iterable[_M]]: ...
 @overload
 def iter_batches(data: bytes, start: int, end: int, min_offset: int,
                  max_offset: int | None, max_uncompressed: int,
                  message_type: Callable[[MessageTuple], _M], expect: int | None = ...,
                  progress: list[int] | None = ..., lead: tuple[Any, ...] = ...
-                 ) -> Iterator[Iterator[_M]]: ...
+                 ) -> Iterator[Iterable[_M]]: ...
 def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
                  max_offset: int | None = None,
                  max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
                  message_type: Callable[[MessageTuple], Any] = tuple,
                  expect: int | None = None,
                  progress: list[int] | None = None,
-                 lead: tuple[Any, ...] = ()) -> Iterator[Iterator[Any]]:
-    """Per whole batch in ``data[start:end]``, an iterator of its messages.
+                 lead: tuple[Any, ...] = ()) -> Iterator[Iterable[Any]]:
+    """The messages of the whole batches in ``data[start:end]``, in order, as
+    iterators: one per batch, or one for a run of one-record batches.
 
     Checks framing, checksum and offsets of each batch before decoding it and raises
     CorruptRecordError (with ``position`` relative to ``data``) on the first bad
-    one. The base offset is outside the checksum, so batches must follow each other:
-    each starts at the previous one's last offset + 1 (after compaction, anywhere
-    above it); ``expect`` is where the first must start, if known. Messages below
-    ``min_offset`` or at/after ``max_offset`` are skipped.
+    one, after the messages of the batches before it. The base offset is outside
+    the checksum, so batches must follow each other: each starts at the previous
+    one's last offset + 1 (after compaction, anywhere above it); ``expect`` is where
+    the first must start, if known. Messages below ``min_offset`` or at/after
+    ``max_offset`` are skipped.
 
     With ``progress`` (a list of two ints), ``data[start:end]`` may end inside a
     batch (a chunk of a file): a batch that does not fit ends the iteration
-    instead of raising, and after each whole batch ``progress`` holds the position
-    after it and the offset the next batch must start at.
+    instead of raising, and once it ends ``progress`` holds the position after the
+    last whole batch and the offset the next batch must start at (unchanged if
+    there was no whole batch).
     ``lead`` values come before the five fields of every message (a consumer's
     topic and partition), so ``message_type`` gets one tuple and no copy is made.
-    This is the read path's inner loop: a plain batch (no keys, headers, nulls,
-    per-record timestamps or compression) decodes with a few C-level calls.
+
+    This is the read path's inner loop. A plain batch (no keys, headers, nulls,
+    per-record timestamps or compression) decodes with a few C-level calls. A run
+    of plain one-record batches (``Log.append``'s) costs one header unpack, one
+    checksum, one slice and two list appends per batch in Python, and its messages
+    are made in one C-level pass.
     """
     mv = memoryview(data)
     bio = BytesIO(data) if type(data) is bytes else None
-    unpack = HEADER.unpack_from
+    unpack = _SCAN.unpack_from
+    one_size = ONE_HEADER.size
+    one_length = one_size - LENGTH_END      # batch_length of a one-record batch, less its value
+    stop = NEVER if max_offset is None else max_offset
     leads = tuple(map(repeat, lead))
+    # the one-record loop's constants, as locals
+    this_format, length_end, checksum, checksum_from = MAGIC, LENGTH_END, CHECKSUM, CHECKSUM_FROM
+    if expect is None:
+        # the first batch may start anywhere: it sets the offsets that follow (fewer
+        # bytes than that hold no batch to check)
+        expect = _I64.unpack_from(data, start)[0] if start + 8 <= end else 0
     pos = start
     while pos < end:
+        if bio is not None and expect >= min_offset:
+            # Log.append's batches: a run of one-record plain batches, each checked
+            # (framing, continuity, bounds, checksum) with the least work. Their values
+            # and timestamps are gathered and made messages in one C-level pass when
+            # the run ends; a batch this loop does not take, good or bad, is left to
+            # the general path below, which checks and reports it.
+            values: list[bytes] = []
+            stamps: list[int] = []
+            while pos + one_size <= end:
+                # the header (without max_timestamp), then the value length of a
+                # one-record batch
+                base, length, magic, check, attrs, last_delta, count, base_ts, vlen = \
+                    unpack(data, pos)
+                nxt = pos + length_end + length
+                if (count != 1 or attrs or last_delta or base != expect or magic != this_format
+                        or vlen != length - one_length or nxt > end or base >= stop
+                        or checksum(mv[pos + checksum_from:nxt]) != check):
+                    break
+                values.append(data[pos + one_size:nxt])
+                stamps.append(base_ts)
+                expect = base + 1
+                pos = nxt
+            if values:
+                # batches of a run follow each other: consecutive offsets
+                yield _plain(message_type, leads, expect - len(values), len(values), stamps,
+                             values)
+                if pos >= end:
+                    break
+        # any other batch: one at a time, every check with its own error
         if pos + HEADER_SIZE > end:
             if _old_magic_at(data, pos, end):
                 raise framing_error(OLD_MAGIC, 0, 0, pos, None)
             if progress is not None:
-                return
+                break
             raise CorruptRecordError("partial batch header", position=pos)
-        hdr = unpack(data, pos)
+        hdr = HEADER.unpack_from(data, pos)
         base, length, magic, check, attrs, last_delta, count, base_ts, _ = hdr
         nxt = pos + LENGTH_END + length
         if magic != MAGIC or length < MIN_BATCH_LENGTH or nxt > end:
             if progress is not None and magic == MAGIC and length >= MIN_BATCH_LENGTH:
-                return
+                break
             raise framing_error(magic, length, base, pos, base)
-        if expect is not None and (base != expect if not attrs & F_OFFSETS else base < expect):
+        if base != expect and (not attrs & F_OFFSETS or base < expect):
             raise CorruptRecordError(f"batch starts at offset {base}, expected {expect}",
                                      position=pos, offset=base)
+        if base >= stop:
+            break
         expect = base + last_delta + 1
-        if max_offset is not None and base >= max_offset:
-            return
-        if base + last_delta < min_offset:
+        if expect <= min_offset:
             pos = nxt
-            if progress is not None:
-                progress[0] = pos
-                progress[1] = expect
             continue
         if CHECKSUM(mv[pos + CHECKSUM_FROM:nxt]) != check:
             raise CorruptRecordError("checksum mismatch", position=pos, offset=base)
@@ -379,23 +425,30 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
             p = pos + HEADER_SIZE
             q = p + (4 if attrs else 2) * count
             if q > nxt:
-                raise CorruptRecordError("length array runs past the batch", position=pos, offset=base)
+                raise CorruptRecordError("length array runs past the batch", position=pos,
+                                         offset=base)
             lens = _array("I" if attrs else "H", mv[p:q])
             if q + sum(lens) != nxt:
-                raise CorruptRecordError("record lengths do not add up", position=pos, offset=base)
+                raise CorruptRecordError("record lengths do not add up", position=pos,
+                                         offset=base)
             bio.seek(q)
-            it: Iterator[Any] = map(message_type, zip(*leads, range(base, base + count),
-                                                        repeat(base_ts), repeat(None),
-                                                        map(bio.read, lens), repeat(())))
-            if min_offset > base or (max_offset is not None and max_offset <= base + last_delta):
+            it = _plain(message_type, leads, base, count, repeat(base_ts), map(bio.read, lens))
+            if min_offset > base or stop <= base + last_delta:
                 lo = max(0, min_offset - base)
-                hi = count if max_offset is None else min(count, max_offset - base)
-                it = islice(it, lo, max(lo, hi))
+                it = islice(it, lo, max(lo, min(count, stop - base)))
             yield it
         pos = nxt
-        if progress is not None:
-            progress[0] = pos
-            progress[1] = expect
+    if progress is not None and pos > start:
+        progress[0] = pos
+        progress[1] = expect
+
+
+def _plain(mtype: Callable[[MessageTuple], Any], leads: tuple[Iterator[Any], ...], first: int,
+           n: int, stamps: Iterable[int], values: Iterable[bytes]) -> Iterator[Any]:
+    """The messages of ``n`` keyless, headerless records with consecutive offsets from
+    ``first``: one C-level pass (zip reuses its tuple, ``mtype`` copies it)."""
+    return map(mtype, zip(*leads, range(first, first + n), stamps, repeat(None), values,
+                          repeat(())))
 
 
 @overload

@@ -270,7 +270,7 @@ class LocalLog:
     def __iter__(self) -> Iterator[Message]:
         return self.iter()
 
-    def _batch_iters(self, offset: int, end: int | None) -> Iterator[Iterator[Message]]:
+    def _batch_iters(self, offset: int, end: int | None) -> Iterator[Iterable[Message]]:
         # [segment, position, base offset of the batch there (None: unknown)]; files
         # are touched only inside _iter_step, never while messages are being yielded
         st: list[Any] = [None, 0, None]

@@ -121,7 +121,7 @@ class MessageSet:
             raise CorruptRecordError("partial batch in message set", self._path, self._pos(pos))
 
     def _batch_iters(self, message_type: Any = Message,
-                     lead: tuple[Any, ...] = ()) -> Iterator[Iterator[Any]]:
+                     lead: tuple[Any, ...] = ()) -> Iterator[Iterable[Any]]:
         try:
             yield from codec.iter_batches(self._data, self._start, self._end, self._min, self._max,
                                           self._max_uncompressed, message_type, self._expect,
