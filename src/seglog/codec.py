@@ -356,6 +356,8 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
     one_size = ONE_HEADER.size
     one_length = one_size - LENGTH_END      # batch_length of a one-record batch, less its value
     stop = NEVER if max_offset is None else max_offset
+    # where the last one-record batch could start: the loop then makes no int to compare
+    last_start = end - one_size
     leads = tuple(map(repeat, lead))
     # the one-record loop's constants, as locals
     this_format, length_end, checksum, checksum_from = MAGIC, LENGTH_END, CHECKSUM, CHECKSUM_FROM
@@ -373,12 +375,14 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
             # the general path below, which checks and reports it.
             values: list[bytes] = []
             stamps: list[int] = []
-            while pos + one_size <= end:
+            while pos <= last_start:
                 # the header (without max_timestamp), then the value length of a
                 # one-record batch
                 base, length, magic, check, attrs, last_delta, count, base_ts, vlen = \
                     unpack(data, pos)
-                nxt = pos + length_end + length
+                # length + 12 is one of CPython's cached small ints for values of up to
+                # 211 bytes: one int made per batch here, not two
+                nxt = pos + (length + length_end)
                 if (count != 1 or attrs or last_delta or base != expect or magic != this_format
                         or vlen != length - one_length or nxt > end or base >= stop
                         or checksum(mv[pos + checksum_from:nxt]) != check):
