@@ -76,7 +76,6 @@ class Log(LocalLog):
         self._max_msg = config.max_message_bytes
         self.recovery: recovery.RecoveryReport | None = None   # set by an unclean open
         self._ok = not readonly   # False once closed or failed: one test on the hot path
-        self._fast = self._compress == codec.CODEC_NONE
         self._fast_max = min(self._max_msg, 0xFFFE)
         # the packed checksummed tail of a one-record batch's header, by value length,
         # for the current millisecond (the hot path then packs nothing to checksum)
@@ -334,8 +333,9 @@ class Log(LocalLog):
         key is a tombstone. Bad input raises TypeError, ValueError or
         MessageTooLargeError and writes nothing.
         """
-        if type(value) is bytes and key is None and not headers and self._fast:
-            # the hot path: one short keyless record, written straight into the map
+        if type(value) is bytes and key is None and not headers:
+            # the hot path: one short keyless record, written straight into the map (with
+            # compression="lz4" too: a one-record batch is never compressed)
             n = len(value)
             if timestamp is None:
                 ts = _time_ns() // 1_000_000
