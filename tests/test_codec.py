@@ -197,6 +197,7 @@ def _shapes() -> dict[str, bytes]:
     lines = [b"GET /api/v1/items/%d HTTP/1.1 200 %d" % (i, rnd.randrange(9999)) for i in range(50)]
     return {
         "one record (Log.append)": codec.encode_batch(5, [rnd.randbytes(200)], 1_700_000_000_000),
+        "one long record": codec.encode_batch(5, [rnd.randbytes(1500)], 1_700_000_000_000),
         "50 values": codec.encode_batch(5, [rnd.randbytes(200) for _ in range(50)], 3),
         "keys, headers, timestamps, nulls": codec.encode_batch(
             5, [b"v1", None, b"v3"], [10, 20, 30], keys=[b"k1", b"k2", None],
@@ -273,15 +274,17 @@ def test_format_1_batch_is_refused_naming_its_format(values):
 
 def _log_like(shapes: list[str], base: int = 0, ts: int = 1_700_000_000_000) -> tuple[bytes, list[tuple]]:
     """Batches in a row as a log holds them, and the messages they hold. Shapes:
-    "one" (Log.append's), "empty" (a one-record batch of b""), "many" (3 plain
+    "one" (Log.append's), "empty" (a one-record batch of b""), "long" (one record
+    of 1200 bytes or more, read without a copy of its batch), "many" (3 plain
     records), "keyed" (one record with a key), "wide" (one 64 KiB value), "lz4"
     (compressed), "gap" (a compacted batch starting 2 past the end, holes inside)."""
     parts, msgs = [], []
     off = base
     for i, shape in enumerate(shapes):
         t = ts + i // 2
-        if shape in ("one", "empty", "wide"):
-            v = {"one": b"v%d" % off, "empty": b"", "wide": bytes([i % 256]) * 0x10000}[shape]
+        if shape in ("one", "empty", "long", "wide"):
+            v = {"one": b"v%d" % off, "empty": b"", "long": b"%d," % off * 600,
+                 "wide": bytes([i % 256]) * 0x10000}[shape][:0x10000]
             parts.append(codec.encode_batch(off, [v], t))
             msgs.append((off, t, None, v, ()))
             off += 1
@@ -303,7 +306,8 @@ def _log_like(shapes: list[str], base: int = 0, ts: int = 1_700_000_000_000) -> 
     return b"".join(parts), msgs
 
 
-_SHAPES = st.lists(st.sampled_from(["one"] * 6 + ["empty", "many", "keyed", "wide", "lz4", "gap"]),
+_SHAPES = st.lists(st.sampled_from(["one"] * 6 + ["empty", "long", "many", "keyed", "wide", "lz4",
+                                                  "gap"]),
                    min_size=1, max_size=25)
 
 

@@ -372,12 +372,16 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
     unpack = _SCAN.unpack_from
     one_size = ONE_HEADER.size
     one_length = one_size - LENGTH_END      # batch_length of a one-record batch, less its value
+    one_tail = one_size - CHECKSUM_FROM     # its checksummed bytes before the value
     stop = NEVER if max_offset is None else max_offset
     # where the last one-record batch could start: the loop then makes no int to compare
     last_start = end - one_size
     leads = tuple(map(repeat, lead))
     # the one-record loop's constants, as locals
     this_format, length_end, checksum, checksum_from = MAGIC, LENGTH_END, CHECKSUM, CHECKSUM_FROM
+    # below this value length a one-record batch is read from a copy (measured: a
+    # memoryview costs about what copying 1-2 KB does)
+    copy_below = 1024
     if expect is None:
         # the first batch may start anywhere: it sets the offsets that follow (fewer
         # bytes than that hold no batch to check)
@@ -401,10 +405,19 @@ def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
                 # 211 bytes: one int made per batch here, not two
                 nxt = pos + (length + length_end)
                 if (count != 1 or attrs or last_delta or base != expect or magic != this_format
-                        or vlen != length - one_length or nxt > end or base >= stop
-                        or checksum(mv[pos + checksum_from:nxt]) != check):
+                        or vlen != length - one_length or nxt > end or base >= stop):
                     break
-                values.append(data[pos + one_size:nxt])
+                if vlen < copy_below:
+                    # a copy of a short batch's checksummed bytes costs less than a
+                    # memoryview of them, and its value is sliced from that copy
+                    checked = data[pos + checksum_from:nxt]
+                    if checksum(checked) != check:
+                        break
+                    values.append(checked[one_tail:])
+                elif checksum(mv[pos + checksum_from:nxt]) == check:
+                    values.append(data[pos + one_size:nxt])
+                else:
+                    break
                 stamps.append(base_ts)
                 expect = base + 1
                 pos = nxt
