@@ -9,20 +9,20 @@ and leaves out everything else (indexes, rolling, checks of the input, error
 handling). A floor is therefore an upper bound on what seglog can reach; its ratio
 to the baseline, measured in the same run, is an upper bound on seglog's ratio.
 
-* batch floor: per 50-message batch, join the values (the CRC is over contiguous
-  bytes; chaining zlib.crc32 over 50 values costs more than the join), CRC32 them
-  (FORMAT.md: zlib CRC32 over the batch), take their lengths (the decoder needs
+* batch floor: per 50-message batch, join the values (the checksum is over
+  contiguous bytes; XXH3 cannot be chained over 50 values), checksum them
+  (FORMAT.md: XXH3-64 over the batch), take their lengths (the decoder needs
   them), pack a header and copy header and values into a mapped file whose pages
   were all faulted in before the clock started (the best a writer can hope for:
   someone else allocated its page cache). No lock, no checks, no index. Baseline:
   the raw os.write of the same pre-joined bytes.
 * append floor: per message, a method call with append()'s signature, the default
-  timestamp (time.time_ns), the CRC32 of the value, the lock that makes a Log safe
+  timestamp (time.time_ns), the checksum of the value, the lock that makes a Log safe
   to share between threads, one struct.pack_into of a header and one copy of the
   value into a mapped file (R1: readable and SIGKILL-safe on return) whose pages
   were all faulted in before the clock started. Baseline: the per-message framing
   write.
-* iter floor: per batch, the CRC32 check; per message, its value as bytes and one
+* iter floor: per batch, the checksum check; per message, its value as bytes and one
   Message object with named fields (the public API), and reading ``m.value``.
   Baseline: the per-message framing read.
 
@@ -42,7 +42,6 @@ import sys
 import tempfile
 import threading
 import time
-import zlib
 from io import BytesIO
 from itertools import chain, repeat
 
@@ -51,26 +50,28 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 sys.path.insert(0, HERE)
 
 import seglog  # noqa: E402
+from xxhash import xxh3_64_intdigest  # noqa: E402
 from bench_log import BATCH, MSG, framing_read, framing_write, raw_write, timed  # noqa: E402
 from seglog.message import Message  # noqa: E402
 
-_HDR = struct.Struct("<qIBIHIIqqH")   # a one-record batch header, as append() writes it
+_HDR = struct.Struct("<qIBQHIIqqH")   # a one-record batch header, as append() writes it
+_MAGIC = seglog.codec.MAGIC
 
 
 def batch_floor(path: str, batches: list[list[bytes]]) -> float:
     log = _FloorLog(path, sum(map(len, map(b"".join, batches))) + len(batches) * 200)
 
     def run() -> None:
-        crc, join, pack, mm = zlib.crc32, b"".join, _HDR.pack_into, log.mm
+        crc, join, pack, mm = xxh3_64_intdigest, b"".join, _HDR.pack_into, log.mm
         pos = off = 0
         for values in batches:
             body = join(values)
             c = crc(body)
             lens = list(map(len, values))
             n = len(lens)
-            end = pos + 45 + len(body)
-            pack(mm, pos, off, end - pos - 12, 1, c, 0, n - 1, n, 0, 0, 0)
-            mm[pos + 45:end] = body
+            end = pos + _HDR.size + len(body)
+            pack(mm, pos, off, end - pos - 12, _MAGIC, c, 0, n - 1, n, 0, 0, 0)
+            mm[pos + _HDR.size:end] = body
             pos = end
             off += n
     try:
@@ -96,14 +97,14 @@ class _FloorLog:
                headers: tuple = ()) -> int:
         n = len(value)
         ts = time.time_ns() // 1_000_000 if timestamp is None else timestamp
-        crc = zlib.crc32(value)
+        crc = xxh3_64_intdigest(value)
         lock = self.lock
         lock.acquire()
         try:
             off = self.end
             pos = self.pos
             end = pos + _HDR.size + n
-            _HDR.pack_into(self.mm, pos, off, n + 33, 1, crc, 0, 0, 1, ts, ts, n)
+            _HDR.pack_into(self.mm, pos, off, _HDR.size - 12 + n, _MAGIC, crc, 0, 0, 1, ts, ts, n)
             self.mm[pos + _HDR.size:end] = value
             self.pos = end
             self.end = off + 1
@@ -133,7 +134,7 @@ def iter_floor(chunks: list[bytes]) -> float:
     lens = [MSG] * BATCH
 
     def batch(i: int, chunk: bytes):
-        zlib.crc32(chunk)
+        xxh3_64_intdigest(chunk)
         return map(Message, zip(range(i * BATCH, (i + 1) * BATCH), repeat(0), repeat(None),
                                 map(BytesIO(chunk).read, lens), repeat(())))
 

@@ -107,12 +107,15 @@ def test_verify_clean_and_damaged(log_dir, root):
     assert p.returncode == 0 and doc["ok"] and sorted(x["log"] for x in doc["logs"]) == \
         ["orders-0", "orders-1", "orders-2"]
     seg = os.path.join(log_dir, f"{0:020d}.log")
+    batches: list = []
+    seglog.repair.check(log_dir, batches=batches)
+    hit = [b for b in batches if b.position <= 1000 < b.position + b.size][0]
     flip(seg, 1000)
     p = run("verify", log_dir)
     assert p.returncode == 1
-    assert f"DAMAGE {seg} position 921 offset 70: crc" in p.stdout
+    assert f"DAMAGE {seg} position {hit.position} offset {hit.base_offset}: checksum" in p.stdout
     doc = json.loads(run("verify", log_dir, "--json").stdout)
-    assert doc["logs"][0]["problems"][0]["position"] == 921
+    assert doc["logs"][0]["problems"][0]["position"] == hit.position
 
 
 def test_verify_reports_a_bad_index_entry(log_dir):

@@ -258,3 +258,43 @@ def test_reader_thread_and_process_during_compaction(logdir):
         assert all(recs[int(o)][2] == v.encode() for o, v in pairs)
         latest = {k: o for o, k, _ in recs}
         assert set(latest.values()) <= set(offs)
+
+
+def test_compaction_of_segments_with_compressed_and_plain_batches(logdir):
+    """lz4 batches (of several records) beside plain one-record batches: the cleaner
+    keeps the latest per key whatever the batch, and what it writes is compressed
+    only where that pays (never a batch it cut down to one record)."""
+    from seglog import codec
+    cfg = dict(CFG, compression="lz4")
+    text = b'{"path":"/api/v1/items","status":200,"user":%d,"note":"%s"}'
+    with Log.open(logdir, **cfg) as log:
+        records = []
+        ts = 1000
+        for round_ in range(12):
+            # a batch of 20 records over 10 keys (compressed), then single appends
+            batch = [seglog.Record(text % (i, b"r%d" % round_), key=b"k%d" % (i % 10),
+                                   timestamp=ts) for i in range(20)]
+            first = log.append_batch(batch).start
+            records += [(first + i, r.key, r.value) for i, r in enumerate(batch)]
+            for j in range(4):
+                v = None if j == 3 and round_ % 3 == 0 else text % (j, b"single")
+                off = log.append(v, key=b"k%d" % (10 + j), timestamp=ts)
+                records.append((off, b"k%d" % (10 + j), v))
+            ts += 1
+        codecs = {(h[codec.H_COUNT] > 1, h[codec.H_ATTRS] & codec.CODEC_MASK)
+                  for s in log.segments for _, h in s.batches()}
+        assert codecs == {(True, codec.CODEC_LZ4), (False, codec.CODEC_NONE)}
+        assert len(log.segments) > 3
+        active_base = log.segments[-1].base_offset
+        log.compact(now_ms=10_000)
+        got = [(m.offset, m.key, m.value) for m in log.iter()]
+        assert got == model_after(records, active_base, 10_000, False)
+        for seg in log.segments:
+            for _, h in seg.batches():
+                if h[codec.H_COUNT] <= 1:
+                    assert h[codec.H_ATTRS] & codec.CODEC_MASK == codec.CODEC_NONE
+        cleaned = [h for s in log.segments[:-1] for _, h in s.batches() if h[codec.H_COUNT] > 1]
+        assert cleaned and all(h[codec.H_ATTRS] & codec.CODEC_LZ4 for h in cleaned)
+    with Log.open(logdir, **cfg) as again:
+        assert [(m.offset, m.key, m.value) for m in again.iter()] == \
+            model_after(records, active_base, 10_000, False)

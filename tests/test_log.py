@@ -378,3 +378,104 @@ def test_compression_lz4_round_trip(logdir):
         log.append(b"keyed", key=b"k")
         assert values(log) == lines + [b"single", b"keyed"]
         assert sum(s.size for s in log.segments) < 0.5 * sum(map(len, lines))
+
+
+# -- lz4 only where it pays ------------------------------------------------------------
+
+def _access_lines(n: int, seed: int = 7) -> list[bytes]:
+    """Access-log lines like examples/access_log.py's (about 180 bytes)."""
+    rnd = random.Random(seed)
+    paths = ["/", "/login", "/cart", "/api/v1/items/%d", "/api/v1/users/%d", "/static/app.%d.js"]
+    out = []
+    for _ in range(n):
+        path = rnd.choice(paths).replace("%d", str(rnd.randint(1, 50_000)))
+        out.append(('{"ip":"10.%d.%d.%d","method":"%s","path":"%s","status":%d,"bytes":%d,'
+                    '"ms":%d,"ua":"%s","req":"%016x"}' % (
+                        rnd.randint(0, 255), rnd.randint(0, 255), rnd.randint(1, 254),
+                        rnd.choice(["GET"] * 8 + ["POST", "PUT"]), path,
+                        rnd.choice([200] * 40 + [201, 304, 404, 500]), rnd.randint(0, 60_000),
+                        rnd.randint(1, 900), rnd.choice(["Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0",
+                                                          "curl/8.5.0", "python-requests/2.32.3"]),
+                        rnd.getrandbits(64))).encode())
+    return out
+
+
+def _codecs(log: Log) -> list[tuple[int, int]]:
+    """(record count, codec bits) of every batch, in order."""
+    from seglog import codec
+    return [(h[codec.H_COUNT], h[codec.H_ATTRS] & codec.CODEC_MASK)
+            for s in log.segments for _, h in s.batches()]
+
+
+@pytest.mark.parametrize("kind", ["random", "text"])
+def test_lz4_appends_of_one_record_are_stored_as_without_compression(tmp_path, kind):
+    """append() writes one-record batches, which lz4 never makes smaller: the files
+    are byte for byte what the log without compression holds."""
+    rnd = random.Random(3)
+    msgs = ([rnd.randbytes(200) for _ in range(300)] if kind == "random"
+            else _access_lines(300))
+    files = {}
+    for comp in (None, "lz4"):
+        path = tmp_path / str(comp)
+        with Log.open(path, compression=comp, segment_bytes=16 << 10) as log:
+            for i, m in enumerate(msgs):
+                log.append(m, timestamp=1000 + i)
+            log.append(b"keyed", key=b"k", timestamp=2000)      # the careful path, one record
+            log.append_batch([Record(msgs[0], timestamp=2001)])
+            assert values(log) == msgs + [b"keyed", msgs[0]]
+            assert {c for _, c in _codecs(log)} == {0}
+            assert len(log.segments) > 2
+        files[comp] = {n: (path / n).read_bytes() for n in os.listdir(path) if n.endswith(".log")}
+    assert files["lz4"] == files[None]
+
+
+def test_lz4_mixed_batches_in_one_segment(tmp_path):
+    """Compressed and plain batches side by side: every read path gives them back."""
+    lines = _access_lines(200)
+    noise = [os.urandom(150) for _ in range(3)]
+    with Log.open(tmp_path / "l", compression="lz4") as log:
+        log.append_batch(lines[:50])                          # compressed
+        log.append(lines[50])                                 # one record: plain
+        log.append_batch([lines[51]])                         # one record: plain
+        log.append_batch(noise)                               # nothing to gain: plain
+        log.append_batch([Record(v, key=b"k%d" % i, headers=[("h", b"x")])
+                          for i, v in enumerate(lines[52:100])])      # compressed
+        log.append(b"tiny")
+        log.append_batch(lines[100:102])                      # two lines: compressed
+        want = lines[:52] + noise + lines[52:100] + [b"tiny"] + lines[100:102]
+        assert _codecs(log) == [(50, 1), (1, 0), (1, 0), (3, 0), (48, 1), (1, 0), (2, 1)]
+        assert len(log.segments) == 1
+        from seglog import codec
+        _, first = next(iter(log.segments[0].batches()))
+        assert codec.batch_size(first) <= 0.5 * sum(map(len, lines[:50]))
+        assert values(log) == want
+        for off in range(len(want)):
+            assert next(iter(log.read(off))).value == want[off]
+            assert [m.value for m in log.iter(off, off + 2)] == want[off:off + 2]
+    for ro in (True, False):
+        with Log.open(tmp_path / "l", readonly=ro) as log:
+            assert values(log) == want
+
+
+def test_lz4_on_disk_sizes(tmp_path):
+    """append() of 200-byte messages: no more bytes than without compression;
+    append_batch of 50 access-log lines: at most half."""
+    rnd = random.Random(5)
+    msgs = [rnd.randbytes(200) for _ in range(500)]
+    lines = _access_lines(1000)
+
+    def size(comp, write):
+        path = tmp_path / f"{comp}-{write.__name__}"
+        with Log.open(path, compression=comp) as log:
+            write(log)
+        return sum(os.path.getsize(path / n) for n in os.listdir(path) if n.endswith(".log"))
+
+    def singles(log):
+        for m in msgs:
+            log.append(m)
+
+    def fifties(log):
+        for i in range(0, len(lines), 50):
+            log.append_batch(lines[i:i + 50])
+    assert size("lz4", singles) <= size(None, singles)
+    assert size("lz4", fifties) <= 0.5 * size(None, fifties)

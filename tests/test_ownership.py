@@ -6,11 +6,13 @@ import hashlib
 import json
 import os
 import random
+import struct
+import zlib
 
 import pytest
 
 import seglog
-from seglog import CorruptRecordError, Log, NotALogError, Record
+from seglog import CorruptRecordError, Log, NotALogError, Record, codec
 from seglog.testing import abandon
 
 
@@ -58,7 +60,7 @@ def test_new_log_has_a_marker_with_format_and_settings(tmp_path):
         log.append(b"x")
     with open(tmp_path / "l" / "seglog.json") as f:
         m = json.load(f)
-    assert m["seglog"] == "log" and m["format"] == 1 and m["config"]["retention_ms"] is None
+    assert m["seglog"] == "log" and m["format"] == 2 and m["config"]["retention_ms"] is None
 
 
 def test_foreign_files_in_a_log_directory_are_never_touched(tmp_path):
@@ -115,6 +117,72 @@ def test_legacy_directory_is_adopted(tmp_path):
     with Log.open(path) as log:
         assert log.end_offset == 2
     assert os.path.exists(path / "seglog.json")
+
+
+def _rewrite_as_format_1(path) -> None:
+    """Every batch of every segment as format 1 wrote it (magic 1, a 4-byte CRC-32 of
+    the rest), and the marker saying format 1."""
+    for name in os.listdir(path):
+        if not name.endswith(".log"):
+            continue
+        with open(path / name, "r+b") as f:
+            data = f.read()
+            old = []
+            pos = 0
+            while data[pos:pos + codec.HEADER_SIZE].strip(b"\0"):    # to the preallocated zeros
+                hdr = codec.HEADER.unpack_from(data, pos)
+                end = pos + codec.batch_size(hdr)
+                rest = data[pos + codec.CHECKSUM_FROM:end]
+                old.append(struct.pack("<qIBI", hdr[0], 5 + len(rest), 1, zlib.crc32(rest)) + rest)
+                pos = end
+            f.seek(0)
+            f.write(b"".join(old) + data[pos:])     # as long as before: zeros stay zeros
+    with open(path / "seglog.json") as f:
+        marker = json.load(f)
+    marker["format"] = 1
+    with open(path / "seglog.json", "w") as f:
+        json.dump(marker, f)
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_format_1_log_is_refused_untouched_naming_its_format(tmp_path, clean):
+    path = tmp_path / "l"
+    log = Log.open(path, flush_ms=None)
+    log.append_batch([b"a", b"b"])
+    log.append(b"c")
+    log.flush()
+    log.close() if clean else abandon(log)     # unclean: an open would scan the tail
+    _rewrite_as_format_1(path)
+    clear = r"format 1: this seglog reads format 2 only"
+    before = _tree(path)
+    for ro in (False, True):
+        with pytest.raises(CorruptRecordError, match=clear):
+            Log.open(path, readonly=ro)
+    assert _tree(path) == before
+    # from before markers: the first batch says which format (never cut as a torn tail)
+    os.unlink(path / "seglog.json")
+    before = _tree(path)
+    for ro in (False, True):
+        with pytest.raises(CorruptRecordError, match=clear):
+            Log.open(path, readonly=ro)
+    assert _tree(path) == before
+
+
+def test_format_1_batches_in_a_format_2_log_are_refused_on_read(tmp_path):
+    path = tmp_path / "l"
+    with Log.open(path) as log:
+        log.append_batch([b"a", b"b"])
+        log.append(b"c")
+    with open(path / "seglog.json") as f:
+        marker = f.read()
+    _rewrite_as_format_1(path)
+    with open(path / "seglog.json", "w") as f:
+        f.write(marker)                 # a format-2 marker over format-1 segments
+    with Log.open(path) as log:         # a clean open reads no data
+        with pytest.raises(CorruptRecordError, match=r"format 1 .*this seglog reads format 2"):
+            list(log.iter())
+        with pytest.raises(CorruptRecordError, match=r"format 1 .*this seglog reads format 2"):
+            list(log.read(2))
 
 
 def test_damaged_marker_is_refused_untouched(tmp_path):

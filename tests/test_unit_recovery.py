@@ -174,7 +174,7 @@ def test_damage_above_the_recovery_point_after_a_restart_is_a_torn_tail(d):
     loaded = _load(d)
     try:
         assert loaded.end_offset == 10
-        assert loaded.report.truncated == [(_name(d, 0), pos[5], pos[-1] - pos[5], "crc")]
+        assert loaded.report.truncated == [(_name(d, 0), pos[5], pos[-1] - pos[5], "checksum")]
     finally:
         _close(loaded)
 
@@ -237,7 +237,7 @@ def test_clean_shutdown_marker_skips_the_scan(d, marker):
         try:
             assert loaded.end_offset == 6
             [(path, at, _, why)] = loaded.report.truncated
-            assert (path, at, why) == (seg.path, positions[3], "crc")
+            assert (path, at, why) == (seg.path, positions[3], "checksum")
         finally:
             _close(loaded)
         return

@@ -75,15 +75,19 @@ def test_walk_chunk_exact_multiples_of_the_batch_size(mkfile, chunk_batches):
     assert _summary(f.walk(chunk=size * chunk_batches, expect=0, check=True)) == _expected(bs)
 
 
-@pytest.mark.parametrize("chunk", [43, 44, 60, 80, 82, 97, 1000])
+H = codec.HEADER_SIZE
+B = H + 2 * (2 + 17)                   # a batch of two 17-byte values
+
+
+@pytest.mark.parametrize("chunk", [H, H + 1, 60, B - 1, B + 1, 97, 1000])
 def test_walk_chunk_not_aligned_with_batches(mkfile, chunk):
-    bs = _batches(9, size=17)          # 81-byte batches
-    assert len(bs[0]) == 81
+    bs = _batches(9, size=17)
+    assert len(bs[0]) == B
     f = mkfile(b"".join(bs))
     assert _summary(f.walk(chunk=chunk, expect=0, check=True)) == _expected(bs)
 
 
-@pytest.mark.parametrize("chunk", [1, 42])
+@pytest.mark.parametrize("chunk", [1, H - 1])
 def test_walk_chunk_smaller_than_a_header(mkfile, chunk):
     bs = _batches(3, size=17)
     f = mkfile(b"".join(bs))
@@ -98,7 +102,7 @@ def test_walk_batch_larger_than_chunk_is_read_whole(mkfile):
     assert [(p + fp, h[0]) for _, p, fp, h in got] == _expected(bs)
     buf, p, _, hdr = got[1]
     assert buf[p:p + codec.batch_size(hdr)] == bs[1]     # the whole batch in one buffer
-    assert codec.check_crc(buf, p, hdr)
+    assert codec.checksum_ok(buf, p, hdr)
 
 
 def test_walk_from_a_middle_batch_and_to_a_middle_end(mkfile):
@@ -159,9 +163,8 @@ def test_damage_framing_bad_timestamps_only_when_checking(mkfile):
     good = codec.encode_batch(0, [b"a"], 100)
     hdr = list(codec.HEADER.unpack_from(good))
     hdr[8] = 50                             # max timestamp below the base timestamp
-    body = codec.HEADER.pack(*hdr)[codec.CRC_FROM:] + good[codec.HEADER_SIZE:]
-    import zlib
-    hdr[3] = zlib.crc32(body)               # a right CRC: only the timestamps are wrong
+    body = codec.HEADER.pack(*hdr)[codec.CHECKSUM_FROM:] + good[codec.HEADER_SIZE:]
+    hdr[3] = codec.CHECKSUM(body)           # a right checksum: only the timestamps are wrong
     bad = codec.HEADER.pack(*hdr) + good[codec.HEADER_SIZE:]
     f = mkfile(bad)
     assert len(f.walk()) == 1
@@ -169,15 +172,15 @@ def test_damage_framing_bad_timestamps_only_when_checking(mkfile):
     assert d.reason == "framing"
 
 
-def test_damage_crc_only_when_checking(mkfile):
+def test_damage_checksum_only_when_checking(mkfile):
     bs = _batches(4)
     pos = _positions(bs)
     data = bytearray(b"".join(bs))
     data[pos[2] + codec.HEADER_SIZE + 6] ^= 1      # a value byte of the third batch
     f = mkfile(bytes(data))
-    assert _summary(f.walk(check=False)) == _expected(bs)     # check=False: no CRC check
+    assert _summary(f.walk(check=False)) == _expected(bs)     # check=False: no checksum check
     d = _damage(f, check=True)
-    assert d.reason == "crc"
+    assert d.reason == "checksum"
     assert (d.position, d.offset) == (pos[2], 4)
 
 
@@ -224,7 +227,7 @@ def _seg(tmp_path, data: bytes, base: int = 0) -> Segment:
 
 @pytest.mark.parametrize("damage, stop", [
     ("none", "end"), ("torn", "partial"), ("short", "partial"), ("zeros", "zeros"),
-    ("magic", "framing"), ("crc", "crc"), ("offsets", "offsets")])
+    ("magic", "framing"), ("checksum", "checksum"), ("offsets", "offsets")])
 def test_scan_stops_with_reason_and_end(tmp_path, damage, stop):
     bs = _batches(5, base=50)
     pos = _positions(bs)
@@ -243,7 +246,7 @@ def test_scan_stops_with_reason_and_end(tmp_path, damage, stop):
     elif damage == "magic":
         data[pos[3] + 12] = 0xEE
         good = 3
-    elif damage == "crc":
+    elif damage == "checksum":
         data[pos[3] + codec.HEADER_SIZE + 5] ^= 0x10
         good = 3
     elif damage == "offsets":
@@ -262,7 +265,7 @@ def test_scan_stops_with_reason_and_end(tmp_path, damage, stop):
 
 
 def test_scan_never_raises_and_first_batch_sets_offset(tmp_path):
-    seg = _seg(tmp_path, b"\x02" * 500, base=3)
+    seg = _seg(tmp_path, bytes([codec.MAGIC + 1]) * 500, base=3)     # garbage: no magic
     try:
         res = _scan.scan(seg, 0, 500, None)
         assert (res.stop, res.end, res.next_offset, res.batches) == ("framing", 0, 3, 0)

@@ -5,7 +5,6 @@ reopening, and reads of damaged files."""
 from __future__ import annotations
 
 import os
-import zlib
 
 import pytest
 
@@ -27,8 +26,8 @@ def segdir(tmp_path):
 def _one_args(offset: int, ts: int, value: bytes) -> tuple[int, int, int, bytes, int]:
     """What ``Log.append`` computes for ``Segment._append_one`` (log.py's hot path)."""
     n = len(value)
-    crc = zlib.crc32(value, zlib.crc32(codec.ONE_TAIL.pack(0, 0, 1, ts, ts, n)))
-    return offset, ts, crc, value, codec.HEADER_SIZE + 2 + n
+    check = codec.CHECKSUM(codec.ONE_TAIL.pack(0, 0, 1, ts, ts, n) + value)
+    return offset, ts, check, value, codec.HEADER_SIZE + 2 + n
 
 
 def _append_batch(seg: Segment, values: list[bytes], ts: int) -> bytes:
@@ -94,7 +93,7 @@ def test_append_one_writes_what_encode_batch_makes(segdir):
                 + codec.encode_batch(9, [b"x" * 300], 3))
         assert seg.pread(seg.size, 0) == want
         assert (seg.next_offset, seg.max_timestamp) == (10, 9)
-        # every batch's CRC is right (the caller computed it outside the segment)
+        # every batch's checksum is right (the caller computed it outside the segment)
         ms = seg.read(7, 1 << 20)
         ms.validate()
         assert [m.value for m in ms] == [b"hello", b"", b"x" * 300]
@@ -264,7 +263,7 @@ def test_corrupt_record_byte_fails_crc_on_read_with_path(segdir):
     _flip(os.path.join(segdir, f"{0:020d}.log"), positions[4] + codec.HEADER_SIZE + 3)
     seg = Segment(segdir, 0)
     try:
-        # framing is intact: batches() walks through (no CRC check there)
+        # framing is intact: batches() walks through (no checksum check there)
         assert len(list(seg.batches())) == 10
         # messages before the damage read fine
         assert [m.offset for m in seg.read(0, positions[4])] == list(range(12))

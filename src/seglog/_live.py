@@ -2,7 +2,7 @@
 the reader, new segments appear, retention and compaction remove or replace files.
 
 Readers never map segment files and never write; they scan forward from what they
-have seen, checking CRCs, and re-list the directory when it changed.
+have seen, checking checksums, and re-list the directory when it changed.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _corruption_error(seg: Segment, res: ScanResult) -> CorruptRecordError:
 def refresh_live(seg: Segment) -> None:
     """Advance a reader's view of a segment another process appends to.
 
-    Scans forward from the known end, checking CRCs: a batch caught half-written
+    Scans forward from the known end, checking checksums: a batch caught half-written
     ends the visible data until the next refresh. Damage that cannot be a write
     in progress (valid data follows it, or the writer shut down cleanly past it)
     is recorded in ``seg.corruption`` and raised to whoever reads that far.
@@ -110,7 +110,7 @@ def refresh_live(seg: Segment) -> None:
         # after reading a whole chunk of them)
         return
     # a live segment's first batch starts at its base offset; checking that matters:
-    # the writer stamps a batch's base offset (outside the CRC) as it copies it in,
+    # the writer stamps a batch's base offset (outside the checksum) as it copies it in,
     # so a reader can catch a whole batch whose offset still reads 0
     res = scan(seg, start, file_size, seg.next_offset if start else seg.base_offset,
                max_timestamp=seg._max_ts if seg._max_ts is not None else -1)
@@ -123,7 +123,7 @@ def refresh_live(seg: Segment) -> None:
         return
     # "partial": a batch claiming bytes past the end of the file (a live file is
     # preallocated, so no write in progress does that): damage, if proven below
-    if res.stop in ("crc", "framing", "offsets", "partial"):
+    if res.stop in ("checksum", "framing", "offsets", "partial"):
         marker = read_marker(seg.directory) or {}
         clean_past = (marker.get("active_base") == seg.base_offset
                       and isinstance(marker.get("active_size"), int)

@@ -15,11 +15,13 @@ import uuid
 from dataclasses import asdict, fields
 from typing import Any
 
-from ._files import CHECKPOINT_MAGIC, LOCK_FILE, MARKER, atomic_write, is_leftover
+from . import codec
+from ._files import CHECKPOINT_MAGIC, LOCK_FILE, MARKER, atomic_write, is_leftover, list_segments
 from .config import LogConfig
-from .errors import InvalidConfigError, NotALogError
+from .errors import CorruptRecordError, InvalidConfigError, NotALogError
 
-FORMAT = 1
+# the log's format is its batches' (docs/FORMAT.md)
+FORMAT = codec.MAGIC
 # files whose content proves a directory was written by seglog before it had a marker
 _LEGACY_PROOF = ("recovery-point", "log-start-offset", "writer-session")
 
@@ -41,7 +43,15 @@ def read(directory: str) -> dict[str, Any] | None:
     if data["format"] > FORMAT:
         raise NotALogError(f"{path}: log format {data['format']} is newer than this seglog "
                            f"supports ({FORMAT}); upgrade seglog")
+    if data["format"] < FORMAT:
+        raise _old_format(data["format"], path)
     return data
+
+
+def _old_format(version: int, path: str) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"the log is of format {version}: this seglog reads format {FORMAT} only (XXH3 "
+        f"batch checksums) and converts no older data; nothing was changed", path)
 
 
 def write(directory: str, config: LogConfig, created: dict[str, Any] | None = None) -> None:
@@ -79,12 +89,29 @@ def ownership(directory: str, names: list[str]) -> str:
         return "empty"
     for name in _LEGACY_PROOF:
         if name in others and _proves_seglog(os.path.join(directory, name)):
+            _refuse_old_batches(directory, others)
             return "legacy"
     shown = ", ".join(sorted(others)[:5]) + (" ..." if len(others) > 5 else "")
     raise NotALogError(
         f"{directory} holds files ({shown}) but no {MARKER}: it was not created by "
         f"seglog, and seglog never changes files it cannot prove are its own. "
         f"Use an empty or new directory")
+
+
+def _refuse_old_batches(directory: str, names: list[str]) -> None:
+    """A log from before markers has no stored format: its first batch says it. Its
+    writer's open must not take batches of an older format for a torn tail."""
+    bases = list_segments(directory, names)
+    if not bases:
+        return
+    path = os.path.join(directory, f"{bases[0]:020d}.log")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(codec.LENGTH_END + 1)
+    except OSError:
+        return      # the open that follows reports it
+    if len(head) > codec.LENGTH_END and head[codec.LENGTH_END] == codec.OLD_MAGIC:
+        raise _old_format(codec.OLD_MAGIC, path)
 
 
 def _proves_seglog(path: str) -> bool:

@@ -2,7 +2,7 @@
 time lookups (``Segment.batches``), reads of batches larger than a chunk, recovery,
 readers following a live segment, index rebuilds and the cleaner go through it.
 (``iter()`` decodes whole chunks with ``codec.iter_batches``, and single headers are
-read where one is all a caller needs.) ``scan`` is its checking use: framing, CRC,
+read where one is all a caller needs.) ``scan`` is its checking use: framing, checksum,
 offsets and timestamps of every batch, and the index entries a writer would have
 made for them; it never raises for bad data, its result says where and why it
 stopped."""
@@ -24,7 +24,7 @@ CHUNK = 1 << 20
 class Damage(CorruptRecordError):
     """What ``walk`` found wrong, at a file position. ``reason``: ``"short"`` (the
     file ends before ``end``), ``"partial"`` (a batch runs past ``end``), ``"zeros"``,
-    ``"framing"``, ``"crc"``, ``"offsets"``."""
+    ``"framing"``, ``"checksum"``, ``"offsets"``."""
 
     def __init__(self, reason: str, message: str, position: int,
                  offset: int | None = None) -> None:
@@ -41,7 +41,7 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
     The file is read in ``chunk``-sized ``pread``s; a batch larger than a chunk is
     read whole. Framing is checked, and offsets: each batch starts where the last
     ended (after compaction, anywhere above it), the first at ``expect`` if given.
-    ``check`` adds the CRC and the timestamps. The first bad batch raises
+    ``check`` adds the checksum and the timestamps. The first bad batch raises
     ``Damage`` (without a path: the caller places it with ``.at``). A file shorter
     than ``end`` is damage at once, before any batch of the short read is yielded;
     ``to_damage`` (recovery's use) yields every whole batch up to the damage first.
@@ -108,8 +108,8 @@ def _checked(buf: bytes, p: int, filepos: int, hdr: codec.BatchHeader, expect: i
              check: bool) -> int:
     """Check one batch; return the offset the next must start at."""
     base = hdr[codec.H_BASE]
-    if check and not codec.check_crc(buf, p, hdr):
-        raise Damage("crc", "CRC mismatch", filepos + p, base)
+    if check and not codec.checksum_ok(buf, p, hdr):
+        raise Damage("checksum", "checksum mismatch", filepos + p, base)
     if expect is not None and (base < expect or (base != expect and not hdr[codec.H_ATTRS] & codec.F_OFFSETS)):
         raise Damage("offsets", f"batch starts at offset {base}, expected {expect}",
                      filepos + p, base)
@@ -127,7 +127,7 @@ class ScanResult:
     max_timestamp: int = -1
     max_ts_offset: int = 0
     first_timestamp: int | None = None
-    stop: str = "end"              # "end", "partial", "zeros", "framing", "crc", "offsets"
+    stop: str = "end"              # "end", "partial", "zeros", "framing", "checksum", "offsets"
     index: list[tuple[int, int]] = field(default_factory=list)       # (offset, position)
     time_index: list[tuple[int, int]] = field(default_factory=list)  # (timestamp, offset)
     batches: int = 0

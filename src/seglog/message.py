@@ -256,7 +256,7 @@ class MessageSet:
     Iterating yields the ``Message`` objects with ``offset >= `` the offset asked
     for (the first batch may start earlier; its earlier records are skipped).
     ``write_to`` sends the raw batch bytes, zero-copy with ``os.sendfile`` when the
-    set is backed by a file. Every batch's CRC is checked as it is iterated;
+    set is backed by a file. Every batch's checksum is checked as it is iterated;
     a mismatch raises ``CorruptRecordError``.
     """
 
@@ -307,7 +307,7 @@ class MessageSet:
             raise CorruptRecordError("partial batch in message set", self._path, self._pos(pos))
 
     def _batch_iters(self, message_type: Any = Message,
-                     lead: tuple[Any, ...] = ()) -> Iterator[Iterator[Any]]:
+                     lead: tuple[Any, ...] = ()) -> Iterator[Iterable[Any]]:
         try:
             yield from codec.iter_batches(self._data, self._start, self._end, self._min, self._max,
                                           self._max_uncompressed, message_type, self._expect,
@@ -395,10 +395,11 @@ class MessageSet:
         return list(map(itemgetter(3), self))
 
     def validate(self) -> None:
-        """Check framing and CRC of every batch; raise CorruptRecordError."""
+        """Check framing and checksum of every batch; raise CorruptRecordError."""
         for pos, hdr in self._headers():
-            if not codec.check_crc(self._data, pos, hdr):
-                raise CorruptRecordError("CRC mismatch", self._path, self._pos(pos), hdr[codec.H_BASE])
+            if not codec.checksum_ok(self._data, pos, hdr):
+                raise CorruptRecordError("checksum mismatch", self._path, self._pos(pos),
+                                         hdr[codec.H_BASE])
             for _ in codec.decode_batch(self._data, pos, hdr,
                                         max_uncompressed=self._max_uncompressed):
                 pass

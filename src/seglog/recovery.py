@@ -1,7 +1,7 @@
 """Loading a log directory: checkpoints, the clean-shutdown marker and the tail scan.
 
 A clean open (marker present and consistent) reads no segment data. Otherwise only
-the segments from the recovery point on are scanned: every batch's framing, CRC and
+the segments from the recovery point on are scanned: every batch's framing, checksum and
 offsets are checked, the indexes of scanned segments are rebuilt, and the log is cut
 at the first batch that fails (a torn tail from a crash).
 """
@@ -214,7 +214,7 @@ def _trusted_prefix(seg: Segment, rp: int, max_index_bytes: int
 
     The index entries of flushed data were fsynced with it: entries up to the
     recovery point are kept if they ascend and the last of them points at a batch
-    of its offset; the scan (with CRCs) starts there. Otherwise: from the start.
+    of its offset; the scan (with checksums) starts there. Otherwise: from the start.
     """
     base = seg.base_offset
     try:
@@ -326,7 +326,7 @@ def write_marker(directory: str, active: Segment, end_offset: int) -> None:
 def continuing_batch_after(seg: Segment, pos: int, file_size: int, next_offset: int) -> int | None:
     """Position of a valid batch after ``pos`` that continues the log, if any.
 
-    A batch with a good CRC and a base offset at or past ``next_offset`` beyond a
+    A batch with a good checksum and a base offset at or past ``next_offset`` beyond a
     damaged spot proves the damage is inside written data, not a torn tail. A stale
     copy of an earlier batch (base offset too low) proves nothing. Zero-filled
     stretches are skipped at C speed.
@@ -347,7 +347,7 @@ def continuing_batch_after(seg: Segment, pos: int, file_size: int, next_offset: 
                     and p + q + size <= file_size):
                 data = buf if q + size <= len(buf) else os.pread(seg.fileno(), size, p + q)
                 start = q if data is buf else 0
-                if codec.check_crc(data, start, hdr):
+                if codec.checksum_ok(data, start, hdr):
                     return p + q
             i = buf.find(codec.MAGIC.to_bytes(1, "little"), i + 1)
         p += limit

@@ -27,7 +27,7 @@ Progress = Callable[[int], None]     # called with the bytes just read
 
 class DamageAt(CorruptRecordError):
     """Damage placed in its file, with ``reason``: ``"framing"``, ``"zeros"``,
-    ``"partial"``, ``"short"``, ``"crc"``, ``"offsets"`` or ``"records"`` (the
+    ``"partial"``, ``"short"``, ``"checksum"``, ``"offsets"`` or ``"records"`` (the
     record layout inside a batch does not add up)."""
 
     def __init__(self, reason: str, message: str, path: str, position: int | None,
@@ -291,7 +291,7 @@ def _valid_after(path: str, position: int) -> int:
             hdr = codec.read_header(data, start, len(data))
         except CorruptRecordError:
             hdr = None
-        if hdr is not None and codec.check_crc(data, start, hdr):
+        if hdr is not None and codec.checksum_ok(data, start, hdr):
             n += 1
             i = data.find(magic, start + codec.batch_size(hdr) + codec.LENGTH_END)
         else:

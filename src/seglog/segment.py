@@ -46,6 +46,7 @@ def _disable_populate() -> None:
 
 _OFFSET = Struct("<q")
 _ONE = codec.ONE_HEADER
+_MAGIC = codec.MAGIC
 _ONE_SIZE = _ONE.size
 _SCAN_CHUNK = 1 << 16
 NO_TIMESTAMP = -1
@@ -373,7 +374,7 @@ class Segment:
                max_timestamp: int, size: int | None = None) -> None:
         """Copy one encoded batch (bytes, or its two parts: header, records) to the end.
 
-        Stamps the batch's base offset field: the CRC does not cover it, so a batch
+        Stamps the batch's base offset field: the checksum does not cover it, so a batch
         can be encoded before its offset is known (outside the log's lock).
         """
         mm = self._mm
@@ -384,7 +385,7 @@ class Segment:
             if end > self._alloc_end:
                 self._allocate(end)
             # the base offset is stamped before the records go in: a reader in another
-            # process must not catch a whole batch (CRC good) still saying offset 0
+            # process must not catch a whole batch (checksum good) still saying offset 0
             head, body = data       # the append_batch fast path
             p = pos + len(head)
             mm[pos:p] = head
@@ -404,9 +405,10 @@ class Segment:
                 mm[h:end] = view[codec.HEADER_SIZE:]
         self._appended(pos, end, base_offset, next_offset, max_timestamp)
 
-    def _append_one(self, offset: int, timestamp: int, crc: int, value: bytes, size: int) -> int:
+    def _append_one(self, offset: int, timestamp: int, check: int, value: bytes, size: int) -> int:
         """``Log.append``'s hot path: one short keyless record, its header packed
-        straight into the map (``crc`` is the batch's, computed outside the lock).
+        straight into the map (``check`` is the batch's checksum, computed outside
+        the lock).
         Returns the position written at. Byte for byte what ``codec.encode_batch``
         makes (tested)."""
         pos = self._size
@@ -414,7 +416,7 @@ class Segment:
         mm = self._mm
         if end > self._alloc_end:
             self._allocate(end)
-        _ONE.pack_into(mm, pos, offset, size - 12, 1, crc, 0, 0, 1, timestamp, timestamp,
+        _ONE.pack_into(mm, pos, offset, size - 12, _MAGIC, check, 0, 0, 1, timestamp, timestamp,
                        size - _ONE_SIZE)
         mm[pos + _ONE_SIZE:end] = value
         if pos >= self._next_index_pos or timestamp > self._max_ts or not pos:
