@@ -76,6 +76,11 @@ def _is_log(path: str) -> bool:
     return os.path.isfile(os.path.join(path, MARKER))
 
 
+def _require_log(path: str) -> None:
+    if not _is_log(path):
+        raise NotALogError(f"{path} is not a seglog log (no {MARKER})")
+
+
 def _partitions(root: str, topic: str | None = None) -> list[tuple[str, int, str]]:
     """(topic, partition, log directory) under a topic root, in order."""
     if not os.path.isdir(root):
@@ -169,8 +174,7 @@ def _codec_name(attrs: int) -> str:
 # -- subcommands -----------------------------------------------------------------------
 def cmd_dump(a: argparse.Namespace, out: Any) -> int:
     path = a.path
-    if not _is_log(path):
-        raise NotALogError(f"{path} is not a seglog log (no {MARKER})")
+    _require_log(path)
     batches: list[repair.BatchInfo] = []
     prog = _Progress("dump", _dir_bytes(path))
     try:
@@ -270,8 +274,7 @@ def cmd_verify(a: argparse.Namespace, out: Any) -> int:
 
 def cmd_recover(a: argparse.Namespace, out: Any, stdin: Any) -> int:
     path = a.path
-    if not _is_log(path):
-        raise NotALogError(f"{path} is not a seglog log (no {MARKER})")
+    _require_log(path)
     result: dict[str, Any] = {"path": path}
     if a.truncate_at_damage:
         plan = repair.plan_cut(path)
@@ -485,8 +488,7 @@ def cmd_groups(a: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_compact(a: argparse.Namespace, out: Any) -> int:
-    if not _is_log(a.path):
-        raise NotALogError(f"{a.path} is not a seglog log (no {MARKER})")
+    _require_log(a.path)
     before = _dir_bytes(a.path)
     with Log.open(a.path) as log:
         if "compact" not in log.config.cleanup_policy:
@@ -513,8 +515,7 @@ def cmd_compact(a: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_retention(a: argparse.Namespace, out: Any) -> int:
-    if not _is_log(a.path):
-        raise NotALogError(f"{a.path} is not a seglog log (no {MARKER})")
+    _require_log(a.path)
     now = int(time.time() * 1000)
     with Log.open(a.path, readonly=a.dry_run) as log:
         cfg = log.config
