@@ -129,10 +129,10 @@ def walk_log(directory: str, progress: Progress | None = None, decode: bool = Tr
                     done = end
                     yield path, filepos + p, buf, p, hdr
             except Damage as d:
-                if last and d.reason in ("zeros", "short", "partial") and \
-                        d.position is not None and not any(_nonzero(f.fileno(), d.position, size)):
-                    pass                        # the zeros after a live writer's data
-                else:
+                # only zeros from here to the end of the last segment: a live writer's
+                # preallocated space, not damage
+                if not (last and d.reason in ("zeros", "short", "partial")
+                        and not any(_nonzero(f.fileno(), d.position or 0, size))):
                     why = d.message
                     if last and d.reason == "partial":
                         why += " (a torn tail: opening the log for writing cuts it off)"
