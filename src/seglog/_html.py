@@ -14,17 +14,22 @@ _STYLE = ("<style>.seglog td,.seglog th{text-align:left;padding:1px 8px;"
           "font-family:monospace}</style>")
 
 
+def text(b: bytes) -> str | None:
+    """``b`` as text if it is UTF-8 that prints (tabs allowed), else None."""
+    try:
+        s = b.decode()
+    except UnicodeDecodeError:
+        return None
+    return s if all(c.isprintable() or c == "\t" for c in s) else None
+
+
 def preview(b: bytes | None, limit: int = 60) -> str:
     """A short, printable rendering of a key or value."""
     if b is None:
         return "None"
     part = bytes(b[:limit])
-    try:
-        s = part.decode()
-        text = all(c.isprintable() or c == "\t" for c in s)
-    except UnicodeDecodeError:
-        text = False
-    shown = s if text else repr(part)
+    s = text(part)
+    shown = s if s is not None else repr(part)
     return shown + (f"… ({len(b)} bytes)" if len(b) > limit else "")
 
 

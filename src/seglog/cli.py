@@ -21,19 +21,19 @@ compact, retention need it); 5 cut not confirmed.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from . import codec, repair
+from . import _html, codec, repair
 from ._files import MARKER
 from .consumer_group import GROUPS_DIR, describe_group
 from .errors import (CorruptRecordError, InvalidConfigError, LogLockedError, NotALogError,
                      SeglogError)
 from .log import Log
+from .message import as_ms
 from .retention import expired_prefix
 from .topic import read_partition_count
 
@@ -124,15 +124,10 @@ def _show(b: bytes | None, limit: int) -> str:
     """UTF-8 text if it is printable, else escaped bytes; cut at ``limit``."""
     if b is None:
         return "null"
-    cut = len(b) > limit
-    part = b[:limit]
-    try:
-        s = part.decode()
-        text = s.isprintable() or all(c.isprintable() or c in "\t" for c in s)
-    except UnicodeDecodeError:
-        text = False
-    shown = json.dumps(part.decode()) if text else repr(bytes(part))
-    return shown + (f"...({len(b)} bytes)" if cut else "")
+    part = bytes(b[:limit])
+    s = _html.text(part)
+    shown = json.dumps(s) if s is not None else repr(part)
+    return shown + (f"...({len(b)} bytes)" if len(b) > limit else "")
 
 
 def _json_value(b: bytes | None, limit: int) -> Any:
@@ -144,19 +139,14 @@ def _json_value(b: bytes | None, limit: int) -> Any:
         return {"hex": b[:limit].hex()}
 
 
-def _ts(ms: int) -> str:
-    return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).isoformat(
-        timespec="milliseconds").replace("+00:00", "Z")
+_ts = _html.when
 
 
 def _parse_time(s: str) -> int:
     try:
-        t = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidConfigError(f"--from-time: not an ISO 8601 time: {s!r}") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=_dt.timezone.utc)
-    return int(t.timestamp() * 1000)
+        return as_ms(s, "--from-time")
+    except ValueError as e:
+        raise InvalidConfigError(str(e)) from None
 
 
 def _flags(attrs: int) -> str:

@@ -44,7 +44,7 @@ from ._files import atomic_write, fsync_dir, remove
 from .errors import (CommitFailedError, InvalidConfigError, LogClosedError,
                      OffsetOutOfRangeError, SeglogError)
 from .log import Log
-from .message import Headers, _short, _tuplegetter
+from .message import Headers, Message, _short, _tuplegetter
 from .topic import check_name, partition_dir, read_partition_count
 
 _log = logging.getLogger("seglog")
@@ -79,8 +79,7 @@ class ConsumerMessage(_ConsumerMessageBase):
     value: bytes | None = _tuplegetter(5, "Value bytes; None is a tombstone.")
     headers: Headers = _tuplegetter(6, "(str, bytes) pairs.")
 
-    def _asdict(self) -> dict[str, Any]:
-        return dict(zip(self._fields, self))
+    _asdict = Message._asdict        # one definition: it reads ``_fields``
 
     def __repr__(self) -> str:
         return (f"ConsumerMessage(topic={self[0]!r}, partition={self[1]}, offset={self[2]}, "

@@ -142,18 +142,8 @@ class Columns(NamedTuple):
         message. Needs pyarrow and numpy (the ``spark`` extra)."""
         pa, np = _arrow()
         n = len(self.offsets)
-        o = self.offsets
-        if type(o) is range:
-            offsets = pa.array(np.arange(o.start, o.stop, dtype=np.int64))
-        else:
-            offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(o)])
-        stamps = pa.Array.from_buffers(pa.timestamp("ms", tz="UTC"), n,
-                                       [None, pa.py_buffer(self.timestamps)])
-        values = _binary(pa, np, self.value_lengths, self.values, self.value_nulls)
-        if self.key_lengths is None or self.keys is None:
-            keys = pa.nulls(n, pa.binary())
-        else:
-            keys = _binary(pa, np, self.key_lengths, self.keys, self.key_nulls)
+        offsets, ms, keys, values = self.arrow_arrays()
+        stamps = ms.view(pa.timestamp("ms", tz="UTC"))
         if self.headers is None:
             headers = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
                                                pa.array([], type=_HEADER_TYPE(pa)))
@@ -165,6 +155,25 @@ class Columns(NamedTuple):
             keys = keys.cast(pa.large_binary())
         return pa.RecordBatch.from_arrays([offsets, stamps, keys, values, headers],
                                           schema=arrow_schema(large))
+
+    def arrow_arrays(self) -> tuple[Any, Any, Any, Any]:
+        """pyarrow arrays of the offsets (int64), timestamps (int64 milliseconds),
+        keys and values (binary, null where None), over the columns' buffers: the
+        one conversion ``to_arrow`` and the Spark source build their batches from."""
+        pa, np = _arrow()
+        n = len(self.offsets)
+        o = self.offsets
+        if type(o) is range:
+            offsets = pa.array(np.arange(o.start, o.stop, dtype=np.int64))
+        else:
+            offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(o)])
+        ms = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.timestamps)])
+        values = _binary(pa, np, self.value_lengths, self.values, self.value_nulls)
+        if self.key_lengths is None or self.keys is None:
+            keys = pa.nulls(n, pa.binary())
+        else:
+            keys = _binary(pa, np, self.key_lengths, self.keys, self.key_nulls)
+        return offsets, ms, keys, values
 
 
 ARROW_FIELDS = ("offset", "timestamp", "key", "value", "headers")

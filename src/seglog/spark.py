@@ -562,22 +562,6 @@ def arrow_schema(include_headers: bool = False) -> Any:
     return pa.schema(fields)
 
 
-def _binary(pa: Any, np: Any, lengths: Any, data: bytes, nulls: list[int]) -> Any:
-    """A binary array over ``data`` as it is: the offsets are one cumulative sum of the
-    lengths (32-bit, as Spark's binary; a chunk is far below 2 GiB)."""
-    n = len(lengths)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(np.frombuffer(lengths, dtype=np.uint32 if lengths.typecode == "I" else np.uint16),
-              out=offsets[1:])
-    validity = None
-    if nulls:
-        mask = np.ones(n, dtype=bool)
-        mask[nulls] = False
-        validity = pa.array(mask).buffers()[1]
-    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets),
-                                                  pa.py_buffer(data)], null_count=len(nulls))
-
-
 def spark_batch(cols: Columns, topic: str, partition: int, include_headers: bool = False) -> Any:
     """``cols`` as a ``pyarrow.RecordBatch`` of ``arrow_schema(include_headers)``.
 
@@ -589,18 +573,8 @@ def spark_batch(cols: Columns, topic: str, partition: int, include_headers: bool
     import pyarrow as pa
     import pyarrow.compute as pc
     n = len(cols.offsets)
-    o = cols.offsets
-    if isinstance(o, range):
-        offsets = pa.array(np.arange(o.start, o.stop, dtype=np.int64))
-    else:
-        offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(o)])
-    ms = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(cols.timestamps)])
+    offsets, ms, keys, values = cols.arrow_arrays()
     stamps = pc.multiply(ms, 1000).view(pa.timestamp("us", tz="UTC"))
-    values = _binary(pa, np, cols.value_lengths, cols.values, cols.value_nulls)
-    if cols.key_lengths is None or cols.keys is None:
-        keys = pa.nulls(n, pa.binary())
-    else:
-        keys = _binary(pa, np, cols.key_lengths, cols.keys, cols.key_nulls)
     arrays = [keys, values, pa.repeat(pa.scalar(topic, pa.string()), n),
               pa.repeat(pa.scalar(partition, pa.int32()), n), offsets, stamps,
               pa.repeat(pa.scalar(0, pa.int32()), n)]    # 0: CreateTime, as Kafka's producer
