@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
-from ._files import MARKER
+from ._files import MARKER, require_dir
 from .consumer_group import ConsumerMessage, commit_offsets, committed_offsets
 from .errors import InvalidConfigError, OffsetOutOfRangeError
 from .log import Log
@@ -877,6 +877,7 @@ def offset_ranges(root: str | os.PathLike[str], topics: Iterable[str],
                                        or not isinstance(min_partitions, int) or min_partitions < 1):
         raise InvalidConfigError(f"min_partitions must be a positive int, not {min_partitions!r}")
     base = os.path.abspath(os.fspath(root))
+    require_dir(base, "topic root", create=True)      # a file: NotALogError
     committed = committed_offsets(base, group) if group is not None else {}
     ranges = []
     for t in names:
