@@ -477,3 +477,21 @@ def test_compaction_never_merges_past_the_index_relative_offsets(logdir):
     with Log.open(logdir, **CFG) as log:
         assert latest_per_key(log) == before
         assert repair.check(logdir).ok
+
+
+def test_compaction_merges_no_more_than_one_index_holds(logdir):
+    # small indexes roll small segments; a merged one must still index every batch
+    # the writer's rule would (a full index drops the entries past it)
+    from seglog import _scan
+    cfg = dict(CFG, segment_bytes=1 << 16, max_index_bytes=96, index_interval_bytes=64)
+    with Log.open(logdir, **cfg) as log:
+        fill(log, 400, keys=400)        # distinct keys: compaction keeps everything
+        assert len(log.segments) > 10
+        before = latest_per_key(log)
+        assert log.compact().skipped is None
+        assert latest_per_key(log) == before
+        assert len(log.segments) > 2
+        for seg in log.segments[:-1]:
+            rule = _scan.scan(seg, 0, seg.size, None, 64).index
+            entries = os.path.getsize(seg.index_path) // 8
+            assert entries == len(rule), (seg.base_offset, entries, len(rule))

@@ -38,7 +38,7 @@ from ._files import (CLEANED, SWAP, fsync_dir, fsync_file, is_leftover, list_seg
                   read_checkpoint, remove, write_checkpoint)
 from .config import LogConfig
 from .errors import CorruptRecordError
-from .index import MAX_RELATIVE_OFFSET, OffsetIndex
+from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex
 from .segment import Segment, segment_name
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -307,6 +307,8 @@ def _empty_batch(covered: int, end: int, ts: int) -> bytes:
 
 # an empty batch's size: the most ``cover`` adds
 _EMPTY_BATCH_BYTES = len(_empty_batch(0, 1, 0))
+# the larger index entry: a group's time index has at most its offset index's entries
+_ENTRY_BYTES = max(OffsetIndex.SIZE, TimeIndex.SIZE)
 
 
 def _clean_segment(directory: str, cfg: LogConfig, seg: Segment, omap: OffsetMap,
@@ -364,7 +366,7 @@ def _takes(w: _Writer, nxt: _Writer, end: int, cfg: LogConfig) -> bool:
     size = w.pos + nxt.pos + (_EMPTY_BATCH_BYTES if covered < end else 0)
     return ((not w.pos or size <= cfg.segment_bytes)
             and end - 1 - w.base <= MAX_RELATIVE_OFFSET
-            and len(w.res.index) + len(nxt.res.index) < cfg.max_index_bytes // OffsetIndex.SIZE)
+            and (len(w.res.index) + len(nxt.res.index) + 1) * _ENTRY_BYTES <= cfg.max_index_bytes)
 
 
 def _commit(directory: str, cfg: LogConfig, group: list[Segment], w: _Writer,
