@@ -57,6 +57,9 @@ def compaction(root: str, records: int, keys: int) -> None:
     print(f"compaction: {stats.records_read:,} records, {mb:.0f} MB in {stats.seconds:.1f} s = "
           f"{mb / stats.seconds:.1f} MB/s, {stats.records_read / stats.seconds:,.0f} records/s; "
           f"kept {stats.records_kept:,}, {stats.bytes_after / 1e6:.1f} MB after")
+    sealed = [s.size for s in log.segments[:-1]]
+    print(f"sealed segments: {stats.segments_before} before, {len(sealed)} after "
+          f"(smallest {min(sealed) / 1e6:.2f} MB, {sum(s < 1000 for s in sealed)} under 1 kB)")
     print(f"offset map: {stats.map_entries:,} distinct keys in {stats.map_bytes / 1e6:.2f} MB = "
           f"{stats.map_bytes / stats.map_entries:.1f} bytes per key (Kafka: 24 per entry)")
     # verify against the model: below the active segment, exactly the latest record

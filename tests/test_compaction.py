@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seglog
-from seglog import Log, cleaner
+from seglog import Log, cleaner, repair
 from seglog.testing import abandon
 
 # records here carry made-up timestamps near 0 ms
@@ -154,7 +155,7 @@ def test_reads_across_holes(logdir):
 
 def test_interrupted_swap_rolls_forward(logdir, monkeypatch):
     with Log.open(logdir, **CFG) as log:
-        recs = fill(log, 400, keys=5)
+        recs = fill(log, 400, keys=200)       # kept data for more than one group
         active = log.segments[-1].base_offset
         real = cleaner.swap_in
         calls = []
@@ -298,3 +299,199 @@ def test_compaction_of_segments_with_compressed_and_plain_batches(logdir):
     with Log.open(logdir, **cfg) as again:
         assert [(m.offset, m.key, m.value) for m in again.iter()] == \
             model_after(records, active_base, 10_000, False)
+
+
+def sealed_sizes(log: Log) -> list[int]:
+    return [s.size for s in log.segments[:-1]]
+
+
+def latest_per_key(log: Log) -> dict:
+    return {m.key: m.value for m in log.iter()}
+
+
+def assert_grouped_by_output(log: Log, limit: int) -> None:
+    """No two neighbouring sealed segments a merge would join: their sizes add up
+    to more than one segment may hold."""
+    sizes = sealed_sizes(log)
+    pairs = list(zip(sizes, sizes[1:]))
+    assert all(a + b > limit for a, b in pairs), (limit, sizes)
+
+
+def test_compaction_leaves_no_trail_of_empty_segments(logdir):
+    # 500 updates of 10 keys in 4 KiB segments: the sealed segments hold only
+    # superseded values but the last's
+    cfg = dict(CFG, segment_bytes=4096)
+    with Log.open(logdir, **cfg) as log:
+        for i in range(500):
+            log.append(b"value-%04d" % i, key=b"key-%d" % (i % 10))
+        assert len(log.segments) > 7
+        before = latest_per_key(log)
+        stats = log.compact()
+        assert stats.skipped is None
+        # what survives (10 records) fits in one segment: one sealed segment, not 7
+        # empty ones and a small one
+        assert len(log.segments) == 2, [(s.base_offset, s.size) for s in log.segments]
+        assert log.segments[0].base_offset == 0 and stats.segments_after == 1
+        assert sum(1 for _ in log.segments[0].batches()) <= 11
+        assert latest_per_key(log) == before
+        again = log.compact()
+        assert again.skipped == "nothing dirty in the sealed segments"
+        assert len(log.segments) == 2 and latest_per_key(log) == before
+    with Log.open(logdir, **cfg) as log:
+        assert latest_per_key(log) == before and len(log.segments) == 2
+
+
+def test_each_pass_groups_by_output_as_the_log_grows(logdir):
+    cfg = dict(CFG, segment_bytes=4096)
+    with Log.open(logdir, **cfg) as log:
+        for round_ in range(6):
+            for i in range(300):
+                log.append(b"r%d-%04d" % (round_, i), key=b"key-%d" % ((i * 7 + round_) % 40))
+            before = latest_per_key(log)
+            assert log.compact().skipped is None
+            assert latest_per_key(log) == before
+            assert_grouped_by_output(log, 4096)
+            empties = [s.base_offset for s in log.segments[:-1]
+                       if all(h[seglog.codec.H_COUNT] == 0 for _, h in s.batches())]
+            assert not empties
+
+
+@given(st.integers(1, 600), st.integers(1, 40), st.integers(1, 700),
+       st.sampled_from([0.0, 0.1]), st.sampled_from([1024, 1500, 2048, 4096, 8192]),
+       st.sampled_from([None, "lz4"]), st.sampled_from([64, 1 << 20]), st.integers(0, 2**32))
+@settings(max_examples=60, deadline=None)
+def test_compaction_groups_by_output_and_keeps_every_latest_value(
+        tmp_path_factory, n, keys, max_value, tombstones, segment_bytes, compression, chunk,
+        seed):
+    """``n`` random updates of ``keys`` keys (a ``tombstones`` share of deletes), then
+    a pass: every key's latest value (tombstones too) as before, and no two
+    neighbouring sealed segments whose sizes fit in one segment together. ``chunk``
+    small makes every output go to its file before it is merged."""
+    rnd = random.Random(seed)
+    path = str(tmp_path_factory.mktemp("g") / "log")
+    cfg = dict(CFG, segment_bytes=segment_bytes, compression=compression)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cleaner, "_READ_CHUNK", chunk)
+        with Log.open(path, **cfg) as log:
+            for _ in range(n):
+                k = rnd.randrange(keys)
+                size = rnd.randint(1, max_value)
+                v = (None if rnd.random() < tombstones
+                     else b"%d:" % k + bytes(rnd.randrange(4) for _ in range(size)))
+                log.append(v, key=b"key-%d" % k)
+            before = latest_per_key(log)
+            stats = log.compact()
+            assert stats.skipped is None or len(log.segments) == 1
+            assert latest_per_key(log) == before
+            assert_grouped_by_output(log, segment_bytes)
+        assert not [n for n in os.listdir(path) if n.startswith(".seglog-")]
+        with Log.open(path, **cfg) as log:
+            assert latest_per_key(log) == before
+
+
+def test_failure_while_grouping_removes_the_new_files_and_loses_nothing(logdir, monkeypatch):
+    monkeypatch.setattr(cleaner, "_READ_CHUNK", 64)    # outputs go to their files at once
+    with Log.open(logdir, **CFG) as log:
+        recs = fill(log, 600, keys=200)
+        before = latest_per_key(log)
+        real = cleaner._clean_segment
+        calls = []
+
+        def fail_on_the_fourth(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 4:
+                raise OSError(5, "Input/output error")
+            return real(*args, **kwargs)
+        monkeypatch.setattr(cleaner, "_clean_segment", fail_on_the_fourth)
+        with pytest.raises(seglog.StorageError):
+            log.compact()
+        assert len(calls) == 4
+        # outputs made but not committed are gone; committed groups are swapped in
+        assert not [n for n in os.listdir(logdir) if n.startswith(".seglog-")]
+        assert latest_per_key(log) == before
+        assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())
+    monkeypatch.setattr(cleaner, "_clean_segment", real)
+    with Log.open(logdir, **CFG) as log:
+        assert latest_per_key(log) == before
+        assert log.compact().skipped is None
+        assert latest_per_key(log) == before
+        assert_grouped_by_output(log, CFG["segment_bytes"])
+
+
+def test_crash_while_grouping_loses_nothing(logdir, monkeypatch):
+    monkeypatch.setattr(cleaner, "_READ_CHUNK", 64)
+    with Log.open(logdir, **CFG) as log:
+        recs = fill(log, 600, keys=200)
+        before = latest_per_key(log)
+        real = cleaner._Writer.absorb
+        calls = []
+
+        def crash_in_the_third_merge(self, other):
+            calls.append(1)
+            if len(calls) == 3:
+                raise KeyboardInterrupt("simulated crash while merging outputs")
+            return real(self, other)
+        monkeypatch.setattr(cleaner._Writer, "absorb", crash_in_the_third_merge)
+        with pytest.raises(KeyboardInterrupt):
+            log.compact()
+        monkeypatch.setattr(cleaner._Writer, "absorb", real)
+        abandon(log)
+    with Log.open(logdir, **CFG) as log:
+        assert not [n for n in os.listdir(logdir) if n.startswith(".seglog-")]
+        assert latest_per_key(log) == before
+        assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())
+
+
+def _end_with_a_gap(path: str, upto: int) -> None:
+    """Close the log, then end its active segment with an empty batch holding the
+    offsets up to ``upto - 1``: what compaction leaves of billions of updates."""
+    with Log.open(path, **CFG) as log:
+        seg, end = log.segments[-1].path, log.end_offset
+    gap = seglog.codec.encode_batch(end, [], 1000, offset_deltas=[],
+                                    last_offset_delta=upto - 1 - end)
+    with open(seg, "r+b") as f:
+        data = f.read().rstrip(b"\0")
+        f.seek(len(data))
+        f.write(gap)
+        f.truncate(len(data) + len(gap))
+
+
+def test_compaction_never_merges_past_the_index_relative_offsets(logdir):
+    # two small sealed segments of 2**32 offsets each (rolled by the index's 32-bit
+    # relative offsets): merged, their offsets would not fit one segment's index
+    with Log.open(logdir, **CFG) as log:
+        fill(log, 5, keys=5)
+    _end_with_a_gap(logdir, (1 << 32) - 4)
+    with Log.open(logdir, **CFG) as log:
+        fill(log, 8, keys=5)
+    _end_with_a_gap(logdir, (1 << 33) - 8)
+    with Log.open(logdir, **CFG) as log:
+        fill(log, 8, keys=5)
+        sealed = log.segments[:-1]
+        assert len(sealed) == 2 and sum(s.size for s in sealed) < CFG["segment_bytes"]
+        before = latest_per_key(log)
+        stats = log.compact()
+        assert stats.skipped is None
+        assert [s.base_offset for s in log.segments[:-1]] == [0, (1 << 32) - 1]
+        assert latest_per_key(log) == before
+    with Log.open(logdir, **CFG) as log:
+        assert latest_per_key(log) == before
+        assert repair.check(logdir).ok
+
+
+def test_compaction_merges_no_more_than_one_index_holds(logdir):
+    # small indexes roll small segments; a merged one must still index every batch
+    # the writer's rule would (a full index drops the entries past it)
+    from seglog import _scan
+    cfg = dict(CFG, segment_bytes=1 << 16, max_index_bytes=96, index_interval_bytes=64)
+    with Log.open(logdir, **cfg) as log:
+        fill(log, 400, keys=400)        # distinct keys: compaction keeps everything
+        assert len(log.segments) > 10
+        before = latest_per_key(log)
+        assert log.compact().skipped is None
+        assert latest_per_key(log) == before
+        assert len(log.segments) > 2
+        for seg in log.segments[:-1]:
+            rule = _scan.scan(seg, 0, seg.size, None, 64).index
+            entries = os.path.getsize(seg.index_path) // 8
+            assert entries == len(rule), (seg.base_offset, entries, len(rule))

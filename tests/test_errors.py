@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import sys
 import pytest
 
 import seglog
-from seglog import Log, Record
+from seglog import Log, Record, consumer_group, repair, spark
 
 
 def log_bytes(path: str) -> dict[str, int]:
@@ -28,7 +29,8 @@ def snapshot(log: Log):
 def test_all_errors_derive_from_seglog_error():
     for e in (seglog.OffsetOutOfRangeError, seglog.MessageTooLargeError, seglog.CorruptRecordError,
               seglog.LogLockedError, seglog.LogClosedError, seglog.InvalidConfigError,
-              seglog.StorageError, seglog.ReadOnlyError):
+              seglog.StorageError, seglog.ReadOnlyError, seglog.NotALogError,
+              seglog.CommitFailedError):
         assert issubclass(e, seglog.SeglogError)
 
 
@@ -214,3 +216,137 @@ def test_storage_error_on_full_disk(logdir, monkeypatch):
     log.close()
     with Log.open(logdir) as again:
         assert [m.value for m in again.iter()] == [b"a"]
+
+
+# -- paths that cannot be a log: a typed error, and nothing touched ---------------------
+
+def _tree(root) -> dict[str, object]:
+    """Every entry under ``root``: a file's bytes' hash, a link's target, or "dir"."""
+    out: dict[str, object] = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            rel = os.path.relpath(p, root)
+            if os.path.islink(p):
+                out[rel] = ("link", os.readlink(p))
+            elif os.path.isdir(p):
+                out[rel] = "dir"
+            else:
+                with open(p, "rb") as f:
+                    out[rel] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def _bad_path(tmp_path, kind: str) -> str:
+    """A path of the given kind beside a regular file holding some bytes."""
+    f = tmp_path / "data.bin"
+    f.write_bytes(b"not a log\n" * 100)
+    if kind == "file":
+        return str(f)
+    if kind == "link_to_file":
+        os.symlink(f, tmp_path / "link")
+        return str(tmp_path / "link")
+    if kind == "dangling_link":
+        os.symlink(tmp_path / "gone", tmp_path / "link")
+        return str(tmp_path / "link")
+    if kind == "through_file":
+        return str(f / "log")
+    raise AssertionError(kind)
+
+
+PATH_ENTRIES = {
+    "Log.open": lambda p: Log.open(p),
+    "Log.open readonly": lambda p: Log.open(p, readonly=True),
+    "Topic.open": lambda p: seglog.Topic.open(p, "t", partitions=2),
+    "Topic.open readonly": lambda p: seglog.Topic.open(p, "t", readonly=True),
+    "Consumer": lambda p: seglog.Consumer(p, "g", ["t"]),
+    "describe_group": lambda p: seglog.describe_group(p, "g"),
+    "commit_offsets": lambda p: consumer_group.commit_offsets(p, "g", {}),
+    "committed_offsets": lambda p: consumer_group.committed_offsets(p, "g"),
+    "repair.check": lambda p: repair.check(p),
+    "spark.offset_ranges": lambda p: spark.offset_ranges(p, ["t"]),
+}
+
+
+@pytest.mark.parametrize("kind", ["file", "link_to_file", "dangling_link", "through_file"])
+@pytest.mark.parametrize("entry", sorted(PATH_ENTRIES))
+def test_path_that_is_not_a_directory_is_refused_untouched(tmp_path, entry, kind):
+    path = _bad_path(tmp_path, kind)
+    before = _tree(tmp_path)
+    with pytest.raises(seglog.NotALogError):
+        PATH_ENTRIES[entry](path)
+    assert _tree(tmp_path) == before
+
+
+# a reader of nothing creates nothing (a writer makes the directory and its parents)
+@pytest.mark.parametrize("entry", ["Log.open readonly", "Topic.open readonly", "Consumer",
+                                   "describe_group", "repair.check", "spark.offset_ranges"])
+def test_reader_of_a_missing_path_raises_a_seglog_error_and_creates_nothing(tmp_path, entry):
+    with pytest.raises(seglog.SeglogError):
+        PATH_ENTRIES[entry](str(tmp_path / "no" / "such" / "log"))
+    assert _tree(tmp_path) == {}
+
+
+def test_readonly_open_of_a_missing_directory_is_not_a_log(tmp_path):
+    with pytest.raises(seglog.NotALogError, match="no log directory"):
+        Log.open(str(tmp_path / "nope"), readonly=True)
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_partition_directory_that_is_a_file_is_refused_untouched(tmp_path, readonly):
+    root = str(tmp_path)
+    if readonly:
+        seglog.Topic.open(root, "t", partitions=2).close()
+        for name in os.listdir(tmp_path / "t-1"):
+            os.unlink(tmp_path / "t-1" / name)
+        os.rmdir(tmp_path / "t-1")
+    (tmp_path / "t-1").write_bytes(b"someone else's file")
+    before = _tree(tmp_path)
+    with pytest.raises(seglog.NotALogError, match="t-1"):
+        seglog.Topic.open(root, "t", partitions=None if readonly else 2, readonly=readonly)
+    after = _tree(tmp_path)
+    assert after["t-1"] == before["t-1"]
+    if readonly:
+        assert after == before
+    else:
+        # partition 0 was made before partition 1 was refused; the topic was never
+        # recorded, so it does not exist
+        assert "__topics/t.json" not in after
+        with pytest.raises(seglog.InvalidConfigError, match="does not exist"):
+            seglog.Topic.open(root, "t")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may read and write any directory")
+def test_directory_without_permission_raises_a_seglog_error_and_changes_nothing(tmp_path):
+    closed, readable = str(tmp_path / "closed"), str(tmp_path / "readable")
+    for d in (closed, readable):
+        with Log.open(d) as log:
+            log.append(b"kept")
+    before = _tree(readable)
+    calls = {"Log.open": lambda d: Log.open(d),
+             "Log.open readonly": lambda d: Log.open(d, readonly=True),
+             "Topic.open": lambda d: seglog.Topic.open(d, "t", partitions=1)}
+    results = {}
+    os.chmod(closed, 0o000)
+    os.chmod(readable, 0o555)
+    try:
+        for d in (closed, readable):
+            for name, call in calls.items():
+                try:
+                    call(d).close()
+                    results[d, name] = "opened"
+                except seglog.SeglogError as e:
+                    results[d, name] = type(e).__name__
+    finally:
+        os.chmod(closed, 0o755)
+        os.chmod(readable, 0o755)
+    assert results == {(closed, "Log.open"): "StorageError",
+                       (closed, "Log.open readonly"): "StorageError",
+                       (closed, "Topic.open"): "StorageError",
+                       # a reader needs no write permission; a writer does
+                       (readable, "Log.open"): "StorageError",
+                       (readable, "Log.open readonly"): "opened",
+                       (readable, "Topic.open"): "StorageError"}
+    assert _tree(readable) == before
+    with Log.open(closed, readonly=True) as log:
+        assert [m.value for m in log.iter()] == [b"kept"]

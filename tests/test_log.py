@@ -315,11 +315,6 @@ def test_readonly_reader_sees_writer_progress(logdir):
         r.close()
 
 
-def test_readonly_open_of_missing_directory(tmp_path):
-    with pytest.raises(FileNotFoundError):
-        Log.open(str(tmp_path / "nope"), readonly=True)
-
-
 def test_threads_append_and_read_concurrently(logdir):
     with Log.open(logdir, segment_bytes=8192) as log:
         n_threads, per = 4, 300

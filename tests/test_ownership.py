@@ -6,13 +6,14 @@ import hashlib
 import json
 import os
 import random
+import re
 import struct
 import zlib
 
 import pytest
 
 import seglog
-from seglog import CorruptRecordError, Log, NotALogError, Record, codec
+from seglog import CorruptRecordError, Log, NotALogError, Record, _files, codec
 from seglog.testing import abandon
 
 
@@ -254,3 +255,41 @@ def test_damage_before_the_last_segment_with_no_checkpoint_is_reported_not_cut(t
     for seg in segs[:-1]:
         name = os.path.basename(seg.path)
         assert after[name] == before[name], f"{name} changed"
+
+
+def _documented_names() -> set[str]:
+    """The file names docs/FORMAT.md lists in its log directory, segment names
+    generalised to <digits>.ext."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "docs", "FORMAT.md"), encoding="utf-8") as f:
+        text = f.read()
+    block = text.split("## The log directory", 1)[1].split("```", 2)[1]
+    names = {line.split()[0] for line in block.splitlines()[2:] if line.startswith("  ")
+             and not line.startswith("   ")}
+    return {re.sub(r"^\d{20}\.", "<digits>.", n) for n in names}
+
+
+def test_every_file_a_log_directory_holds_is_documented(tmp_path):
+    path = str(tmp_path / "events")
+    seen: set[str] = set()
+    with Log.open(path, segment_bytes=1024, cleanup_policy="compact,delete",
+                  min_cleanable_dirty_ratio=0.0, retention_bytes=4096) as log:
+        for i in range(300):
+            log.append(b"v%d" % i, key=b"k%d" % (i % 7))
+        log.append(None, key=b"gone")           # a tombstone: a horizon checkpoint
+        for i in range(40):                     # ... in a sealed segment
+            log.append(b"w%d" % i, key=b"k%d" % (i % 7))
+        log.flush()
+        seen |= set(os.listdir(path))
+        assert log.enforce_retention()
+        seen |= set(os.listdir(path))
+        assert log.compact().skipped is None
+        seen |= set(os.listdir(path))
+    seen |= set(os.listdir(path))               # after close: the clean-shutdown marker
+    # work under way: names of the forms FORMAT.md gives below the listing
+    passing = {n for n in seen if n.startswith(".seglog-")}
+    assert passing and all(_files.is_leftover(n) for n in passing)
+    names = {re.sub(r"^\d{20}\.", "<digits>.", n) for n in seen - passing}
+    assert {"writer-session", "cleaner-offset-checkpoint", "cleaner-horizon-checkpoint",
+            "log-start-offset", ".clean-shutdown"} <= names
+    assert names - _documented_names() == set()

@@ -206,7 +206,8 @@ def test_crash_at_every_step_of_retention(tmp_path):
         assert log.end_offset == 120
 
 
-def test_crash_at_every_step_of_compaction(tmp_path):
+@pytest.mark.parametrize("keys", [12, 60])    # 60: the output is several merged groups
+def test_crash_at_every_step_of_compaction(tmp_path, keys):
     seed = random.randrange(1 << 30)
     print(f"\ncompaction crash: seed {seed}")
     src = str(tmp_path / "src")
@@ -217,13 +218,15 @@ def test_crash_at_every_step_of_compaction(tmp_path):
     def build():
         log = Log.open(src, **cfg)
         for i in range(150):
-            k = b"k%d" % (i % 12)
+            k = b"k%d" % (i % keys)
             v = b"%06d" % i
             written[i] = (k, v)
             log.append(v, key=k, timestamp=1000 + i)
         log.flush()
         return log
-    states = _crash_states_during(lambda log: log.compact(), src, build, seed)
+    passes = []
+    states = _crash_states_during(lambda log: passes.append(log.compact()), src, build, seed)
+    assert (len(passes[0].replaced) > 1) == (keys > 12)
     latest = {}
     for off, (k, v) in written.items():
         latest[k] = off

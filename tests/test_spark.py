@@ -304,6 +304,86 @@ def test_stream_offsets_admission_control_and_available_now_without_spark(tmp_pa
         r.stop()
 
 
+def run_triggers(r, start, limit, most=200):
+    """Spark's micro-batch loop over the reader's planning calls: plan the end,
+    read the batch, go on from its end. The offsets each batch delivered."""
+    batches = []
+    for _ in range(most):
+        end = r.latestOffset(start, limit)
+        if end == start:
+            break
+        got = []
+        for part in r.partitions(start, end):
+            for b in r.read(part):
+                got += list(zip(b.column("partition").to_pylist(), b.column("offset").to_pylist()))
+        batches.append(got)
+        start = end
+    return start, batches
+
+
+def test_a_stream_goes_on_from_the_new_log_start_at_once_after_retention(tmp_path, caplog):
+    """failOnDataLoss=false with maxOffsetsPerTrigger: the first batch after
+    retention deleted what the stream had not read starts at the new log start;
+    no empty batches stepping through the deleted offsets, one warning."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=2, segment_bytes=4096, retention_bytes=1) as t:
+        t.append_batch([b"%04d" % i + b"." * 96 for i in range(20)], partition=0)
+        t.append_batch([b"p1-%d" % i for i in range(6)], partition=1)
+        ds = sgs.SeglogDataSource({"path": root, "subscribe": "ev", "startingoffsets": "earliest",
+                                   "maxoffsetspertrigger": "10", "failondataloss": "false"})
+        r = ds.streamReader(ds.schema())
+        limit = r.getDefaultReadLimit()
+        assert limit == ReadMaxRows(10)
+        pos, batches = run_triggers(r, r.initialOffset(), limit)
+        assert sorted(o for b in batches for o in b) == \
+            [(0, i) for i in range(20)] + [(1, i) for i in range(6)]
+        for i in range(20, 300):
+            t.append(b"%04d" % i + b"." * 96, partition=0)
+        t.append_batch([b"p1-%d" % i for i in range(6, 10)], partition=1)
+        log = t.partition(0)
+        assert log.enforce_retention()
+        first = log.start_offset
+        assert 60 < first < 290
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="seglog"):
+            pos, batches = run_triggers(r, pos, limit)
+        assert all(batches), [len(b) for b in batches]           # no empty batch
+        assert all(len(b) <= 10 for b in batches)
+        assert sorted(o for b in batches for o in b) == \
+            [(0, i) for i in range(first, 300)] + [(1, i) for i in range(6, 10)]
+        assert len(batches) == -(-(300 - first + 4) // 10)
+        lost = [m for m in caplog.messages if "were deleted" in m]
+        assert len(lost) == 1 and f"offsets 20 to {first - 1} of ev-0" in lost[0]
+        assert pos == {"ev": {"0": 300, "1": 10}}
+        r.stop()
+
+
+def test_min_offsets_per_trigger_counts_only_offsets_that_exist(tmp_path):
+    from pyspark.sql.streaming.datasource import ReadMinRows
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=1, segment_bytes=4096, retention_bytes=1) as t:
+        t.append_batch([b"x" * 100] * 5)
+        ds = sgs.SeglogDataSource({"path": root, "subscribe": "ev", "startingoffsets": "earliest",
+                                   "minoffsetspertrigger": "50", "maxtriggerdelay": "1h",
+                                   "failondataloss": "false"})
+        r = ds.streamReader(ds.schema())
+        start = r.initialOffset()
+        pos = r.latestOffset(start, ReadMinRows(50))     # the first trigger never waits
+        assert pos == {"ev": {"0": 5}}
+        for _ in range(200):
+            t.append(b"x" * 100)
+        log = t.partition(0)
+        assert log.enforce_retention()
+        assert log.end_offset - 5 >= 50 > log.end_offset - log.start_offset
+        # 200 offsets were appended, but fewer than 50 of them are left: wait
+        assert r.latestOffset(pos, ReadMinRows(50)) == pos
+        for _ in range(60):
+            t.append(b"x" * 100)
+        assert r.latestOffset(pos, ReadMinRows(50)) == {"ev": {"0": log.end_offset}}
+        r.stop()
+
+
 # -- batch reads -------------------------------------------------------------------
 
 def test_every_row_reads_back_byte_exact_with_keys_headers_and_timestamps(spark, mixed):
@@ -448,6 +528,38 @@ def test_retention_deleting_what_a_stream_needed_fails_it_or_skips_ahead(spark, 
         assert available_now(spark, root, ck, out, failOnDataLoss="false") == [200 - first]
     got = sorted(r.offset for r in spark.read.parquet(out).collect())
     assert got == list(range(20)) + list(range(first, 200))
+
+
+def test_a_rate_limited_stream_skips_what_retention_deleted_in_one_batch(spark, tmp_path):
+    """maxOffsetsPerTrigger with failOnDataLoss=false: after retention deleted a
+    prefix the stream had not read, the next micro-batch starts at the new log
+    start: no empty micro-batches, and exactly the offsets still there are read."""
+    root, ck, out = (str(tmp_path / d) for d in ("root", "ck", "out"))
+    with Topic.open(root, "ev", partitions=1, segment_bytes=4096, retention_bytes=1) as t:
+        t.append_batch([b"%04d" % i + b"." * 96 for i in range(20)])
+
+        def run():
+            df = (spark.readStream.format("seglog").option("subscribe", "ev")
+                  .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 10)
+                  .option("failOnDataLoss", "false").load(root))
+            q = (df.selectExpr("partition", "offset").writeStream.format("parquet")
+                 .option("path", out).option("checkpointLocation", ck)
+                 .trigger(availableNow=True).start())
+            q.awaitTermination(120)
+            assert not q.isActive
+            return [p["numInputRows"] for p in q.recentProgress]
+        assert run() == [10, 10]
+        for i in range(20, 300):
+            t.append(b"%04d" % i + b"." * 96)
+        log = t.partition(0)
+        assert log.enforce_retention()
+        first = log.start_offset
+        assert 60 < first < 290
+        rows = run()
+        assert 0 not in rows and sum(rows) == 300 - first, rows
+        assert len(rows) == -(-(300 - first) // 10)
+    got = sorted(r.offset for r in spark.read.parquet(out).collect())
+    assert got == list(range(20)) + list(range(first, 300))
 
 
 # -- the KafkaRDD pattern -----------------------------------------------------------

@@ -12,10 +12,13 @@ of those exact forms.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 
 from . import _platform
+from .errors import NotALogError, StorageError
 
 MARKER = "seglog.json"
 PREFIX = ".seglog-"
@@ -29,6 +32,65 @@ _SEGMENT_FILE = re.compile(r"(\d{20})\.(log|index|timeindex)")
 _LEFTOVER = re.compile(
     r"\.seglog-(?:(?:tmp|deleted|cleaned)\.(\d{20})\.(?:log|index|timeindex)"
     r"|tmp\.[A-Za-z0-9_.-]+|swap\.(\d{20}))")
+
+
+def require_dir(path: str, what: str, create: bool) -> bool:
+    """Check that ``path`` can be a ``what`` directory before anything is made or
+    read there: True if it is a directory, False if nothing is at ``path`` and
+    ``create`` (the caller makes it, with any missing parents). ``NotALogError``
+    for a file, a symbolic link to nothing, a path through a file, or (without
+    ``create``) nothing at all; ``StorageError`` (with the errno) if the path
+    cannot be looked at. Touches nothing."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            raise NotALogError(f"{path} is a symbolic link to {os.readlink(path)!r}, which "
+                               f"does not exist; nothing was changed") from None
+        if create:
+            return False
+        raise NotALogError(f"no {what} directory at {path}") from None
+    except NotADirectoryError:
+        raise NotALogError(f"{path} is not a {what} directory: a part of the path is a "
+                           f"file; nothing was changed") from None
+    except OSError as e:
+        raise path_error(e, f"cannot look at {path}") from e
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotALogError(f"{path} is a file, not a {what} directory; nothing was changed")
+    return True
+
+
+def list_dir(path: str) -> list[str]:
+    """``os.listdir``, with a failure (no permission, the directory gone) a
+    ``SeglogError`` naming the path."""
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotALogError(f"{path} is not a directory (any more)") from None
+    except OSError as e:
+        raise path_error(e, f"cannot list {path}") from e
+
+
+def make_dirs(path: str) -> None:
+    """``os.makedirs`` (existing is fine), with a failure a ``SeglogError``."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        # a file appeared there (or on the way) since the path was checked
+        raise NotALogError(f"{path} cannot be made: a file is in the way; nothing was "
+                           f"changed") from None
+    except OSError as e:
+        raise path_error(e, f"cannot make the directory {path}") from e
+
+
+def path_error(e: OSError, doing: str) -> StorageError:
+    """A ``StorageError`` for a file-system call that failed on a path, with the
+    cause's errno (``e.errno == errno.EACCES``)."""
+    why = e.strerror or str(e)
+    if e.errno in (errno.EACCES, errno.EPERM):
+        why += " (check the directory's owner and permissions)"
+    return StorageError(e.errno, f"{doing}: {why}") if e.errno is not None \
+        else StorageError(f"{doing}: {why}")
 
 
 def segment_base(name: str) -> int | None:

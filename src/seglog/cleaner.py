@@ -10,7 +10,8 @@ A pass:
    dirty segments, oldest first, as far as ``cleaner_buffer_bytes`` allows; what
    does not fit waits for the next pass.
 3. Rewrites every cleanable segment up to the end of the mapped range, merging
-   neighbours up to ``segment_bytes``: a record is kept if it has a key and no
+   neighbours while their output (not their input, as Kafka's) fits in
+   ``segment_bytes``: a record is kept if it has a key and no
    later record of that key is in the map; tombstones (value None) are kept until
    ``delete_retention_ms`` after the pass that first cleaned them (the horizon is
    stored in the batch). Offsets never change; holes are left where records went.
@@ -37,6 +38,7 @@ from ._files import (CLEANED, SWAP, fsync_dir, fsync_file, is_leftover, list_seg
                   read_checkpoint, remove, write_checkpoint)
 from .config import LogConfig
 from .errors import CorruptRecordError
+from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex
 from .segment import Segment, segment_name
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -208,7 +210,11 @@ def build_map(segs: list[Segment], first_dirty: int, omap: OffsetMap) -> tuple[i
 
 
 class _Writer:
-    """Writes a cleaned segment file and its index entries."""
+    """Writes a cleaned segment file and its index entries.
+
+    The file is made at the first drain: an output that stays small lives in
+    memory until it is finished, or taken in by the writer before it (``absorb``).
+    """
 
     def __init__(self, directory: str, base: int, interval: int) -> None:
         self.base = base
@@ -216,116 +222,174 @@ class _Writer:
         self.path = _cleaned(stem + ".log")
         self.index_path = _cleaned(stem + ".index")
         self.timeindex_path = _cleaned(stem + ".timeindex")
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.fd = -1
         self.pos = 0
+        self.drained = 0                 # bytes in the file, the rest is pending
         self.pending: list[bytes] = []
+        # per pending batch: base offset, largest timestamp, next offset
+        self.pending_meta: list[tuple[int, int, int]] = []
         self.pending_size = 0
+        self.covered = base              # offsets below this are in batches written
+        self.input_max_ts = -1           # of every input batch, dropped ones too
         self.res = _scan.ScanResult(end=0, next_offset=base, max_ts_offset=base,
                                     interval=interval, next_entry=interval)
 
-    def add(self, data: bytes, base_offset: int, max_ts: int) -> None:
+    def add(self, data: bytes, base_offset: int, max_ts: int, next_offset: int) -> None:
         self.res.add(self.pos, base_offset, max_ts)
         self.pending.append(data)
+        self.pending_meta.append((base_offset, max_ts, next_offset))
         self.pending_size += len(data)
         self.pos += len(data)
+        self.covered = next_offset
         if self.pending_size >= _READ_CHUNK:
             self._drain()
 
     def _drain(self) -> None:
+        if self.fd < 0:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         view = memoryview(b"".join(self.pending))
         while view:
             view = view[os.write(self.fd, view):]
+        self.drained = self.pos
         self.pending.clear()
+        self.pending_meta.clear()
         self.pending_size = 0
+
+    def absorb(self, other: "_Writer") -> None:
+        """Append ``other``'s batches (the output of the segments after this one's)
+        and drop its files; the index entries are made as one writer makes them."""
+        if other.fd >= 0:
+            for buf, p, _, hdr in _scan.walk(other.fd, 0, other.drained):
+                size = codec.LENGTH_END + hdr[codec.H_LENGTH]
+                self.add(buf[p:p + size], hdr[codec.H_BASE], hdr[codec.H_MAX_TS],
+                         codec.last_offset(hdr) + 1)
+        for data, (b, ts, nxt) in zip(other.pending, other.pending_meta):
+            self.add(data, b, ts, nxt)
+        if other.pos:
+            self.covered = other.covered
+        self.input_max_ts = max(self.input_max_ts, other.input_max_ts)
+        other.abort()
+
+    def cover(self, end: int) -> None:
+        """End the output at offset ``end - 1``: when compaction dropped the last
+        batches (or every record), an empty batch covers the offsets that are gone,
+        so a reader can tell offsets compaction removed from a segment cut short."""
+        if self.covered < end:
+            # no records; the largest timestamp of the input (so time retention
+            # judges the segment as before)
+            ts = max(self.input_max_ts, 0)
+            self.add(_empty_batch(self.covered, end, ts), self.covered, ts, end)
 
     def finish(self, max_index_bytes: int) -> None:
         self._drain()
         fsync_file(self.fd)
         os.close(self.fd)
+        self.fd = -1
         _scan.write_index_files(self.base, self.res, max_index_bytes, True,
                                    self.index_path, self.timeindex_path)
 
     def abort(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = -1
         for p in (self.path, self.index_path, self.timeindex_path):
             remove(p)
 
 
-def _clean_group(directory: str, cfg: LogConfig, group: list[Segment], omap: OffsetMap,
-                 now: int, stats: CompactionStats, end: int) -> _Writer:
-    """Write the kept records of ``group`` as one segment covering [base, ``end``).
+def _empty_batch(covered: int, end: int, ts: int) -> bytes:
+    """A batch of no records holding offsets ``covered`` to ``end - 1``."""
+    return codec.encode_batch(covered, [], ts, offset_deltas=[],
+                              last_offset_delta=end - 1 - covered)
 
-    The last batch written always ends at ``end - 1``: when compaction dropped the
-    last batches (or every record), an empty batch covers the offsets that are gone,
-    so a reader can tell offsets compaction removed from a segment cut short.
-    """
-    w = _Writer(directory, group[0].base_offset, cfg.index_interval_bytes)
-    covered = group[0].base_offset       # offsets below this are in batches written
-    max_ts = -1
+
+# an empty batch's size: the most ``cover`` adds
+_EMPTY_BATCH_BYTES = len(_empty_batch(0, 1, 0))
+# the larger index entry: a group's time index has at most its offset index's entries
+_ENTRY_BYTES = max(OffsetIndex.SIZE, TimeIndex.SIZE)
+
+
+def _clean_segment(directory: str, cfg: LogConfig, seg: Segment, omap: OffsetMap,
+                   now: int, stats: CompactionStats) -> _Writer:
+    """Write the kept records of ``seg`` (a segment's output on its own; the caller
+    merges outputs and ends each merged one with ``cover``)."""
+    w = _Writer(directory, seg.base_offset, cfg.index_interval_bytes)
     try:
-        for seg in group:
-            for buf, p, hdr in _batches(seg):
-                max_ts = max(max_ts, hdr[codec.H_MAX_TS])
-                horizon = _horizon(buf, p, hdr)
-                keep: list[codec.MessageTuple] = []
-                for m in codec.decode_batch(buf, p, hdr):
-                    stats.records_read += 1
-                    key = m[2]
-                    if key is None:
-                        continue
-                    latest = omap.get(key)
-                    if latest > m[0]:
-                        continue
-                    if m[3] is None and horizon is not None and now > horizon:
-                        stats.tombstones_dropped += 1
-                        continue
-                    keep.append(m)
-                if not keep:
+        for buf, p, hdr in _batches(seg):
+            w.input_max_ts = max(w.input_max_ts, hdr[codec.H_MAX_TS])
+            horizon = _horizon(buf, p, hdr)
+            keep: list[codec.MessageTuple] = []
+            for m in codec.decode_batch(buf, p, hdr):
+                stats.records_read += 1
+                key = m[2]
+                if key is None:
                     continue
-                stats.records_kept += len(keep)
-                if any(m[3] is None for m in keep):
-                    if horizon is None:
-                        horizon = now + cfg.delete_retention_ms
-                    if stats.next_horizon is None or horizon < stats.next_horizon:
-                        stats.next_horizon = horizon
-                base = hdr[codec.H_BASE]
-                data = codec.encode_batch(
-                    base, [m[3] for m in keep], [m[1] for m in keep], [m[2] for m in keep],
-                    [[(k.encode(), v) for k, v in m[4]] for m in keep]
-                    if any(m[4] for m in keep) else None,
-                    hdr[codec.H_ATTRS] & codec.CODEC_MASK,
-                    offset_deltas=[m[0] - base for m in keep], last_offset_delta=hdr[codec.H_LAST_DELTA],
-                    delete_horizon=horizon)
-                w.add(data, base, max(m[1] for m in keep))
-                covered = codec.last_offset(hdr) + 1
-        if covered < end:
-            # no records, offsets covered-..end-1, the segment's largest timestamp (so
-            # time retention judges the segment as before)
-            ts = max(max_ts, 0)
-            w.add(codec.encode_batch(covered, [], ts, offset_deltas=[],
-                                     last_offset_delta=end - 1 - covered), covered, ts)
-        w.finish(cfg.max_index_bytes)
+                latest = omap.get(key)
+                if latest > m[0]:
+                    continue
+                if m[3] is None and horizon is not None and now > horizon:
+                    stats.tombstones_dropped += 1
+                    continue
+                keep.append(m)
+            if not keep:
+                continue
+            stats.records_kept += len(keep)
+            if any(m[3] is None for m in keep):
+                if horizon is None:
+                    horizon = now + cfg.delete_retention_ms
+                if stats.next_horizon is None or horizon < stats.next_horizon:
+                    stats.next_horizon = horizon
+            base = hdr[codec.H_BASE]
+            data = codec.encode_batch(
+                base, [m[3] for m in keep], [m[1] for m in keep], [m[2] for m in keep],
+                [[(k.encode(), v) for k, v in m[4]] for m in keep]
+                if any(m[4] for m in keep) else None,
+                hdr[codec.H_ATTRS] & codec.CODEC_MASK,
+                offset_deltas=[m[0] - base for m in keep], last_offset_delta=hdr[codec.H_LAST_DELTA],
+                delete_horizon=horizon)
+            w.add(data, base, max(m[1] for m in keep), codec.last_offset(hdr) + 1)
     except BaseException:
         w.abort()
         raise
     return w
 
 
-def _groups(segs: list[Segment], limit: int) -> list[list[Segment]]:
-    """Consecutive segments whose sizes add up to at most ``limit`` (merge small ones)."""
-    groups: list[list[Segment]] = []
-    size = 0
-    for s in segs:
-        if groups and size + s.size <= limit:
-            groups[-1].append(s)
-            size += s.size
-        else:
-            groups.append([s])
-            size = s.size
-    return groups
+def _takes(w: _Writer, nxt: _Writer, end: int, cfg: LogConfig) -> bool:
+    """Whether the output ``w`` may take in ``nxt``, the next segment's output,
+    ending at offset ``end``: the merged output, with the empty batch that may end
+    it, fits in ``segment_bytes`` (an output of nothing takes in whatever follows:
+    the result is no larger than that output alone), its offsets fit the index's
+    32-bit relative offsets, and its entries the index (Kafka's limits on a group)."""
+    covered = nxt.covered if nxt.pos else w.covered
+    size = w.pos + nxt.pos + (_EMPTY_BATCH_BYTES if covered < end else 0)
+    return ((not w.pos or size <= cfg.segment_bytes)
+            and end - 1 - w.base <= MAX_RELATIVE_OFFSET
+            and (len(w.res.index) + len(nxt.res.index) + 1) * _ENTRY_BYTES <= cfg.max_index_bytes)
+
+
+def _commit(directory: str, cfg: LogConfig, group: list[Segment], w: _Writer,
+            replace: Callable[[list[Segment], Segment], None], stats: CompactionStats) -> None:
+    """Swap the output ``w`` of ``group`` in (rule R4): its files finished and
+    fsynced, the manifest written (the commit point), the files renamed over the
+    group's, then ``replace``. Before the commit point a failure removes the new
+    files; after it, they stay for recovery to roll the swap forward."""
+    end = group[-1].next_offset
+    assert end is not None and w.base == group[0].base_offset
+    try:
+        w.cover(end)
+        w.finish(cfg.max_index_bytes)
+        fsync_dir(directory)
+    except BaseException:
+        w.abort()
+        raise
+    write_checkpoint(directory, SWAP + segment_name(w.base), end)
+    swap_in(directory, w.base, end)
+    replace(group, Segment.cleaned(directory, w.base, w.pos, end, w.res.max_timestamp,
+                                   cfg.index_interval_bytes, cfg.max_index_bytes))
+    stats.bytes_after += w.pos
+    stats.replaced.append((w.base, end))
 
 
 def swap_in(directory: str, base: int, end: int) -> None:
@@ -416,18 +480,34 @@ def compact(directory: str, segments: Sequence[Segment], start_offset: int, cfg:
     stats.dirty_end_offset = dirty_end
     todo = [s for s in cleanable if s.base_offset < dirty_end]
     stats.bytes_before = sum(s.size for s in todo)
-    for group in _groups(todo, cfg.segment_bytes):
-        end = group[-1].next_offset
-        assert end is not None
-        w = _clean_group(directory, cfg, group, omap, now, stats, end)
-        fsync_dir(directory)
-        write_checkpoint(directory, SWAP + segment_name(group[0].base_offset), end)
-        swap_in(directory, group[0].base_offset, end)
-        replace(group, Segment.cleaned(directory, group[0].base_offset, w.pos, end,
-                                       w.res.max_timestamp, cfg.index_interval_bytes,
-                                       cfg.max_index_bytes))
-        stats.bytes_after += w.pos
-        stats.replaced.append((group[0].base_offset, end))
+    # each segment's output is made on its own, then taken into the output before
+    # it while the two fit in one segment: grouped by what the pass writes, not by
+    # what it reads, so no pass leaves neighbours that a merge would join
+    w: _Writer | None = None            # the output being grouped, not yet committed
+    nxt: _Writer | None = None
+    group: list[Segment] = []
+    try:
+        for seg in todo:
+            nxt = _clean_segment(directory, cfg, seg, omap, now, stats)
+            end = seg.next_offset
+            assert end is not None
+            if w is not None and _takes(w, nxt, end, cfg):
+                w.absorb(nxt)
+                group.append(seg)
+            else:
+                if w is not None:
+                    done, w = w, None
+                    _commit(directory, cfg, group, done, replace, stats)
+                w, group = nxt, [seg]
+            nxt = None
+        if w is not None:
+            done, w = w, None
+            _commit(directory, cfg, group, done, replace, stats)
+    except BaseException:
+        for x in (w, nxt):
+            if x is not None:
+                x.abort()
+        raise
     write_checkpoint(directory, CLEANER_CHECKPOINT, dirty_end)
     if stats.next_horizon is not None:
         write_checkpoint(directory, HORIZON_CHECKPOINT, stats.next_horizon)

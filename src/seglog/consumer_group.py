@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from . import _html, _platform
-from ._files import atomic_write, fsync_dir, remove
+from ._files import atomic_write, fsync_dir, make_dirs, remove, require_dir
 from .errors import (CommitFailedError, InvalidConfigError, LogClosedError,
                      OffsetOutOfRangeError, SeglogError)
 from .log import Log
@@ -182,7 +182,7 @@ class _GroupFiles:
         self.offsets_path = os.path.join(self.dir, "offsets.json")
 
     def make(self) -> None:
-        os.makedirs(self.members_dir, exist_ok=True)
+        make_dirs(self.members_dir)
 
     def locked(self) -> "_Flock":
         return _Flock(self.lock_path)
@@ -354,6 +354,7 @@ class Consumer:
             member_id = "".join(c if c.isalnum() or c in "._-" else "-" for c in member_id)[:200]
         check_name(member_id, "member")
         self.root = os.path.abspath(os.fspath(root))
+        require_dir(self.root, "topic root", create=True)    # a file: NotALogError
         self.group = group
         self.topics = topic_list
         self.member_id = member_id
@@ -777,6 +778,7 @@ def describe_group(root: str | os.PathLike[str], group: str) -> GroupDescription
     ``lag`` (end - committed, or None with nothing committed)."""
     check_name(group, "group")
     root = os.path.abspath(os.fspath(root))
+    require_dir(root, "topic root", create=True)      # a file: NotALogError
     files = _GroupFiles(root, group)
     if not os.path.isdir(files.dir):
         raise InvalidConfigError(f"no group {group!r} under {root}")
@@ -823,6 +825,7 @@ def commit_offsets(root: str | os.PathLike[str], group: str,
     """
     check_name(group, "group")
     root = os.path.abspath(os.fspath(root))
+    require_dir(root, "topic root", create=True)      # a file there: refused untouched
     todo: dict[TP, int] = {}
     counts: dict[str, int] = {}
     for tp, off in offsets.items():
@@ -861,7 +864,9 @@ def committed_offsets(root: str | os.PathLike[str], group: str) -> dict[tuple[st
     """``{(topic, partition): committed offset}`` of ``group`` as its ``offsets.json``
     says; empty for a group that does not exist (yet)."""
     check_name(group, "group")
-    files = _GroupFiles(os.path.abspath(os.fspath(root)), group)
+    root = os.path.abspath(os.fspath(root))
+    require_dir(root, "topic root", create=True)      # a file: NotALogError
+    files = _GroupFiles(root, group)
     out = {}
     for k, (off, _) in files.offsets().items():
         topic, p = k.rsplit("/", 1)

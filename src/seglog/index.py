@@ -34,6 +34,9 @@ from . import _platform
 
 
 _OFFSET_ENTRY = Struct("<II")
+# the largest offset - base offset a segment may hold: the offset index's relative
+# offsets are 32-bit (a writer rolls before, compaction never merges past it)
+MAX_RELATIVE_OFFSET = (1 << 32) - 2
 _BIG = sys.byteorder == "big"
 
 

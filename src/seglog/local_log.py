@@ -31,12 +31,13 @@ from ._metrics import Metrics
 from ._files import LOG_START, read_checkpoint
 from .config import LogConfig
 from .errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, SeglogError
+from .index import MAX_RELATIVE_OFFSET
 from .message import (Columns, Message, MessageSet, _arrow, _check_ts, arrow_schema, as_ms,
                       messages_html)
 from .segment import Segment, SegmentGoneError
 
 _BASE = attrgetter("base_offset")
-_MAX_DELTA = (1 << 32) - 2
+_MAX_DELTA = MAX_RELATIVE_OFFSET
 _ARROW_BATCH_BYTES = 16 << 20    # one RecordBatch per about this many bytes of values
 _RACY_NS = 3_000_000_000  # a directory listing this close to its mtime is not trusted
 _RELOCATIONS = 64         # a reader re-finds its place at most this often per step

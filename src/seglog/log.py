@@ -22,7 +22,8 @@ from dataclasses import asdict, fields
 from typing import Any, Iterable, Iterator, Sequence
 
 from . import _marker, _platform, _scheduler, codec, recovery
-from ._files import LOCK_FILE, LOG_START, RECOVERY_POINT, write_checkpoint
+from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, list_dir, make_dirs, path_error,
+                     require_dir, write_checkpoint)
 from .cleaner import CompactionStats, compact
 from .config import LogConfig
 from .errors import LogLockedError, MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
@@ -104,30 +105,39 @@ class Log(LocalLog):
         keeps them; options given to a writer override them and are saved; options
         given to a reader apply to that reader only. ``log.config`` is the result.
         A directory that holds files but no marker was not created by seglog:
-        ``NotALogError``, and nothing in it is changed.
+        ``NotALogError``, and nothing in it is changed. So is a ``path`` that is a
+        file, a symbolic link to nothing or a path through a file, and, for a
+        reader, nothing at all (a writer makes the directory and missing parents);
+        a path the process may not read or write is a ``StorageError``.
         """
         LogConfig.from_kwargs(config)      # bad options: an error before anything is made
         path = os.path.abspath(os.fspath(path))
         if readonly:
-            if not os.path.isdir(path):
-                raise FileNotFoundError(f"no log directory at {path}")
+            require_dir(path, "log", create=False)
             marker = None
-            if _marker.ownership(path, os.listdir(path)) == "marked":
+            if _marker.ownership(path, list_dir(path)) == "marked":
                 marker = _marker.read(path)
             cfg = (_marker.stored_config(marker, config, strict=False) if marker is not None
                    else LogConfig.from_kwargs(config))
             log = cls(path, cfg, True)
             try:
                 log._refresh(force=True)
-            except BaseException:
+            except BaseException as e:
                 log.close()
+                if isinstance(e, OSError) and not isinstance(e, SeglogError):
+                    raise path_error(e, f"reading {path} failed") from e
                 raise
             _READERS.add(log)
             return log
-        if os.path.isdir(path):
-            _marker.ownership(path, os.listdir(path))   # refuse before creating anything
-        os.makedirs(path, exist_ok=True)
-        lock_fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        # refuse before creating anything: a file, a foreign directory
+        if require_dir(path, "log", create=True):
+            _marker.ownership(path, list_dir(path))
+        else:
+            make_dirs(path)
+        try:
+            lock_fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise path_error(e, f"cannot open the lock file of {path}") from e
         try:
             _platform.flock(lock_fd, _platform.LOCK_EX_NB)
         except BlockingIOError:
@@ -756,7 +766,7 @@ class Log(LocalLog):
 def _writer_config(path: str, options: dict[str, Any]) -> LogConfig:
     """The writer's settings (lock held): stored ones with ``options`` applied; the
     marker is written when the log is new or a setting changed."""
-    state = _marker.ownership(path, os.listdir(path))
+    state = _marker.ownership(path, list_dir(path))
     marker = _marker.read(path) if state == "marked" else None
     if marker is not None:
         cfg = _marker.stored_config(marker, options, strict=True)

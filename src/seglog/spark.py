@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
-from ._files import MARKER
+from ._files import MARKER, require_dir
 from .consumer_group import ConsumerMessage, commit_offsets, committed_offsets
 from .errors import InvalidConfigError, OffsetOutOfRangeError
 from .log import Log
@@ -766,14 +766,13 @@ class _StreamReader(_Reader):
         # done (its commit log written): the group learns it now, not one batch late
         # when Spark calls commit() while planning the next batch
         self._report(frm)
-        latest = self._ends()
+        ends = self._ends()
+        latest = dict(ends)
         for tp, off in frm.items():
             latest.setdefault(tp, off)        # a partition no longer listed stays put
         if isinstance(limit, ReadAllAvailable):
             return _to_json(latest)
-        # a partition new to the stream counts from its start, as Kafka's
-        begin = {tp: frm[tp] if tp in frm else self._logs.get(o.directory(tp)).start_offset
-                 for tp in latest}
+        begin = {tp: self._begin(tp, frm.get(tp)) if tp in ends else frm[tp] for tp in latest}
         lower = limit.min_rows if isinstance(limit, ReadMinRows) else o.min_offsets_per_trigger
         upper = limit.max_rows if isinstance(limit, ReadMaxRows) else o.max_offsets_per_trigger
         # minOffsetsPerTrigger would make AvailableNow wait for data that never comes
@@ -787,6 +786,19 @@ class _StreamReader(_Reader):
         if upper is not None:
             latest = rate_limit(upper, begin, latest)
         return _to_json(latest)
+
+    def _begin(self, tp: TP, position: int | None) -> int:
+        """Where the next micro-batch of ``tp`` starts reading, for the limits: the
+        stream's position; the log start for a partition new to the stream (as
+        Kafka's); and, with ``failOnDataLoss=false``, the log start when retention
+        deleted offsets the stream had not read. The batch then goes on from the
+        new start at once (its plan reports the loss, once) instead of stepping
+        through the deleted offsets ``maxOffsetsPerTrigger`` at a time, one empty
+        batch each, and ``minOffsetsPerTrigger`` counts only offsets that exist."""
+        first = self._logs.get(self.o.directory(tp)).start_offset
+        if position is None or (position < first and not self.o.fail_on_data_loss):
+            return first
+        return position
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return _to_json(self._ends())
@@ -877,6 +889,7 @@ def offset_ranges(root: str | os.PathLike[str], topics: Iterable[str],
                                        or not isinstance(min_partitions, int) or min_partitions < 1):
         raise InvalidConfigError(f"min_partitions must be a positive int, not {min_partitions!r}")
     base = os.path.abspath(os.fspath(root))
+    require_dir(base, "topic root", create=True)      # a file: NotALogError
     committed = committed_offsets(base, group) if group is not None else {}
     ranges = []
     for t in names:

@@ -25,7 +25,7 @@ from typing import Any, Iterable
 import xxhash
 
 from . import _html
-from ._files import atomic_write, fsync_dir
+from ._files import atomic_write, fsync_dir, make_dirs, path_error, require_dir
 from .config import LogConfig
 from .errors import InvalidConfigError, LogClosedError
 from .log import Log
@@ -89,7 +89,9 @@ class Topic:
         ``InvalidConfigError`` for a bad name, a bad or missing partition count, or a
         count that differs from the topic's; options are ``Log`` options, applied to
         every partition. A writer holds every partition's log lock
-        (``LogLockedError`` if another process writes one of them).
+        (``LogLockedError`` if another process writes one of them). A ``root`` (or
+        a partition's directory) that is a file is a ``NotALogError``, as
+        ``Log.open`` says, and nothing is changed.
         """
         check_name(name)
         if partitions is not None:
@@ -99,6 +101,9 @@ class Topic:
                 raise InvalidConfigError(f"partitions must be 1 to {MAX_PARTITIONS}, not {partitions}")
         LogConfig.from_kwargs(config)     # bad options: an error before anything is made
         root = os.path.abspath(os.fspath(root))
+        # a file (or a link to nothing) where the root should be: refused untouched;
+        # a missing root is a topic that does not exist, or one to create
+        require_dir(root, "topic root", create=True)
         n = read_partition_count(root, name)
         if n is None:
             if partitions is None:
@@ -115,13 +120,17 @@ class Topic:
         logs: list[Log] = []
         try:
             if create:
-                os.makedirs(os.path.join(root, TOPICS_DIR), exist_ok=True)
+                make_dirs(os.path.join(root, TOPICS_DIR))
             for p in range(n):
                 logs.append(Log.open(partition_dir(root, name, p), readonly=readonly, **config))
             if create:
-                fsync_dir(root)
-                atomic_write(os.path.join(root, TOPICS_DIR, name + ".json"),
-                             json.dumps({"version": 1, "name": name, "partitions": n}).encode())
+                try:
+                    fsync_dir(root)
+                    atomic_write(os.path.join(root, TOPICS_DIR, name + ".json"),
+                                 json.dumps({"version": 1, "name": name,
+                                             "partitions": n}).encode())
+                except OSError as e:
+                    raise path_error(e, f"recording topic {name!r} under {root} failed") from e
         except BaseException:
             for log in logs:
                 log.close()
