@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seglog
-from seglog import CommitFailedError, Consumer, InvalidConfigError, Topic, describe_group
+from seglog import CommitFailedError, Consumer, InvalidConfigError, Log, Topic, describe_group
 from seglog.consumer_group import assign, commit_offsets, committed_offsets
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -290,12 +290,13 @@ def test_retention_past_the_committed_offset_resumes_at_the_start(tmp_path, capl
 @pytest.mark.parametrize("kwargs, exc", [
     ({"group": "a/b"}, InvalidConfigError), ({"group": 5}, TypeError),
     ({"topics": "ev"}, TypeError), ({"topics": []}, InvalidConfigError),
-    ({"topics": ["nope"]}, InvalidConfigError), ({"topics": ["../x"]}, InvalidConfigError),
+    ({"topics": ["../x"]}, InvalidConfigError),
     ({"auto_offset_reset": "middle"}, InvalidConfigError),
     ({"assignor": "random"}, InvalidConfigError),
     ({"session_timeout_ms": 0}, InvalidConfigError), ({"session_timeout_ms": 1.5}, TypeError),
     ({"auto_commit_ms": 0}, InvalidConfigError), ({"on_assign": 3}, TypeError),
     ({"member_id": "no spaces"}, InvalidConfigError),
+    ({"lock_timeout_ms": -1}, InvalidConfigError), ({"lock_timeout_ms": 0.5}, TypeError),
 ])
 def test_bad_input(topic, kwargs, exc):
     args = {"group": "g", "topics": ["ev"], **kwargs}
@@ -678,3 +679,207 @@ class GroupMachine(RuleBasedStateMachine):
 
 TestGroupProtocol = GroupMachine.TestCase
 TestGroupProtocol.settings = settings(max_examples=20, stateful_step_count=12, deadline=None)
+
+
+# -- failures, stalls, bad input -------------------------------------------------------
+
+def _flip(path: str, needle: bytes) -> None:
+    """Damage the batch that holds ``needle`` (its checksum then fails)."""
+    with open(path, "r+b") as f:
+        data = f.read()
+        pos = data.index(needle)
+        f.seek(pos)
+        f.write(bytes([data[pos] ^ 0xFF]))
+
+
+def _within(seconds: float, fn, what: str):
+    """fn() in a thread: its result, or AssertionError if it has not returned within
+    ``seconds`` (a call that hangs fails the test instead of hanging it)."""
+    box: list = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as e:      # noqa: BLE001 - handed to the caller
+            box.append((False, e))
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(seconds)
+    assert box, f"{what} did not return within {seconds} s"
+    ok, v = box[0]
+    if not ok:
+        raise v
+    return v
+
+
+def test_a_poll_that_fails_on_one_partition_loses_nothing_it_read(tmp_path):
+    """Partition 1 is damaged at offset 2 while partition 0 keeps growing: a poll
+    that reads 0 and then fails on 1 must deliver what it read (or move nothing)."""
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=2) as t:
+        for i in range(5):
+            t.append(b"A-value-%04d" % i, partition=0)
+            t.append(b"B-value-%04d" % i, partition=1)
+    _flip(os.path.join(root, "ev-1", "00000000000000000000.log"), b"B-value-0002")
+    delivered: set[tuple[int, int]] = set()
+    errors = []
+
+    def poll(c) -> None:
+        try:
+            delivered.update((m.partition, m.offset) for m in c.poll(timeout_ms=20))
+        except seglog.CorruptRecordError as e:
+            errors.append(e)
+
+    with Log.open(os.path.join(root, "ev-0")) as writer, \
+            Consumer(root, "g", ["ev"], auto_commit_ms=60_000) as c:
+        for i in range(5, 25):
+            writer.append(b"A-value-%04d" % i)
+            poll(c)
+        want = {(0, o) for o in range(25)} | {(1, 0), (1, 1)}
+        deadline = time.monotonic() + 5
+        while not want <= delivered and time.monotonic() < deadline:
+            poll(c)
+        positions = {p: c.position("ev", p) for p in (0, 1)}
+    # every message before the damage was delivered, and the error was raised
+    assert delivered == want
+    assert len(errors) >= 3 and "ev-1" in str(errors[0])
+    assert positions == {0: 25, 1: 2}
+    # close() committed no position past what was delivered
+    assert committed_offsets(root, "g") == {("ev", 0): 25, ("ev", 1): 2}
+
+
+def test_a_poll_interrupted_half_way_moves_no_position(topic, monkeypatch):
+    fill(topic, 40)
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        drain(c, 0)
+        c.poll(timeout_ms=0, max_records=1)     # claims, reads ahead
+        before = {p: c.position("ev", p) for p in range(4)}
+        calls = []
+        real = seglog.Log.read
+
+        def read(self, offset, max_bytes=1 << 20):
+            calls.append(offset)
+            if len(calls) == 2:
+                raise KeyboardInterrupt          # not an Exception: nothing is returned
+            return real(self, offset, max_bytes)
+
+        monkeypatch.setattr(seglog.Log, "read", read)
+        with pytest.raises(KeyboardInterrupt):
+            c.poll(timeout_ms=0)
+        monkeypatch.undo()
+        assert {p: c.position("ev", p) for p in range(4)} == before
+        rest = drain(c, 40 - 1)
+        assert len(rest) == 39 and {(m.partition, m.offset) for m in rest} == \
+            {(i % 4, i // 4) for i in range(40)} - {(0, 0)}
+
+
+def test_leaving_an_iteration_early_gives_back_what_it_did_not_yield(topic):
+    fill(topic, 400)
+    seen = []
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000) as c:
+        for m in c:                  # one poll returns all 400; the loop takes 7
+            seen.append(m)
+            if len(seen) == 7:
+                c.commit()           # commits what was yielded, not the whole poll
+                committed = {p: c.committed("ev", p) for p in range(4)}
+                break
+        got = {(m.partition, m.offset) for m in seen}
+        ends = {p: len([o for q, o in got if q == p]) for p in range(4)}
+        assert got == {(p, o) for p in range(4) for o in range(ends[p])}
+        assert committed == ends
+        assert {p: c.position("ev", p) for p in range(4)} == ends
+        seen += c.poll(timeout_ms=1000, max_records=13)     # goes on right after them
+        assert len(seen) == 20
+    # close() committed what was delivered only: the next consumer gets the rest
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        rest = drain(c, 400 - 20)
+    got = {(m.partition, m.offset) for m in seen}
+    assert len(got) == 20 and not {(m.partition, m.offset) for m in rest} & got
+    assert {(m.partition, m.offset) for m in rest} | got == {(i % 4, i // 4) for i in range(400)}
+
+
+HOLDER = """
+import fcntl, os, signal, sys, seglog
+root = sys.argv[1]
+c = seglog.Consumer(root, "g", ["ev"], member_id="holder", session_timeout_ms=1000,
+                    auto_commit_ms=None)
+print("joined", c.generation, flush=True)
+sys.stdin.readline()
+fd = os.open(os.path.join(root, "__groups", "g", "group.lock"), os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)         # as a member does while it changes the group
+print("locked", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)   # ... and is stopped there
+os.close(fd)
+print("released", flush=True)
+sys.stdin.readline()                   # then silent: no poll, no heartbeat
+"""
+
+
+@pytest.mark.parametrize("then", ["SIGCONT", "SIGKILL"])
+def test_a_member_stopped_holding_the_group_lock_stalls_nobody(topic, then):
+    root = topic.root
+    fill(topic, 40)
+    a = Consumer(root, "g", ["ev"], member_id="a", auto_commit_ms=None, lock_timeout_ms=300,
+                 session_timeout_ms=1000)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, root], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        gen = int(_within(30, holder.stdout.readline, "the holder's join").split()[1])
+        # a gives the holder its half (range: a has ev-0 and ev-1) before the stall
+        wait_for(lambda: (a.poll(0), a.generation == gen and set(a._owned) == {("ev", 0), ("ev", 1)}
+                          and [v["owner"] for v in describe_group(root, "g")["partitions"].values()]
+                          == ["a", "a", None, None])[-1], 10, "a to adopt the holder's generation")
+        a.commit()
+        holder.stdin.write("lock\n")
+        holder.stdin.flush()
+        assert _within(30, holder.stdout.readline, "the holder's lock") == "locked\n"
+        _, status = os.waitpid(holder.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status)
+        offsets_file = os.path.join(root, "__groups", "g", "offsets.json")
+        with open(offsets_file, "rb") as f:
+            offsets_before = f.read()
+
+        # a keeps consuming what it owns; each poll returns within its timeout, also
+        # after the holder's session timeout, when a wants to expel it and cannot
+        fill(topic, 40, 40)
+        got = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 1.5 or len(got) < 20:
+            start = time.monotonic()
+            got += _within(10, lambda: a.poll(timeout_ms=200), "a poll")
+            assert time.monotonic() - start < 2.0
+            assert time.monotonic() - t0 < 20, "a did not deliver its partitions' messages"
+        assert {(m.partition, m.offset) for m in got} == {(i % 4, i // 4) for i in range(40, 80)
+                                                           if i % 4 in (0, 1)}
+        # joins and commits fail within their bound, writing nothing
+        for what, call in (("a join", lambda: Consumer(root, "g", ["ev"], member_id="late",
+                                                       lock_timeout_ms=300)),
+                           ("commit_offsets", lambda: commit_offsets(
+                               root, "g", {("ev", 0): 1}, lock_timeout_ms=300)),
+                           ("a commit", a.commit)):
+            start = time.monotonic()
+            with pytest.raises(seglog.GroupBusyError, match="group.lock"):
+                _within(10, call, what)
+            assert time.monotonic() - start < 5.0
+        assert sorted(os.listdir(os.path.join(root, "__groups", "g", "members"))) == ["a", "holder"]
+        with open(offsets_file, "rb") as f:
+            assert f.read() == offsets_before
+
+        # the holder resumes (and goes silent) or dies: the group proceeds, and the
+        # holder is out by its own session timeout (or its death)
+        os.kill(holder.pid, getattr(signal, then))
+        if then == "SIGCONT":
+            assert _within(30, holder.stdout.readline, "the holder's release") == "released\n"
+        wait_for(lambda: (a.poll(timeout_ms=20), len(a._owned) == 4)[-1], 10,
+                 "a to take the holder's partitions")
+        assert list(describe_group(root, "g")["members"]) == ["a"]
+        with Consumer(root, "g", ["ev"], member_id="late", auto_commit_ms=None) as late:
+            assert late.generation > gen
+        assert commit_offsets(root, "g", {("ev", 3): 20}) == {("ev", 3): 20}
+    finally:
+        if holder.poll() is None:
+            os.kill(holder.pid, signal.SIGCONT)
+            holder.kill()
+        holder.wait()
+        a.close()
