@@ -883,3 +883,340 @@ def test_a_member_stopped_holding_the_group_lock_stalls_nobody(topic, then):
             holder.kill()
         holder.wait()
         a.close()
+
+
+def test_commit_offsets_refuses_an_offset_outside_the_log(tmp_path):
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=2) as t:
+        for i in range(5):
+            t.append(b"x", partition=0)
+    with Topic.open(root, "old", partitions=1, segment_bytes=1024, retention_bytes=1,
+                    retention_check_ms=None, file_delete_delay_ms=0) as t:
+        for i in range(40):
+            t.append(b"y" * 100)
+        t.partition(0).enforce_retention()
+        start = t.partition(0).start_offset
+    assert start > 1
+    group_dir = os.path.join(root, "__groups", "g")
+    for bad in ({("ev", 0): 1000}, {("ev", 0): 6}, {("ev", 1): 1}, {("old", 0): start - 1},
+                {("ev", 0): 3, ("ev", 1): 1}):        # one bad offset: nothing written
+        with pytest.raises(seglog.OffsetOutOfRangeError, match="outside"):
+            commit_offsets(root, "g", bad)
+        assert not os.path.exists(group_dir)
+    # the ends are fine (the end: everything processed; the start: nothing)
+    assert commit_offsets(root, "g", {("ev", 0): 5, ("ev", 1): 0, ("old", 0): start}) == \
+        {("ev", 0): 5, ("ev", 1): 0, ("old", 0): start}
+    with pytest.raises(seglog.OffsetOutOfRangeError):
+        commit_offsets(root, "g", {("old", 0): 41})
+    assert committed_offsets(root, "g") == {("ev", 0): 5, ("ev", 1): 0, ("old", 0): start}
+    # a consumer then resumes where the offsets say, and sees what is appended next
+    with Topic.open(root, "ev") as t:
+        t.append(b"after", partition=1)
+    with Consumer(root, "g", ["ev"], auto_commit_ms=None) as c:
+        assert [(m.partition, m.offset, m.value) for m in drain(c, 1)] == [(1, 0, b"after")]
+
+
+def test_the_rdd_commit_refuses_ranges_past_the_log_end(tmp_path):
+    pytest.importorskip("pyspark")
+    from seglog.spark import OffsetRange, commit
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=1) as t:
+        for i in range(5):
+            t.append(b"x")
+    with pytest.raises(seglog.OffsetOutOfRangeError):
+        commit(root, "etl", [OffsetRange("ev", 0, 0, 1000)])
+    assert committed_offsets(root, "etl") == {}
+    assert commit(root, "etl", [OffsetRange("ev", 0, 0, 5)]) == {("ev", 0): 5}
+
+
+def test_a_streams_lag_report_below_the_log_start_does_not_fail_the_query(tmp_path, caplog):
+    pytest.importorskip("pyspark")
+    from seglog import spark as sgs
+    root = str(tmp_path)
+    with Topic.open(root, "old", partitions=1, segment_bytes=1024, retention_bytes=1,
+                    retention_check_ms=None, file_delete_delay_ms=0) as t:
+        for i in range(40):
+            t.append(b"y" * 100)
+        t.partition(0).enforce_retention()
+        start = t.partition(0).start_offset
+    reader = sgs._StreamReader(sgs._parse_options(
+        {"path": root, "subscribe": "old", "groupId": "g", "failOnDataLoss": "false"}, True))
+    with caplog.at_level(logging.WARNING, logger="seglog"):
+        reader.commit({"old": {"0": 1}})         # retention went past what it reports
+    assert "not told" in caplog.text and committed_offsets(root, "g") == {}
+    reader.commit({"old": {"0": start + 1}})
+    assert committed_offsets(root, "g") == {("old", 0): start + 1}
+    reader.stop()
+
+
+def test_commit_offsets_of_nothing_makes_nothing(topic):
+    assert commit_offsets(topic.root, "g", {}) == {}
+    assert not os.path.exists(os.path.join(topic.root, "__groups"))
+
+
+def test_each_member_is_judged_by_its_own_session_timeout(topic):
+    """Nobody polls ``slow`` (60 s) and ``quick`` (1 s); ``watcher`` (200 ms) polls:
+    it expels quick after quick's 1 s, not its own 200 ms, and never slow."""
+    slow = Consumer(topic.root, "g", ["ev"], member_id="slow", session_timeout_ms=60_000)
+    quick = Consumer(topic.root, "g", ["ev"], member_id="quick", session_timeout_ms=1000)
+    t0 = time.monotonic()
+    watcher = Consumer(topic.root, "g", ["ev"], member_id="watcher", session_timeout_ms=200)
+    try:
+        wait_for(lambda: (watcher.poll(timeout_ms=20),
+                          "quick" not in describe_group(topic.root, "g")["members"])[-1],
+                 20, "quick to be expelled")
+        assert time.monotonic() - t0 >= 0.9         # not before its own timeout
+        members = describe_group(topic.root, "g")["members"]
+        assert set(members) == {"slow", "watcher"}
+        assert {m: v["status"] for m, v in members.items()} == {"slow": "alive", "watcher": "alive"}
+    finally:
+        for c in (slow, quick, watcher):
+            c.close()
+
+
+FORKER = """
+import os, sys, seglog
+c = seglog.Consumer(sys.argv[1], "g", ["ev"], member_id="forker", session_timeout_ms=30_000)
+pid = os.fork()
+if pid == 0:                      # a helper process: it blocks, it never uses c
+    os.read(0, 1)
+    os._exit(0)
+print(pid, flush=True)
+while True:
+    c.poll(timeout_ms=100)
+"""
+
+
+def test_a_forked_child_does_not_keep_a_killed_member_alive(topic):
+    survivor = Consumer(topic.root, "g", ["ev"], member_id="survivor", session_timeout_ms=30_000)
+    forker = subprocess.Popen([sys.executable, "-c", FORKER, topic.root], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        child = int(_within(30, forker.stdout.readline, "the member's fork"))
+        # range: the forker has ev-0 and ev-1, the survivor ev-2 and ev-3
+        wait_for(lambda: (survivor.poll(timeout_ms=20), set(survivor._owned) == {("ev", 2), ("ev", 3)}
+                          and "forker" in describe_group(topic.root, "g")["members"])[-1],
+                 20, "the forker to join")
+        os.kill(forker.pid, signal.SIGKILL)
+        forker.wait()
+        t0 = time.monotonic()
+        # its helper lives on, but the member is seen dead at once, not after 30 s
+        wait_for(lambda: (survivor.poll(timeout_ms=20), len(survivor._owned) == 4)[-1], 10,
+                 "the survivor to take the killed member's partitions")
+        assert time.monotonic() - t0 < 10
+        os.kill(child, 0)                          # the helper is still there
+    finally:
+        if forker.poll() is None:
+            forker.kill()
+            forker.wait()
+        forker.stdin.close()                      # the helper's read ends
+        if child is not None:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        survivor.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_consumer_refuses_use_in_a_forked_child(topic):
+    fill(topic, 8)
+    with Consumer(topic.root, "g", ["ev"], member_id="parent", auto_commit_ms=None) as c:
+        drain(c, 4)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = 0
+                for op in (lambda: c.poll(0), c.commit, lambda: c.position("ev", 0),
+                           lambda: list(iter(c))):
+                    try:
+                        op()
+                        code = 3
+                    except seglog.SeglogError as e:
+                        if "fork" not in str(e):
+                            code = 2
+                c.close()                        # touches nothing
+                with c:
+                    pass
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 30
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise AssertionError("the child did not finish in 30 s")
+            time.sleep(0.01)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        # the parent's consumer is untouched: still the member, still consuming
+        d = describe_group(topic.root, "g")
+        assert d["members"]["parent"]["status"] == "alive"
+        assert all(v["owner"] == "parent" for v in d["partitions"].values())
+        drain(c, 4)
+        c.commit()
+        assert sum(c.committed("ev", p) for p in range(4)) == 8
+
+
+def test_callbacks_describe_ownership_exactly_through_expel_and_rejoin(topic):
+    """Every message a member delivers is from a partition its callbacks gave it
+    at that moment, through an expulsion and a rejoin that gives the same
+    partitions back; at every step the announced set is its assignment."""
+    views: dict[str, set] = {"a": set(), "b": set()}
+    calls: list = []
+
+    def cbs(name):
+        def on_assign(tps):
+            assert not tps & views[name], f"{name} assigned what it had: {tps}"
+            views[name] |= tps
+            calls.append((name, "assign", sorted(tps)))
+
+        def on_revoke(tps):
+            assert tps <= views[name], f"{name} revoked what it did not have: {tps}"
+            views[name] -= tps
+            calls.append((name, "revoke", sorted(tps)))
+        return {"on_assign": on_assign, "on_revoke": on_revoke}
+
+    written = [0]
+
+    def step(c, name):
+        fill(topic, 4, written[0])
+        written[0] += 4
+        for m in c.poll(timeout_ms=10):
+            assert (m.topic, m.partition) in views[name], \
+                f"{name} delivered {m.topic}-{m.partition} outside {views[name]}: {calls}"
+        assert views[name] == set(c.assignment()) >= set(c._owned)
+
+    a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=300,
+                 auto_commit_ms=None, **cbs("a"))
+    b = Consumer(topic.root, "g", ["ev"], member_id="b", session_timeout_ms=1000,
+                 auto_commit_ms=None, **cbs("b"))
+    try:
+        wait_for(lambda: (step(a, "a"), step(b, "b"),
+                          views["a"] == {("ev", 0), ("ev", 1)} and len(a._owned) == 2)[-1],
+                 10, "a and b to split the partitions")
+        time.sleep(0.5)                  # a is silent past its session timeout
+        wait_for(lambda: (step(b, "b"), len(b._owned) == 4)[-1], 10, "b to expel a")
+        # a finds itself expelled, loses everything, rejoins and gets 0 and 1 back
+        wait_for(lambda: (step(a, "a"), step(b, "b"), len(a._owned) == 2
+                          and len(b._owned) == 2)[-1], 10, "a to rejoin")
+        expelled = calls.index(("a", "revoke", [("ev", 0), ("ev", 1)]))
+        assert ("a", "assign", [("ev", 0), ("ev", 1)]) in calls[expelled:]
+        assert views["a"] == {("ev", 0), ("ev", 1)} and views["b"] == {("ev", 2), ("ev", 3)}
+    finally:
+        a.close()
+        b.close()
+    assert views == {"a": set(), "b": set()}
+
+
+def test_describe_group_does_not_show_a_killed_member_as_owner(group_topic):
+    g = Group(group_topic.root, "ev", session_ms=30_000)
+    try:
+        m = g.start()
+        wait_for(lambda: g.joined(m), 30, "the member to join")
+        wait_for(lambda: (lambda d: m in d["members"] and all(
+            v["owner"] == m for v in d["partitions"].values()))(
+            describe_group(group_topic.root, "g")), 30, "the member to own everything")
+        os.kill(g.procs[m].pid, signal.SIGKILL)
+        g.procs[m].wait()
+        d = describe_group(group_topic.root, "g")       # nobody else has looked yet
+        assert all(v["owner"] is None for v in d["partitions"].values())
+        assert d["members"][m]["status"] == "dead"
+        assert os.path.exists(os.path.join(group_topic.root, "__groups", "g", "members", m))
+    finally:
+        g.stop_all()
+
+
+def test_a_consumer_waits_for_a_topic_created_later(topic):
+    fill(topic, 8)
+    with Consumer(topic.root, "g", ["ev", "later"], auto_commit_ms=None) as c:
+        got = drain(c, 8)
+        assert {(m.topic, m.partition, m.offset) for m in got} == \
+            {("ev", i % 4, i // 4) for i in range(8)}
+        assert c.poll(timeout_ms=50) == []
+        with Topic.open(topic.root, "later", partitions=3) as later:
+            for i in range(30):
+                later.append(b"l%d" % i, partition=i % 3)
+            got = drain(c, 30)
+        assert {(m.topic, m.partition, m.offset) for m in got} == \
+            {("later", i % 3, i // 3) for i in range(30)}
+        assert set(c.assignment()) == {("ev", p) for p in range(4)} | {("later", p) for p in range(3)}
+
+
+_LEAF = st.none() | st.booleans() | st.integers(-3, 2**40) | st.floats(allow_nan=False) \
+    | st.text(max_size=6) | st.sampled_from(["ev", "fz", "a", "range", "ev/0", "ev/1", ".."])
+_KEYS = st.sampled_from(["version", "generation", "members", "assignment", "assignor",
+                         "partitions", "owners", "offsets", "topics", "session_timeout_ms",
+                         "ev/0", "ev/1", "ev/99", "zz/0", "ev", "a", "fz", "x/y", ""]) | st.text(max_size=4)
+# JSON of every shape, biased towards the group files' own keys and values
+_JSON = st.recursive(_LEAF, lambda ch: st.lists(ch, max_size=3) | st.dictionaries(_KEYS, ch, max_size=5),
+                     max_leaves=14)
+_FUZZED = {"fz": 0}
+
+
+@pytest.fixture(scope="module")
+def fuzz_root(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("fuzz"))
+    with Topic.open(root, "ev", partitions=2) as t:
+        for i in range(6):
+            t.append(b"m%d" % i, partition=i % 2)
+    return root
+
+
+@given(st.sampled_from(["state.json", "owners.json", "offsets.json", "members/x",
+                        "members/x (held)"]), _JSON)
+@settings(deadline=None, max_examples=150)
+def test_group_files_of_any_shape_give_seglog_errors_only(fuzz_root, which, doc):
+    """Whatever valid JSON a group file holds, Consumer, describe_group,
+    committed_offsets and ``seglog groups`` answer or raise a SeglogError (exit 1 for
+    the command), and leave no descriptor or lock behind."""
+    import io
+    import shutil
+    from seglog import cli
+    _FUZZED["fz"] += 1
+    group = f"f{_FUZZED['fz']}"
+    gdir = os.path.join(fuzz_root, "__groups", group)
+    os.makedirs(os.path.join(gdir, "members"))
+    path = os.path.join(gdir, which.split()[0])
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    held = os.open(path, os.O_RDONLY) if "held" in which else -1
+    if held >= 0:
+        import fcntl
+        fcntl.flock(held, fcntl.LOCK_EX)        # as a live member holds its file
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    try:
+        for call in (lambda: describe_group(fuzz_root, group),
+                     lambda: committed_offsets(fuzz_root, group)):
+            try:
+                call()
+            except seglog.SeglogError:
+                pass
+        for args in (["groups", fuzz_root, group], ["groups", fuzz_root, group, "--json"]):
+            assert cli.main(args, out=io.StringIO()) in (0, 1)
+        try:
+            c = Consumer(fuzz_root, group, ["ev"], member_id="fz", lock_timeout_ms=2000)
+        except seglog.SeglogError:
+            pass
+        else:
+            try:
+                c.poll(timeout_ms=0)
+                c.commit()
+            except seglog.SeglogError:
+                pass
+            finally:
+                try:
+                    c.close()
+                except seglog.SeglogError:
+                    pass
+        if fds is not None:
+            assert len(os.listdir("/proc/self/fd")) == fds, "a descriptor was left open"
+        assert not os.path.exists(os.path.join(gdir, "members", "fz"))
+    finally:
+        if held >= 0:
+            os.close(held)
+        shutil.rmtree(gdir)

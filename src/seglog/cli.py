@@ -449,6 +449,8 @@ def _require_root(root: str) -> None:
     if _is_log(root):
         raise NotALogError(f"{root} is a log directory, not a root of topics: give the "
                            f"directory that holds the topics")
+    if not os.path.isdir(root):
+        raise NotALogError(f"{root} is not a directory: give a root of topics")
     if not os.path.isdir(os.path.join(root, GROUPS_DIR)):
         _partitions(root)          # NotALogError unless it holds topics
 
