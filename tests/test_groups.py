@@ -295,7 +295,7 @@ def test_retention_past_the_committed_offset_resumes_at_the_start(tmp_path, capl
     ({"assignor": "random"}, InvalidConfigError),
     ({"session_timeout_ms": 0}, InvalidConfigError), ({"session_timeout_ms": 1.5}, TypeError),
     ({"auto_commit_ms": 0}, InvalidConfigError), ({"on_assign": 3}, TypeError),
-    ({"member_id": "no spaces"}, InvalidConfigError),
+    ({"member_id": "no spaces"}, InvalidConfigError), ({"member_id": ".join-x"}, InvalidConfigError),
     ({"lock_timeout_ms": -1}, InvalidConfigError), ({"lock_timeout_ms": 0.5}, TypeError),
 ])
 def test_bad_input(topic, kwargs, exc):
@@ -949,6 +949,23 @@ def test_a_streams_lag_report_below_the_log_start_does_not_fail_the_query(tmp_pa
     reader.stop()
 
 
+def test_a_consumer_dropped_without_close_is_seen_gone_at_once(topic):
+    import gc
+    a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=30_000)
+    b = Consumer(topic.root, "g", ["ev"], member_id="b", session_timeout_ms=30_000)
+    try:
+        wait_for(lambda: (a.poll(0), b.poll(0), len(a._owned) == len(b._owned) == 2)[-1], 10,
+                 "the split")
+        del a
+        gc.collect()
+        t0 = time.monotonic()
+        wait_for(lambda: (b.poll(timeout_ms=20), len(b._owned) == 4)[-1], 10,
+                 "b to take the dropped member's partitions")
+        assert time.monotonic() - t0 < 10
+    finally:
+        b.close()
+
+
 def test_commit_offsets_of_nothing_makes_nothing(topic):
     assert commit_offsets(topic.root, "g", {}) == {}
     assert not os.path.exists(os.path.join(topic.root, "__groups"))
@@ -1220,3 +1237,47 @@ def test_group_files_of_any_shape_give_seglog_errors_only(fuzz_root, which, doc)
         if held >= 0:
             os.close(held)
         shutil.rmtree(gdir)
+
+
+def test_a_member_put_back_before_it_looked_does_not_read_on_from_its_old_positions(topic):
+    """``a`` is expelled while silent; ``b`` takes and commits its partitions, then
+    puts it back (its file is alive again) between a's heartbeat and its look at
+    the state. a must start again from b's commits, not from where it stopped."""
+    fill(topic, 40)
+    a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=300,
+                 auto_commit_ms=None)
+    b = Consumer(topic.root, "g", ["ev"], member_id="b", session_timeout_ms=1000,
+                 auto_commit_ms=None)
+    try:
+        a_first: list = []
+        got_b: list = []
+        wait_for(lambda: (a_first.extend(a.poll(timeout_ms=10)), got_b.extend(b.poll(timeout_ms=10)),
+                          {m.partition for m in a_first} == {0, 1})[-1], 10, "a and b to split")
+        time.sleep(0.5)                  # a is silent past its session timeout
+        wait_for(lambda: (got_b.extend(b.poll(timeout_ms=10)), len(b._owned) == 4)[-1], 10,
+                 "b to expel a")
+        fill(topic, 8, 40)
+        got_b += drain(b, 4)
+        b.commit()
+        by_b = {p: b.committed("ev", p) for p in (0, 1)}
+        beat = a._heartbeat
+
+        def heartbeat_then_b_looks() -> None:
+            beat()
+            a._heartbeat = beat
+            wait_for(lambda: (b.poll(timeout_ms=10),
+                              "a" in describe_group(topic.root, "g")["members"])[-1],
+                     10, "b to put a back")
+
+        a._heartbeat = heartbeat_then_b_looks
+        a._last_check = 0.0
+        got_a = []
+        wait_for(lambda: (got_a.extend(a.poll(timeout_ms=10)), b.poll(timeout_ms=10),
+                          len(a._owned) == 2 and len(b._owned) == 2)[-1], 10, "a to be back")
+        got_a += drain(a, 1, timeout=1)
+        again = {(m.partition, m.offset) for m in got_a} & {(m.partition, m.offset) for m in got_b}
+        assert not again, f"a delivered again what b had committed: {sorted(again)[:5]}"
+        assert all(m.offset >= by_b[m.partition] for m in got_a if m.partition in (0, 1))
+    finally:
+        a.close()
+        b.close()

@@ -548,6 +548,9 @@ class Consumer:
             member_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
             member_id = "".join(c if c.isalnum() or c in "._-" else "-" for c in member_id)[:200]
         check_name(member_id, "member")
+        if member_id.startswith("."):
+            raise InvalidConfigError(f"member id {member_id!r}: names starting with '.' are "
+                                     f"the group's temporary files")
         self.root = os.path.abspath(os.fspath(root))
         self.group = group
         self.topics = topic_list
@@ -748,6 +751,20 @@ class Consumer:
         announce what it adds (claims follow, in ``_claim``)."""
         self._state = st
         mine = frozenset(st.assignment.get(self.member_id, ()))
+        if self._owned:
+            # a claim gone means a generation in between went on without this member
+            # (expelled, and put back before it looked): another member may have read
+            # and committed those partitions since. They are lost, and (if still
+            # assigned) announced and claimed anew, from the committed offsets.
+            owners = self._files.owners()
+            gone = {tp for tp in self._owned
+                    if owners.get(_key(tp), [None])[0] != self.member_id}
+            if gone:
+                _log.warning("seglog: consumer %s of group %s lost %s in a generation it "
+                             "missed; taking them anew", self.member_id, self.group,
+                             sorted(gone))
+                self._revoke(gone, commit=False)
+                self._assigned -= gone
         lost = self._assigned - mine
         if lost:
             self._revoke(lost, commit=True)
@@ -842,25 +859,35 @@ class Consumer:
     def _release(self) -> None:
         """Commit the final positions of revoked partitions and drop their claims, if
         the group lock is free now (else at a later look)."""
-        if self._releasing and self._try_locked(self._release_locked) is not None:
-            self._releasing.clear()
+        if self._releasing:
+            refused = self._try_locked(self._release_locked)
+            if refused is not None:
+                self._releasing.clear()
+                self._warn(refused)
 
-    def _release_locked(self) -> bool:
-        """``_release``'s work, under the group lock."""
+    def _release_locked(self) -> list[str]:
+        """``_release``'s work, under the group lock; the commits refused (logged by
+        the caller, after the lock: a logging handler may block)."""
         releasing = self._releasing
+        refused = []
         todo = {tp: pos for tp, (pos, _) in releasing.items() if pos is not None}
         if todo:
             try:
                 self._commit_locked(todo, {tp for tp, (_, seeked) in releasing.items() if seeked})
             except CommitFailedError as e:
-                _log.warning("seglog: %s", e)
+                refused.append(str(e))
         owners = self._files.owners()
         mine = [k for k in map(_key, releasing) if k in owners and owners[k][0] == self.member_id]
         for k in mine:
             del owners[k]
         if mine:
             self._files.write_owners(owners)
-        return True
+        return refused
+
+    @staticmethod
+    def _warn(messages: list[str]) -> None:
+        for m in messages:
+            _log.warning("seglog: %s", m)
 
     # -- consuming -----------------------------------------------------------------
     def poll(self, timeout_ms: int = 1000, max_records: int = 500) -> list[ConsumerMessage]:
@@ -1181,9 +1208,10 @@ class Consumer:
                 self._closed = True
             self._assigned = frozenset()
             with self._locked("leave"):
-                self._release_locked()
+                refused = self._release_locked()
                 self._rebalance(leaving=True)
                 remove(self._files.member_path(self.member_id))
+            self._warn(refused)
         finally:
             for log in self._owned.values():
                 log.close()
@@ -1195,6 +1223,18 @@ class Consumer:
                 self._member_fd = -1
             _CONSUMERS.discard(self)
         self._raise_callback_error()
+
+    def __del__(self) -> None:
+        # dropped without close(): leave as a killed process would (no commit, no
+        # callback), so that the group sees the member gone at once instead of
+        # waiting for its session timeout
+        fd = getattr(self, "_member_fd", -1)
+        if fd >= 0 and getattr(self, "_forked_from", None) is None:
+            self._member_fd = -1
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def __enter__(self) -> "Consumer":
         return self
