@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Ty
 from . import _html, _platform
 from ._files import atomic_write, fsync_dir, remove
 from .errors import (CommitFailedError, GroupBusyError, InvalidConfigError, LogClosedError,
-                     OffsetOutOfRangeError, SeglogError)
+                     OffsetOutOfRangeError, SeglogError, StorageError)
 from .log import Log
 from .message import Headers, Message, _short, _tuplegetter
 from .topic import check_name, partition_dir, read_partition_count
@@ -293,6 +293,14 @@ def _read_json(path: str) -> Any:
         raise SeglogError(f"unreadable group file {path}: {e}") from e
 
 
+def _write(path: str, data: bytes) -> None:
+    """Replace a group file durably (temp, fsync, rename, fsync dir)."""
+    try:
+        atomic_write(path, data)
+    except OSError as e:
+        raise StorageError(e.errno, f"writing group file {path} failed: {e}") from e
+
+
 # descriptors a forked child must close at once: group locks held at the fork (by
 # another thread) and member files being joined; a child never holds a group's lock
 _CHILD_CLOSES: set[int] = set()
@@ -309,7 +317,10 @@ class _Flock:
         self.fd = -1
 
     def __enter__(self) -> "_Flock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise SeglogError(f"{self.what}: cannot open {self.path}: {e}") from e
         _CHILD_CLOSES.add(fd)
         deadline = time.monotonic() + self.wait_s
         delay = 0.0005
@@ -366,7 +377,7 @@ class _GroupFiles:
         return _State.parse(self.state_path, raw)
 
     def write_state(self, st: _State) -> None:
-        atomic_write(self.state_path, st.to_json())
+        _write(self.state_path, st.to_json())
 
     def owners(self) -> dict[str, list[Any]]:
         """``"topic/p"`` -> [member, generation of its claim]."""
@@ -374,8 +385,8 @@ class _GroupFiles:
         return {} if raw is None else _parse_pairs(self.owners_path, raw, "owners", _is_name)
 
     def write_owners(self, owners: dict[str, list[Any]]) -> None:
-        atomic_write(self.owners_path, json.dumps({"version": 1, "owners": owners},
-                                                  sort_keys=True).encode())
+        _write(self.owners_path, json.dumps({"version": 1, "owners": owners},
+                                            sort_keys=True).encode())
 
     def offsets(self) -> dict[str, list[int]]:
         """``"topic/p"`` -> [committed offset, generation that committed it]."""
@@ -383,8 +394,8 @@ class _GroupFiles:
         return {} if raw is None else _parse_pairs(self.offsets_path, raw, "offsets", _is_count)
 
     def write_offsets(self, offsets: dict[str, list[int]]) -> None:
-        atomic_write(self.offsets_path, json.dumps({"version": 1, "offsets": offsets},
-                                                   sort_keys=True).encode())
+        _write(self.offsets_path, json.dumps({"version": 1, "offsets": offsets},
+                                             sort_keys=True).encode())
 
     def member_path(self, member: str) -> str:
         return os.path.join(self.members_dir, member)
@@ -552,6 +563,10 @@ class Consumer:
             raise InvalidConfigError(f"member id {member_id!r}: names starting with '.' are "
                                      f"the group's temporary files")
         self.root = os.path.abspath(os.fspath(root))
+        if not os.path.isdir(self.root):
+            # topics may come later, the root of topics may not: a mistyped path
+            # would otherwise become a new tree of directories
+            raise InvalidConfigError(f"{self.root} is not a directory (a root of topics)")
         self.group = group
         self.topics = topic_list
         self.member_id = member_id
