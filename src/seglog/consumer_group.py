@@ -1299,9 +1299,9 @@ def describe_group(root: str | os.PathLike[str], group: str) -> GroupDescription
     """The group as its files and its members' locks say: ``generation``,
     ``members`` (id -> topics, assignment and ``status``: ``"alive"``, ``"silent"``
     past its session timeout, or ``"dead"``, its process gone and the group not yet
-    rebalanced), and per ``"topic-partition"``: ``owner`` (None when no live member
-    holds it), ``committed``, ``end``, ``lag`` (end - committed, or None with
-    nothing committed). Changes nothing."""
+    rebalanced), and per ``"topic-partition"``: ``owner`` (None when nobody holds
+    it, or its holder is dead), ``committed``, ``end``, ``lag`` (end - committed, or
+    None with nothing committed). Changes nothing."""
     check_name(group, "group")
     root = os.path.abspath(os.fspath(root))
     files = _GroupFiles(root, group)
