@@ -127,7 +127,8 @@ def main() -> int:
                 os.kill(procs[killed].pid, signal.SIGKILL)
                 t_kill = time.monotonic()
                 print(f"SIGKILLed {killed} at {done:,} committed orders")
-                while any(v["owner"] == killed for v in
+                # describe_group shows a dead member's partitions with no owner
+                while any(v["owner"] in (killed, None) for v in
                           seglog.describe_group(root, GROUP)["partitions"].values()):
                     time.sleep(0.005)
                 print(f"  its partitions had new owners {1000 * (time.monotonic() - t_kill):.0f}"

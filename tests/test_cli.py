@@ -236,6 +236,26 @@ def test_groups_list_and_describe(root):
     assert run("groups", root, "nobody").returncode == 2
 
 
+def test_groups_needs_a_root_and_reports_bad_group_files(root, log_dir, tmp_path):
+    os.makedirs(tmp_path / "plain")
+    for path in (str(tmp_path / "plain"), str(tmp_path / "missing"), log_dir):
+        p = run("groups", path)
+        assert p.returncode == 3 and "root of topics" in p.stderr + p.stdout, (path, p.stderr)
+    # what is not a group directory under __groups is not a group
+    with open(os.path.join(root, "__groups", "notes.txt"), "w") as f:
+        f.write("mine")
+    p = run("groups", root)
+    assert p.returncode == 0 and "billing: generation" in p.stdout and "notes" not in p.stdout
+    assert json.loads(run("groups", root, "--json").stdout)["groups"][0]["group"] == "billing"
+    # a group file of the wrong shape: damage reported with its name, no traceback
+    state = os.path.join(root, "__groups", "billing", "state.json")
+    with open(state, "w") as f:
+        json.dump({"generation": "two", "members": [], "assignment": {}}, f)
+    for args in (("groups", root), ("groups", root, "billing")):
+        p = run(*args)
+        assert p.returncode == 1 and state in p.stderr and "Traceback" not in p.stderr
+
+
 def test_compact_and_retention(tmp_path):
     path = str(tmp_path / "kv")
     with Log.open(path, cleanup_policy="compact", segment_bytes=2048) as log:

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seglog
-from seglog import CommitFailedError, Consumer, InvalidConfigError, Topic, describe_group
+from seglog import CommitFailedError, Consumer, InvalidConfigError, Log, Topic, describe_group
 from seglog.consumer_group import assign, commit_offsets, committed_offsets
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -290,12 +290,13 @@ def test_retention_past_the_committed_offset_resumes_at_the_start(tmp_path, capl
 @pytest.mark.parametrize("kwargs, exc", [
     ({"group": "a/b"}, InvalidConfigError), ({"group": 5}, TypeError),
     ({"topics": "ev"}, TypeError), ({"topics": []}, InvalidConfigError),
-    ({"topics": ["nope"]}, InvalidConfigError), ({"topics": ["../x"]}, InvalidConfigError),
+    ({"topics": ["../x"]}, InvalidConfigError),
     ({"auto_offset_reset": "middle"}, InvalidConfigError),
     ({"assignor": "random"}, InvalidConfigError),
     ({"session_timeout_ms": 0}, InvalidConfigError), ({"session_timeout_ms": 1.5}, TypeError),
     ({"auto_commit_ms": 0}, InvalidConfigError), ({"on_assign": 3}, TypeError),
-    ({"member_id": "no spaces"}, InvalidConfigError),
+    ({"member_id": "no spaces"}, InvalidConfigError), ({"member_id": ".join-x"}, InvalidConfigError),
+    ({"lock_timeout_ms": -1}, InvalidConfigError), ({"lock_timeout_ms": 0.5}, TypeError),
 ])
 def test_bad_input(topic, kwargs, exc):
     args = {"group": "g", "topics": ["ev"], **kwargs}
@@ -678,3 +679,609 @@ class GroupMachine(RuleBasedStateMachine):
 
 TestGroupProtocol = GroupMachine.TestCase
 TestGroupProtocol.settings = settings(max_examples=20, stateful_step_count=12, deadline=None)
+
+
+# -- failures, stalls, bad input -------------------------------------------------------
+
+def _flip(path: str, needle: bytes) -> None:
+    """Damage the batch that holds ``needle`` (its checksum then fails)."""
+    with open(path, "r+b") as f:
+        data = f.read()
+        pos = data.index(needle)
+        f.seek(pos)
+        f.write(bytes([data[pos] ^ 0xFF]))
+
+
+def _within(seconds: float, fn, what: str):
+    """fn() in a thread: its result, or AssertionError if it has not returned within
+    ``seconds`` (a call that hangs fails the test instead of hanging it)."""
+    box: list = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as e:      # noqa: BLE001 - handed to the caller
+            box.append((False, e))
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(seconds)
+    assert box, f"{what} did not return within {seconds} s"
+    ok, v = box[0]
+    if not ok:
+        raise v
+    return v
+
+
+def test_a_poll_that_fails_on_one_partition_loses_nothing_it_read(tmp_path):
+    """Partition 1 is damaged at offset 2 while partition 0 keeps growing: a poll
+    that reads 0 and then fails on 1 must deliver what it read (or move nothing)."""
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=2) as t:
+        for i in range(5):
+            t.append(b"A-value-%04d" % i, partition=0)
+            t.append(b"B-value-%04d" % i, partition=1)
+    _flip(os.path.join(root, "ev-1", "00000000000000000000.log"), b"B-value-0002")
+    delivered: set[tuple[int, int]] = set()
+    errors = []
+
+    def poll(c) -> None:
+        try:
+            delivered.update((m.partition, m.offset) for m in c.poll(timeout_ms=20))
+        except seglog.CorruptRecordError as e:
+            errors.append(e)
+
+    with Log.open(os.path.join(root, "ev-0")) as writer, \
+            Consumer(root, "g", ["ev"], auto_commit_ms=60_000) as c:
+        for i in range(5, 25):
+            writer.append(b"A-value-%04d" % i)
+            poll(c)
+        want = {(0, o) for o in range(25)} | {(1, 0), (1, 1)}
+        deadline = time.monotonic() + 5
+        while not want <= delivered and time.monotonic() < deadline:
+            poll(c)
+        positions = {p: c.position("ev", p) for p in (0, 1)}
+    # every message before the damage was delivered, and the error was raised
+    assert delivered == want
+    assert len(errors) >= 3 and "ev-1" in str(errors[0])
+    assert positions == {0: 25, 1: 2}
+    # close() committed no position past what was delivered
+    assert committed_offsets(root, "g") == {("ev", 0): 25, ("ev", 1): 2}
+
+
+def test_a_poll_interrupted_half_way_moves_no_position(topic, monkeypatch):
+    fill(topic, 40)
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        drain(c, 0)
+        c.poll(timeout_ms=0, max_records=1)     # claims, reads ahead
+        before = {p: c.position("ev", p) for p in range(4)}
+        calls = []
+        real = seglog.Log.read
+
+        def read(self, offset, max_bytes=1 << 20):
+            calls.append(offset)
+            if len(calls) == 2:
+                raise KeyboardInterrupt          # not an Exception: nothing is returned
+            return real(self, offset, max_bytes)
+
+        monkeypatch.setattr(seglog.Log, "read", read)
+        with pytest.raises(KeyboardInterrupt):
+            c.poll(timeout_ms=0)
+        monkeypatch.undo()
+        assert {p: c.position("ev", p) for p in range(4)} == before
+        rest = drain(c, 40 - 1)
+        assert len(rest) == 39 and {(m.partition, m.offset) for m in rest} == \
+            {(i % 4, i // 4) for i in range(40)} - {(0, 0)}
+
+
+def test_leaving_an_iteration_early_gives_back_what_it_did_not_yield(topic):
+    fill(topic, 400)
+    seen = []
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000) as c:
+        for m in c:                  # one poll returns all 400; the loop takes 7
+            seen.append(m)
+            if len(seen) == 7:
+                c.commit()           # commits what was yielded, not the whole poll
+                committed = {p: c.committed("ev", p) for p in range(4)}
+                break
+        got = {(m.partition, m.offset) for m in seen}
+        ends = {p: len([o for q, o in got if q == p]) for p in range(4)}
+        assert got == {(p, o) for p in range(4) for o in range(ends[p])}
+        assert committed == ends
+        assert {p: c.position("ev", p) for p in range(4)} == ends
+        seen += c.poll(timeout_ms=1000, max_records=13)     # goes on right after them
+        assert len(seen) == 20
+    # close() committed what was delivered only: the next consumer gets the rest
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        rest = drain(c, 400 - 20)
+    got = {(m.partition, m.offset) for m in seen}
+    assert len(got) == 20 and not {(m.partition, m.offset) for m in rest} & got
+    assert {(m.partition, m.offset) for m in rest} | got == {(i % 4, i // 4) for i in range(400)}
+
+
+HOLDER = """
+import fcntl, os, signal, sys, seglog
+root = sys.argv[1]
+c = seglog.Consumer(root, "g", ["ev"], member_id="holder", session_timeout_ms=1000,
+                    auto_commit_ms=None)
+print("joined", c.generation, flush=True)
+sys.stdin.readline()
+fd = os.open(os.path.join(root, "__groups", "g", "group.lock"), os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)         # as a member does while it changes the group
+print("locked", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)   # ... and is stopped there
+os.close(fd)
+print("released", flush=True)
+sys.stdin.readline()                   # then silent: no poll, no heartbeat
+"""
+
+
+@pytest.mark.parametrize("then", ["SIGCONT", "SIGKILL"])
+def test_a_member_stopped_holding_the_group_lock_stalls_nobody(topic, then):
+    root = topic.root
+    fill(topic, 40)
+    a = Consumer(root, "g", ["ev"], member_id="a", auto_commit_ms=None, lock_timeout_ms=300,
+                 session_timeout_ms=1000)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, root], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        gen = int(_within(30, holder.stdout.readline, "the holder's join").split()[1])
+        # a gives the holder its half (range: a has ev-0 and ev-1) before the stall
+        wait_for(lambda: (a.poll(0), a.generation == gen and set(a._owned) == {("ev", 0), ("ev", 1)}
+                          and [v["owner"] for v in describe_group(root, "g")["partitions"].values()]
+                          == ["a", "a", None, None])[-1], 10, "a to adopt the holder's generation")
+        a.commit()
+        holder.stdin.write("lock\n")
+        holder.stdin.flush()
+        assert _within(30, holder.stdout.readline, "the holder's lock") == "locked\n"
+        _, status = os.waitpid(holder.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status)
+        offsets_file = os.path.join(root, "__groups", "g", "offsets.json")
+        with open(offsets_file, "rb") as f:
+            offsets_before = f.read()
+
+        # a keeps consuming what it owns; each poll returns within its timeout, also
+        # after the holder's session timeout, when a wants to expel it and cannot
+        fill(topic, 40, 40)
+        got = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 1.5 or len(got) < 20:
+            start = time.monotonic()
+            got += _within(10, lambda: a.poll(timeout_ms=200), "a poll")
+            assert time.monotonic() - start < 2.0
+            assert time.monotonic() - t0 < 20, "a did not deliver its partitions' messages"
+        assert {(m.partition, m.offset) for m in got} == {(i % 4, i // 4) for i in range(40, 80)
+                                                           if i % 4 in (0, 1)}
+        # joins and commits fail within their bound, writing nothing
+        for what, call in (("a join", lambda: Consumer(root, "g", ["ev"], member_id="late",
+                                                       lock_timeout_ms=300)),
+                           ("commit_offsets", lambda: commit_offsets(
+                               root, "g", {("ev", 0): 1}, lock_timeout_ms=300)),
+                           ("a commit", a.commit)):
+            start = time.monotonic()
+            with pytest.raises(seglog.GroupBusyError, match="group.lock"):
+                _within(10, call, what)
+            assert time.monotonic() - start < 5.0
+        assert sorted(os.listdir(os.path.join(root, "__groups", "g", "members"))) == ["a", "holder"]
+        with open(offsets_file, "rb") as f:
+            assert f.read() == offsets_before
+
+        # the holder resumes (and goes silent) or dies: the group proceeds, and the
+        # holder is out by its own session timeout (or its death)
+        os.kill(holder.pid, getattr(signal, then))
+        if then == "SIGCONT":
+            assert _within(30, holder.stdout.readline, "the holder's release") == "released\n"
+        wait_for(lambda: (a.poll(timeout_ms=20), len(a._owned) == 4)[-1], 10,
+                 "a to take the holder's partitions")
+        assert list(describe_group(root, "g")["members"]) == ["a"]
+        with Consumer(root, "g", ["ev"], member_id="late", auto_commit_ms=None) as late:
+            assert late.generation > gen
+        assert commit_offsets(root, "g", {("ev", 3): 20}) == {("ev", 3): 20}
+    finally:
+        if holder.poll() is None:
+            os.kill(holder.pid, signal.SIGCONT)
+            holder.kill()
+        holder.wait()
+        a.close()
+
+
+def test_commit_offsets_refuses_an_offset_outside_the_log(tmp_path):
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=2) as t:
+        for i in range(5):
+            t.append(b"x", partition=0)
+    with Topic.open(root, "old", partitions=1, segment_bytes=1024, retention_bytes=1,
+                    retention_check_ms=None, file_delete_delay_ms=0) as t:
+        for i in range(40):
+            t.append(b"y" * 100)
+        t.partition(0).enforce_retention()
+        start = t.partition(0).start_offset
+    assert start > 1
+    group_dir = os.path.join(root, "__groups", "g")
+    for bad in ({("ev", 0): 1000}, {("ev", 0): 6}, {("ev", 1): 1}, {("old", 0): start - 1},
+                {("ev", 0): 3, ("ev", 1): 1}):        # one bad offset: nothing written
+        with pytest.raises(seglog.OffsetOutOfRangeError, match="outside"):
+            commit_offsets(root, "g", bad)
+        assert not os.path.exists(group_dir)
+    # the ends are fine (the end: everything processed; the start: nothing)
+    assert commit_offsets(root, "g", {("ev", 0): 5, ("ev", 1): 0, ("old", 0): start}) == \
+        {("ev", 0): 5, ("ev", 1): 0, ("old", 0): start}
+    with pytest.raises(seglog.OffsetOutOfRangeError):
+        commit_offsets(root, "g", {("old", 0): 41})
+    assert committed_offsets(root, "g") == {("ev", 0): 5, ("ev", 1): 0, ("old", 0): start}
+    # a consumer then resumes where the offsets say, and sees what is appended next
+    with Topic.open(root, "ev") as t:
+        t.append(b"after", partition=1)
+    with Consumer(root, "g", ["ev"], auto_commit_ms=None) as c:
+        assert [(m.partition, m.offset, m.value) for m in drain(c, 1)] == [(1, 0, b"after")]
+
+
+def test_the_rdd_commit_refuses_ranges_past_the_log_end(tmp_path):
+    pytest.importorskip("pyspark")
+    from seglog.spark import OffsetRange, commit
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=1) as t:
+        for i in range(5):
+            t.append(b"x")
+    with pytest.raises(seglog.OffsetOutOfRangeError):
+        commit(root, "etl", [OffsetRange("ev", 0, 0, 1000)])
+    assert committed_offsets(root, "etl") == {}
+    assert commit(root, "etl", [OffsetRange("ev", 0, 0, 5)]) == {("ev", 0): 5}
+
+
+def test_a_streams_lag_report_below_the_log_start_does_not_fail_the_query(tmp_path, caplog):
+    pytest.importorskip("pyspark")
+    from seglog import spark as sgs
+    root = str(tmp_path)
+    with Topic.open(root, "old", partitions=1, segment_bytes=1024, retention_bytes=1,
+                    retention_check_ms=None, file_delete_delay_ms=0) as t:
+        for i in range(40):
+            t.append(b"y" * 100)
+        t.partition(0).enforce_retention()
+        start = t.partition(0).start_offset
+    reader = sgs._StreamReader(sgs._parse_options(
+        {"path": root, "subscribe": "old", "groupId": "g", "failOnDataLoss": "false"}, True))
+    with caplog.at_level(logging.WARNING, logger="seglog"):
+        reader.commit({"old": {"0": 1}})         # retention went past what it reports
+    assert "not told" in caplog.text and committed_offsets(root, "g") == {}
+    reader.commit({"old": {"0": start + 1}})
+    assert committed_offsets(root, "g") == {("old", 0): start + 1}
+    reader.stop()
+
+
+def test_a_consumer_dropped_without_close_is_seen_gone_at_once(topic):
+    import gc
+    a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=30_000)
+    b = Consumer(topic.root, "g", ["ev"], member_id="b", session_timeout_ms=30_000)
+    try:
+        wait_for(lambda: (a.poll(0), b.poll(0), len(a._owned) == len(b._owned) == 2)[-1], 10,
+                 "the split")
+        del a
+        gc.collect()
+        t0 = time.monotonic()
+        wait_for(lambda: (b.poll(timeout_ms=20), len(b._owned) == 4)[-1], 10,
+                 "b to take the dropped member's partitions")
+        assert time.monotonic() - t0 < 10
+    finally:
+        b.close()
+
+
+def test_commit_offsets_of_nothing_makes_nothing(topic):
+    assert commit_offsets(topic.root, "g", {}) == {}
+    assert not os.path.exists(os.path.join(topic.root, "__groups"))
+
+
+def test_each_member_is_judged_by_its_own_session_timeout(topic):
+    """Nobody polls ``slow`` (60 s) and ``quick`` (1 s); ``watcher`` (200 ms) polls:
+    it expels quick after quick's 1 s, not its own 200 ms, and never slow."""
+    slow = Consumer(topic.root, "g", ["ev"], member_id="slow", session_timeout_ms=60_000)
+    t0 = time.monotonic()            # quick's heartbeat is no older than this
+    quick = Consumer(topic.root, "g", ["ev"], member_id="quick", session_timeout_ms=1000)
+    watcher = Consumer(topic.root, "g", ["ev"], member_id="watcher", session_timeout_ms=200)
+    try:
+        wait_for(lambda: (watcher.poll(timeout_ms=20),
+                          "quick" not in describe_group(topic.root, "g")["members"])[-1],
+                 20, "quick to be expelled")
+        assert time.monotonic() - t0 >= 0.8         # not before its own timeout
+        members = describe_group(topic.root, "g")["members"]
+        assert set(members) == {"slow", "watcher"}
+        assert {m: v["status"] for m, v in members.items()} == {"slow": "alive", "watcher": "alive"}
+    finally:
+        for c in (slow, quick, watcher):
+            c.close()
+
+
+FORKER = """
+import os, sys, seglog
+c = seglog.Consumer(sys.argv[1], "g", ["ev"], member_id="forker", session_timeout_ms=30_000)
+pid = os.fork()
+if pid == 0:                      # a helper process: it blocks, it never uses c
+    os.read(0, 1)
+    os._exit(0)
+print(pid, flush=True)
+while True:
+    c.poll(timeout_ms=100)
+"""
+
+
+def test_a_forked_child_does_not_keep_a_killed_member_alive(topic):
+    survivor = Consumer(topic.root, "g", ["ev"], member_id="survivor", session_timeout_ms=30_000)
+    forker = subprocess.Popen([sys.executable, "-c", FORKER, topic.root], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        child = int(_within(30, forker.stdout.readline, "the member's fork"))
+        # range: the forker has ev-0 and ev-1, the survivor ev-2 and ev-3
+        wait_for(lambda: (survivor.poll(timeout_ms=20), set(survivor._owned) == {("ev", 2), ("ev", 3)}
+                          and "forker" in describe_group(topic.root, "g")["members"])[-1],
+                 20, "the forker to join")
+        os.kill(forker.pid, signal.SIGKILL)
+        forker.wait()
+        t0 = time.monotonic()
+        # its helper lives on, but the member is seen dead at once, not after 30 s
+        wait_for(lambda: (survivor.poll(timeout_ms=20), len(survivor._owned) == 4)[-1], 10,
+                 "the survivor to take the killed member's partitions")
+        assert time.monotonic() - t0 < 10
+        os.kill(child, 0)                          # the helper is still there
+    finally:
+        if forker.poll() is None:
+            forker.kill()
+            forker.wait()
+        forker.stdin.close()                      # the helper's read ends
+        if child is not None:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        survivor.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_consumer_refuses_use_in_a_forked_child(topic):
+    fill(topic, 8)
+    with Consumer(topic.root, "g", ["ev"], member_id="parent", auto_commit_ms=None) as c:
+        got = c.poll(timeout_ms=5000, max_records=4)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = 0
+                for op in (lambda: c.poll(0), c.commit, lambda: c.position("ev", 0),
+                           lambda: list(iter(c))):
+                    try:
+                        op()
+                        code = 3
+                    except seglog.SeglogError as e:
+                        if "fork" not in str(e):
+                            code = 2
+                c.close()                        # touches nothing
+                with c:
+                    pass
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 30
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise AssertionError("the child did not finish in 30 s")
+            time.sleep(0.01)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        # the parent's consumer is untouched: still the member, still consuming
+        d = describe_group(topic.root, "g")
+        assert d["members"]["parent"]["status"] == "alive"
+        assert all(v["owner"] == "parent" for v in d["partitions"].values())
+        got += drain(c, 8 - len(got))
+        c.commit()
+        assert len(got) == 8 and sum(c.committed("ev", p) for p in range(4)) == 8
+
+
+def test_callbacks_describe_ownership_exactly_through_expel_and_rejoin(topic):
+    """Every message a member delivers is from a partition its callbacks gave it
+    at that moment, through an expulsion and a rejoin that gives the same
+    partitions back; at every step the announced set is its assignment."""
+    views: dict[str, set] = {"a": set(), "b": set()}
+    calls: list = []
+
+    def cbs(name):
+        def on_assign(tps):
+            assert not tps & views[name], f"{name} assigned what it had: {tps}"
+            views[name] |= tps
+            calls.append((name, "assign", sorted(tps)))
+
+        def on_revoke(tps):
+            assert tps <= views[name], f"{name} revoked what it did not have: {tps}"
+            views[name] -= tps
+            calls.append((name, "revoke", sorted(tps)))
+        return {"on_assign": on_assign, "on_revoke": on_revoke}
+
+    written = [0]
+
+    def step(c, name):
+        fill(topic, 4, written[0])
+        written[0] += 4
+        for m in c.poll(timeout_ms=10):
+            assert (m.topic, m.partition) in views[name], \
+                f"{name} delivered {m.topic}-{m.partition} outside {views[name]}: {calls}"
+        assert views[name] == set(c.assignment()) >= set(c._owned)
+
+    a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=400,
+                 auto_commit_ms=None, **cbs("a"))
+    b = Consumer(topic.root, "g", ["ev"], member_id="b", session_timeout_ms=1500,
+                 auto_commit_ms=None, **cbs("b"))
+    try:
+        wait_for(lambda: (step(a, "a"), step(b, "b"),
+                          views["a"] == {("ev", 0), ("ev", 1)} and len(a._owned) == 2)[-1],
+                 10, "a and b to split the partitions")
+        time.sleep(0.6)                  # a is silent past its session timeout
+        wait_for(lambda: (step(b, "b"), len(b._owned) == 4)[-1], 10, "b to expel a")
+        # a finds itself expelled, loses everything, rejoins and gets 0 and 1 back
+        wait_for(lambda: (step(a, "a"), step(b, "b"), len(a._owned) == 2
+                          and len(b._owned) == 2)[-1], 10, "a to rejoin")
+        expelled = calls.index(("a", "revoke", [("ev", 0), ("ev", 1)]))
+        assert ("a", "assign", [("ev", 0), ("ev", 1)]) in calls[expelled:]
+        assert views["a"] == {("ev", 0), ("ev", 1)} and views["b"] == {("ev", 2), ("ev", 3)}
+    finally:
+        a.close()
+        b.close()
+    assert views == {"a": set(), "b": set()}
+
+
+def test_describe_group_does_not_show_a_killed_member_as_owner(group_topic):
+    g = Group(group_topic.root, "ev", session_ms=30_000)
+    try:
+        m = g.start()
+        wait_for(lambda: g.joined(m), 30, "the member to join")
+        wait_for(lambda: (lambda d: m in d["members"] and all(
+            v["owner"] == m for v in d["partitions"].values()))(
+            describe_group(group_topic.root, "g")), 30, "the member to own everything")
+        os.kill(g.procs[m].pid, signal.SIGKILL)
+        g.procs[m].wait()
+        d = describe_group(group_topic.root, "g")       # nobody else has looked yet
+        assert all(v["owner"] is None for v in d["partitions"].values())
+        assert d["members"][m]["status"] == "dead"
+        assert os.path.exists(os.path.join(group_topic.root, "__groups", "g", "members", m))
+    finally:
+        g.stop_all()
+
+
+def test_a_consumer_waits_for_a_topic_created_later(topic):
+    # the topic may come later, the root may not: a mistyped root is an error
+    with pytest.raises(InvalidConfigError, match="not a directory"):
+        Consumer(os.path.join(topic.root, "typo"), "g", ["later"])
+    assert not os.path.exists(os.path.join(topic.root, "typo"))
+    fill(topic, 8)
+    with Consumer(topic.root, "g", ["ev", "later"], auto_commit_ms=None) as c:
+        got = drain(c, 8)
+        assert {(m.topic, m.partition, m.offset) for m in got} == \
+            {("ev", i % 4, i // 4) for i in range(8)}
+        assert c.poll(timeout_ms=50) == []
+        with Topic.open(topic.root, "later", partitions=3) as later:
+            for i in range(30):
+                later.append(b"l%d" % i, partition=i % 3)
+            got = drain(c, 30)
+        assert {(m.topic, m.partition, m.offset) for m in got} == \
+            {("later", i % 3, i // 3) for i in range(30)}
+        assert set(c.assignment()) == {("ev", p) for p in range(4)} | {("later", p) for p in range(3)}
+
+
+_LEAF = st.none() | st.booleans() | st.integers(-3, 2**40) | st.floats(allow_nan=False) \
+    | st.text(max_size=6) | st.sampled_from(["ev", "fz", "a", "range", "ev/0", "ev/1", ".."])
+_KEYS = st.sampled_from(["version", "generation", "members", "assignment", "assignor",
+                         "partitions", "owners", "offsets", "topics", "session_timeout_ms",
+                         "ev/0", "ev/1", "ev/99", "zz/0", "ev", "a", "fz", "x/y", ""]) | st.text(max_size=4)
+# JSON of every shape, biased towards the group files' own keys and values
+_JSON = st.recursive(_LEAF, lambda ch: st.lists(ch, max_size=3) | st.dictionaries(_KEYS, ch, max_size=5),
+                     max_leaves=14)
+_FUZZED = {"fz": 0}
+
+
+@pytest.fixture(scope="module")
+def fuzz_root(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("fuzz"))
+    with Topic.open(root, "ev", partitions=2) as t:
+        for i in range(6):
+            t.append(b"m%d" % i, partition=i % 2)
+    return root
+
+
+@given(st.sampled_from(["state.json", "owners.json", "offsets.json", "members/x",
+                        "members/x (held)"]), _JSON)
+@settings(deadline=None, max_examples=150)
+def test_group_files_of_any_shape_give_seglog_errors_only(fuzz_root, which, doc):
+    """Whatever valid JSON a group file holds, Consumer, describe_group,
+    committed_offsets and ``seglog groups`` answer or raise a SeglogError (exit 1 for
+    the command), and leave no descriptor or lock behind."""
+    import io
+    import shutil
+    from seglog import cli
+    _FUZZED["fz"] += 1
+    group = f"f{_FUZZED['fz']}"
+    gdir = os.path.join(fuzz_root, "__groups", group)
+    os.makedirs(os.path.join(gdir, "members"))
+    path = os.path.join(gdir, which.split()[0])
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    held = os.open(path, os.O_RDONLY) if "held" in which else -1
+    if held >= 0:
+        import fcntl
+        fcntl.flock(held, fcntl.LOCK_EX)        # as a live member holds its file
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    try:
+        for call in (lambda: describe_group(fuzz_root, group),
+                     lambda: committed_offsets(fuzz_root, group)):
+            try:
+                call()
+            except seglog.SeglogError:
+                pass
+        for args in (["groups", fuzz_root, group], ["groups", fuzz_root, group, "--json"]):
+            assert cli.main(args, out=io.StringIO()) in (0, 1)
+        try:
+            c = Consumer(fuzz_root, group, ["ev"], member_id="fz", lock_timeout_ms=2000)
+        except seglog.SeglogError:
+            pass
+        else:
+            try:
+                c.poll(timeout_ms=0)
+                c.commit()
+            except seglog.SeglogError:
+                pass
+            finally:
+                try:
+                    c.close()
+                except seglog.SeglogError:
+                    pass
+        if fds is not None:
+            assert len(os.listdir("/proc/self/fd")) == fds, "a descriptor was left open"
+        assert not os.path.exists(os.path.join(gdir, "members", "fz"))
+    finally:
+        if held >= 0:
+            os.close(held)
+        shutil.rmtree(gdir)
+
+
+def test_a_member_put_back_before_it_looked_does_not_read_on_from_its_old_positions(topic):
+    """``a`` is expelled while silent; ``b`` takes and commits its partitions, then
+    puts it back (its file is alive again) between a's heartbeat and its look at
+    the state. a must start again from b's commits, not from where it stopped."""
+    fill(topic, 40)
+    a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=400,
+                 auto_commit_ms=None)
+    b = Consumer(topic.root, "g", ["ev"], member_id="b", session_timeout_ms=1500,
+                 auto_commit_ms=None)
+    try:
+        a_first: list = []
+        got_b: list = []
+        wait_for(lambda: (a_first.extend(a.poll(timeout_ms=10)), got_b.extend(b.poll(timeout_ms=10)),
+                          {m.partition for m in a_first} == {0, 1})[-1], 10, "a and b to split")
+        time.sleep(0.6)                  # a is silent past its session timeout
+        wait_for(lambda: (got_b.extend(b.poll(timeout_ms=10)), len(b._owned) == 4)[-1], 10,
+                 "b to expel a")
+        fill(topic, 8, 40)
+        got_b += drain(b, 4)
+        b.commit()
+        by_b = {p: b.committed("ev", p) for p in (0, 1)}
+        beat = a._heartbeat
+
+        def heartbeat_then_b_looks() -> None:
+            beat()
+            a._heartbeat = beat
+            wait_for(lambda: (b.poll(timeout_ms=10),
+                              "a" in describe_group(topic.root, "g")["members"])[-1],
+                     10, "b to put a back")
+
+        a._heartbeat = heartbeat_then_b_looks
+        a._last_check = 0.0
+        got_a = []
+        wait_for(lambda: (got_a.extend(a.poll(timeout_ms=10)), b.poll(timeout_ms=10),
+                          len(a._owned) == 2 and len(b._owned) == 2)[-1], 10, "a to be back")
+        got_a += drain(a, 1, timeout=1)
+        again = {(m.partition, m.offset) for m in got_a} & {(m.partition, m.offset) for m in got_b}
+        assert not again, f"a delivered again what b had committed: {sorted(again)[:5]}"
+        assert all(m.offset >= by_b[m.partition] for m in got_a if m.partition in (0, 1))
+    finally:
+        a.close()
+        b.close()

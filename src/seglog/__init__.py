@@ -9,9 +9,9 @@
 
 from .config import LogConfig
 from .consumer_group import Consumer, ConsumerMessage, describe_group
-from .errors import (CommitFailedError, CorruptRecordError, InvalidConfigError, LogClosedError, LogLockedError,
-                     MessageTooLargeError, NotALogError, OffsetOutOfRangeError, ReadOnlyError,
-                     SeglogError, StorageError)
+from .errors import (CommitFailedError, CorruptRecordError, GroupBusyError, InvalidConfigError,
+                     LogClosedError, LogLockedError, MessageTooLargeError, NotALogError,
+                     OffsetOutOfRangeError, ReadOnlyError, SeglogError, StorageError)
 from .index import OffsetIndex, TimeIndex
 from .log import Log
 from .message import Columns, Message, MessageSet, Record, arrow_schema
@@ -23,6 +23,6 @@ __all__ = [
     "SeglogError", "OffsetOutOfRangeError", "MessageTooLargeError", "CorruptRecordError",
     "LogLockedError", "LogClosedError", "InvalidConfigError", "StorageError", "ReadOnlyError",
     "NotALogError", "Topic", "Consumer", "ConsumerMessage", "describe_group",
-    "CommitFailedError", "Columns", "arrow_schema",
+    "CommitFailedError", "GroupBusyError", "Columns", "arrow_schema",
 ]
 __version__ = "0.1.0"

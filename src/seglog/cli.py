@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from . import _html, codec, repair
 from ._files import MARKER
-from .consumer_group import GROUPS_DIR, describe_group
+from .consumer_group import GROUPS_DIR, describe_group, list_groups
 from .errors import (CorruptRecordError, InvalidConfigError, LogLockedError, NotALogError,
                      SeglogError)
 from .log import Log
@@ -444,19 +444,31 @@ def _print_message(out: Any, a: argparse.Namespace, t: str | None, p: int | None
                   f"{_show(m[3], a.max_bytes)}\n")
 
 
+def _require_root(root: str) -> None:
+    """``root`` is a root of topics: a directory (not a log) holding topics or groups."""
+    if _is_log(root):
+        raise NotALogError(f"{root} is a log directory, not a root of topics: give the "
+                           f"directory that holds the topics")
+    if not os.path.isdir(root):
+        raise NotALogError(f"{root} is not a directory: give a root of topics")
+    if not os.path.isdir(os.path.join(root, GROUPS_DIR)):
+        _partitions(root)          # NotALogError unless it holds topics
+
+
 def cmd_groups(a: argparse.Namespace, out: Any) -> int:
-    gdir = os.path.join(a.root, GROUPS_DIR)
+    _require_root(a.root)
     if a.group is None:
-        groups = sorted(os.listdir(gdir)) if os.path.isdir(gdir) else []
-        descs = [describe_group(a.root, g) for g in groups]
+        descs = [describe_group(a.root, g) for g in list_groups(a.root)]
         if a.json:
             json.dump({"groups": descs}, out, indent=1)
             out.write("\n")
         else:
             for d in descs:
                 lag = sum(v["lag"] or 0 for v in d["partitions"].values())
+                down = sum(1 for v in d["members"].values() if v["status"] != "alive")
                 out.write(f"{d['group']}: generation {d['generation']}, "
-                          f"{len(d['members'])} member(s), lag {lag}\n")
+                          f"{len(d['members'])} member(s)"
+                          f"{f' ({down} dead or silent)' if down else ''}, lag {lag}\n")
             if not descs:
                 out.write(f"no consumer groups under {a.root}\n")
         return EXIT_OK
@@ -467,6 +479,9 @@ def cmd_groups(a: argparse.Namespace, out: Any) -> int:
         return EXIT_OK
     out.write(f"group {d['group']}: generation {d['generation']}, assignor {d['assignor']}, "
               f"{len(d['members'])} member(s)\n")
+    for m, v in d["members"].items():
+        out.write(f"  member {m}: {v['status']}, "
+                  f"{', '.join(f'{t}-{p}' for t, p in v['assignment']) or 'no partitions'}\n")
     out.write(f"{'TOPIC-PARTITION':<24} {'OWNER':<32} {'COMMITTED':>12} {'END':>12} "
               f"{'LAG':>10}\n")
     for tp, v in d["partitions"].items():

@@ -70,5 +70,12 @@ class CommitFailedError(SeglogError):
     rejoins the group at its next poll; nothing was committed."""
 
 
+class GroupBusyError(SeglogError, TimeoutError):
+    """Another process held a consumer group's ``group.lock`` longer than the wait
+    bound (``lock_timeout_ms``): the join, commit or leave was not done and nothing
+    was written. A member stopped (SIGSTOP, a debugger) inside its short critical
+    section causes it; the group proceeds once that member resumes or dies."""
+
+
 class ReadOnlyError(SeglogError):
     """A write was attempted on a log opened with ``readonly=True``."""

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, NamedTuple, 
 
 from ._files import MARKER, require_dir
 from .consumer_group import ConsumerMessage, commit_offsets, committed_offsets
-from .errors import InvalidConfigError, OffsetOutOfRangeError
+from .errors import GroupBusyError, InvalidConfigError, OffsetOutOfRangeError
 from .log import Log
 from .message import Columns
 from .topic import TOPICS_DIR, check_name, partition_dir, read_partition_count
@@ -814,7 +814,14 @@ class _StreamReader(_Reader):
         ``describe_group``'s lag. The checkpoint stays what the query resumes from."""
         if self.o.group_id is None or not done or done == self._reported:
             return
-        commit_offsets(self.o.root, self.o.group_id, done)
+        try:
+            commit_offsets(self.o.root, self.o.group_id, done)
+        except (OffsetOutOfRangeError, GroupBusyError) as e:
+            # the report only shows lag (the checkpoint is the truth): retention past
+            # the reported offsets or a stalled group must not fail the query
+            _log.warning("seglog: group %s not told the query's offsets: %s",
+                         self.o.group_id, e)
+            return
         self._reported = done
 
     def stop(self) -> None:
