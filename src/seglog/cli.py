@@ -513,6 +513,8 @@ def cmd_tail(a: argparse.Namespace, out: Any) -> int:
             raise InvalidConfigError(f"{a.path} is a log; TOPIC applies to a root of topics")
         targets: list[tuple[str | None, int | None, str]] = [(None, None, a.path)]
     else:
+        if not os.path.isdir(a.path):
+            raise NotALogError(_not_a_log(a.path))
         if a.topic is None:
             raise InvalidConfigError("TOPIC is required with a root of topics")
         targets = [(t, p, d) for t, p, d in _partitions(a.path, a.topic)]

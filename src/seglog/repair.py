@@ -83,6 +83,7 @@ class Extent:
     base_offset: int
     file_bytes: int          # the file's size when the walk opened it
     data_bytes: int = 0      # whole good batches from its start: the bytes it stores
+    inode: int = 0           # of the file walked (compaction may replace it later)
 
 
 @dataclass
@@ -182,6 +183,10 @@ def walk_log(directory: str, progress: Progress | None = None, decode: bool = Tr
             expect = None              # nothing to check the next segment against
             continue
         with f:
+            if expect is not None and base != expect and _gone(path, live, directory):
+                info.vanished.append(path)      # a compaction's swap was deleting it
+                expect = None
+                continue
             if expect is not None and base != expect:
                 if base < expect:
                     raise DamageAt("offsets", f"the segment starts at offset {base}, below "
@@ -190,13 +195,27 @@ def walk_log(directory: str, progress: Progress | None = None, decode: bool = Tr
                 raise DamageAt("offsets", f"offsets {expect} to {base - 1} are missing: the "
                                f"segment before ends at {expect}, this one starts at {base}",
                                path, 0, base, expect)
-            ext = Extent(path, base, os.fstat(f.fileno()).st_size)
+            st = os.fstat(f.fileno())
+            ext = Extent(path, base, st.st_size, inode=st.st_ino)
             info.segments.append(ext)
             if info.start_offset is None:
                 info.start_offset = max(base, start or 0)
             expect = yield from _walk_segment(f.fileno(), ext, i + 1 == len(segs), directory,
                                               progress, decode, info, live)
             info.end_offset = expect
+
+
+def _gone(path: str, live: bool | None, directory: str) -> bool:
+    """True if the segment file at ``path`` is deleted within a moment by a live
+    writer: compaction renames its output over the first segment of a group, then
+    deletes the rest, so a walk can meet the output and then a segment it replaced."""
+    if not (writer_alive(directory) if live is None else live):
+        return False
+    for delay in (0.0,) + _LIVE_RETRIES:
+        time.sleep(delay)
+        if not os.path.exists(path):
+            return True
+    return False
 
 
 def _walk_segment(fd: int, ext: Extent, last: bool, directory: str,
@@ -331,13 +350,18 @@ def check(directory: str, progress: Progress | None = None,
             and rep.end_offset > rep.start_offset:
         rep.last_offset = rep.end_offset - 1
     rep.tail, rep.vanished = info.tail, info.vanished
-    walked = {e.path for e in info.segments}
+    walked = {e.path: e for e in info.segments}
     for path in info.listed:
         if path in info.vanished:
             continue
         try:
-            rep.problems += _check_indexes(path, int(os.path.basename(path)[:-4]),
-                                           starts.get(path, {}), os.path.getsize(path))
+            problems = _check_indexes(path, int(os.path.basename(path)[:-4]),
+                                      starts.get(path, {}), os.path.getsize(path))
+            # compaction renames a segment's new .log over the old first, then its
+            # indexes: if the .log walked is still there, the indexes read were its own
+            ext = walked.get(path)
+            if ext is None or os.stat(path).st_ino == ext.inode:
+                rep.problems += problems
         except FileNotFoundError:
             if path not in walked:
                 rep.segments -= 1             # deleted after the walk ended
