@@ -268,6 +268,18 @@ def test_compact_and_retention(tmp_path):
         assert log.start_offset == bases[len(doc["segments"])]
 
 
+def test_compact_after_a_kill_reports_stored_bytes(tmp_path):
+    path = str(tmp_path / "kv")
+    log = Log.open(path, cleanup_policy="compact", segment_bytes=2048, flush_ms=None)
+    for i in range(400):
+        log.append(b"v%d" % i, key=b"k%d" % (i % 5))
+    stored = sum(s.size for s in log.segments)
+    abandon(log)                          # its active segment keeps its reservation
+    assert _sizes(path) > stored
+    p = run("compact", path)
+    assert p.returncode == 0 and f"the log stored {stored} bytes before" in p.stdout, p.stdout
+
+
 def test_errors_have_exit_codes(tmp_path, log_dir):
     assert run("verify", str(tmp_path / "none")).returncode == 3
     os.makedirs(tmp_path / "plain")

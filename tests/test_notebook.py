@@ -174,6 +174,61 @@ def test_stats_len_and_html_of_healthy_logs_of_any_batch_size(shape, compression
         assert "<table>" in t._repr_html_()
 
 
+CHURN = r"""
+import sys, threading, seglog
+path, policy = sys.argv[1], sys.argv[2]
+log = seglog.Log.open(path, segment_bytes=32 << 10, retention_bytes=256 << 10,
+                      cleanup_policy=policy, file_delete_delay_ms=0, max_message_bytes=64 << 10)
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+i = 0
+while not stop.is_set():
+    log.append_batch([seglog.Record(b"x" * (100 + (i * 37 + j) % 900), key=b"k%d" % ((i + j) % 40))
+                      for j in range(1 + i % 9)])
+    i += 1
+    if i % 3 == 0:
+        log.enforce_retention()
+    if "compact" in policy and i % 10 == 0:
+        log.compact()
+    if i == 40:
+        print("ready", flush=True)
+log.close()
+"""
+
+
+@pytest.mark.parametrize("policy", ["delete", "compact,delete"])
+def test_views_of_a_reader_beside_a_writer_that_deletes_segments(policy, tmp_path):
+    """Retention (and compaction) in the writer's process delete and replace segment
+    files under a reader's stats, len and HTML view: they look again."""
+    path = str(tmp_path / "l")
+    proc = subprocess.Popen([sys.executable, "-c", CHURN, path, policy], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().startswith("ready")
+        starts = set()
+        deadline = time.monotonic() + 120
+        rounds = 0
+        with Log.open(path, readonly=True) as r:
+            # until retention has moved the start a few times under the reader
+            while rounds < 100 or (policy == "delete" and len(starts) < 4):
+                assert time.monotonic() < deadline, "retention never ran meanwhile"
+                rounds += 1
+                st = r.stats()
+                assert 0 <= st["start_offset"] <= st["end_offset"] and st["bytes"] > 0
+                if policy == "delete":
+                    assert st["messages"] == st["end_offset"] - st["start_offset"]
+                assert len(r) >= 0 and "<table>" in r._repr_html_()
+                starts.add(st["start_offset"])
+        proc.stdin.write("stop\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
 def test_topic_len_stats_and_frame(tmp_path):
     with Topic.open(str(tmp_path), "t", partitions=3) as t:
         for i in range(30):

@@ -626,8 +626,8 @@ def cmd_groups(a: argparse.Namespace, out: Any) -> int:
 
 def cmd_compact(a: argparse.Namespace, out: Any) -> int:
     _require_log(a.path)
-    before = _dir_bytes(a.path)
     with Log.open(a.path) as log:
+        before = sum(s.size for s in log.segments)       # stored bytes, not reservations
         if "compact" not in log.config.cleanup_policy:
             raise InvalidConfigError(f"{a.path} has cleanup_policy "
                                      f"{log.config.cleanup_policy!r}: nothing to compact")
@@ -645,7 +645,7 @@ def cmd_compact(a: argparse.Namespace, out: Any) -> int:
         out.write(f"{a.path}: compacted {st.segments_before} segment(s) of {st.bytes_before} "
                   f"bytes into {st.segments_after} of {st.bytes_after}; kept "
                   f"{st.records_kept} of {st.records_read} records, dropped "
-                  f"{st.tombstones_dropped} tombstone(s); the log's files: {before} bytes "
+                  f"{st.tombstones_dropped} tombstone(s); the log stored {before} bytes "
                   f"before (replaced segments linger, renamed aside, for "
                   f"file_delete_delay_ms)\n")
     return EXIT_OK

@@ -320,7 +320,21 @@ class LocalLog:
             self._refresh()
         if "compact" not in self.config.cleanup_policy:
             return self._end - self._start
-        return sum(1 for _ in self.iter(self._start, self._end))
+        return self._count()[2]
+
+    def _count(self) -> tuple[int, int, int]:
+        """(start, end, the records from start to end), counted again from the new
+        start if retention deletes some under the count."""
+        for _ in range(_RELOCATIONS):
+            start, end = self._start, self._end
+            try:
+                return start, end, sum(1 for _ in self.iter(start, end))
+            except OffsetOutOfRangeError:
+                if self.readonly:
+                    self._refresh(force=True)
+                if self._start <= start:
+                    raise
+        raise self._unsettled()
 
     def stats(self) -> dict[str, Any]:
         """A snapshot as a plain dict: offsets, messages (``len``), segments, bytes
@@ -346,10 +360,12 @@ class LocalLog:
             self._leave()
 
     def _stats(self) -> dict[str, Any]:
+        if "compact" in self.config.cleanup_policy:
+            start, end, n = self._count()
+        else:
+            start, end = self._start, self._end
+            n = end - start
         segs = self._segs
-        start, end = self._start, self._end
-        n = end - start if "compact" not in self.config.cleanup_policy else \
-            sum(1 for _ in self.iter(start, end))
         first_ts = None
         for seg in segs:
             hdr = seg.first_header()
