@@ -345,12 +345,13 @@ def _cut_text(c: recovery.Cut) -> str:
     name = os.path.basename(c.path)
     if c.reason == "deleted":
         return (f"  deleted the segment {name} (after the torn tail): {c.messages} "
-                f"message(s) in whole batches, {c.data_bytes} bytes of data\n")
+                f"message(s) in batches with a good checksum, {c.data_bytes} bytes of "
+                f"data\n")
     if not c.data_bytes:
         return (f"  dropped {c.reserved_bytes} bytes of reserved space at the end of {name} "
                 f"(zeros the writer preallocated past its data): no data cut\n")
     return (f"  cut {name} at position {c.position} ({c.reason}): {c.data_bytes} bytes of "
-            f"data ({c.messages} message(s) in whole batches; the rest a torn batch), and "
+            f"data ({c.messages} message(s) in batches with a good checksum), and "
             f"{c.reserved_bytes} bytes of reserved space (zeros)\n")
 
 
@@ -499,9 +500,9 @@ def cmd_stats(a: argparse.Namespace, out: Any) -> int:
                   f"{_span(r['start_offset'], r['end_offset'])}, time {span}, compression "
                   f"{ratio}, distinct keys {r['distinct_keys']}\n")
     if len(rows) > 1:
+        stored, reserved = (sum(r[k] for r in good) for k in ("bytes", "reserved_bytes"))
         out.write(f"total: {sum(r['segments'] for r in good)} segments, "
-                  f"{_bytes(sum(r['bytes'] for r in good), sum(r['reserved_bytes'] for r in good))}, "
-                  f"{sum(r['messages'] for r in good)} messages"
+                  f"{_bytes(stored, reserved)}, {sum(r['messages'] for r in good)} messages"
                   + (f"; {len(rows) - len(good)} log(s) unreadable" if len(good) < len(rows)
                      else "") + "\n")
     return code

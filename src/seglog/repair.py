@@ -32,6 +32,7 @@ from .index import TimeIndex, entries_valid, offset_arrays
 from .recovery import read_marker, writer_alive
 
 Progress = Callable[[int], None]     # called with the bytes just read
+_LIVE_RETRIES = (0.002, 0.02, 0.2)   # looking again: a live writer finishing a batch or a swap
 Batch = tuple[str, int, bytes, int, codec.BatchHeader]
 
 
@@ -192,9 +193,9 @@ def walk_log(directory: str, progress: Progress | None = None, decode: bool = Tr
                     raise DamageAt("offsets", f"the segment starts at offset {base}, below "
                                    f"{expect} where the one before ended", path, 0, base,
                                    expect)
-                raise DamageAt("offsets", f"offsets {expect} to {base - 1} are missing: the "
-                               f"segment before ends at {expect}, this one starts at {base}",
-                               path, 0, base, expect)
+                raise DamageAt("offsets", f"offsets {expect}..{base - 1} are missing: the "
+                               f"segments before hold offsets up to {expect - 1}, this one "
+                               f"starts at {base}", path, 0, base, expect)
             st = os.fstat(f.fileno())
             ext = Extent(path, base, st.st_size, inode=st.st_ino)
             info.segments.append(ext)
@@ -269,9 +270,6 @@ def _continues_at(fd: int, pos: int, nxt: int) -> bool:
         return False
     data = os.pread(fd, codec.batch_size(hdr), pos)
     return len(data) == codec.batch_size(hdr) and codec.checksum_ok(data, 0, hdr)
-
-
-_LIVE_RETRIES = (0.002, 0.02, 0.2)    # seconds a live writer gets to finish a batch
 
 
 def _tail(fd: int, ext: Extent, reason: str, message: str, offset: int | None, nxt: int,
