@@ -412,6 +412,7 @@ def test_reading_commands_survive_retention_beside_a_live_writer(policy, tmp_pat
                      file_delete_delay_ms=0, max_message_bytes=64 << 10, flush_ms=5):
         for _ in range(12):
             for args in (["verify", path], ["stats", path], ["dump", path],
+                         ["dump", path, "--print-data", "--max-bytes", "8"],
                          ["tail", path, "-n", "3"]):
                 assert time.monotonic() < deadline, "too slow"
                 p = run(*args)
@@ -530,6 +531,28 @@ def test_dump_past_the_end_says_so(log_dir):
     doc = json.loads(run("dump", log_dir, "--from", "5000", "--json").stdout)
     assert doc["batches"] == [] and "offsets 0..300" in doc["note"]
     assert run("dump", log_dir, "--from", "300").stderr == ""
+    p = run("dump", log_dir, "--from", "20", "--to", "10")
+    assert p.returncode == 2 and "--to 10 must be above --from 20" in p.stderr
+    empty = os.path.join(os.path.dirname(log_dir), "empty")
+    Log.open(empty).close()
+    assert "the log has no messages (end offset 0)" in run("dump", empty, "--from", "0").stderr
+
+
+def test_dump_print_data_of_a_segment_deleted_or_replaced_after_the_walk(log_dir, tmp_path):
+    """dump --print-data reads records again after the walk: a writer's retention or
+    compaction may have deleted or replaced the file by then."""
+    from seglog.cli import _records
+    batches: list = []
+    seglog.repair.check(log_dir, batches=batches)
+    b = batches[3]
+    assert [m[3] for m in _records(b, 0, 1 << 63)] == [b"line %d" % j for j in range(30, 40)]
+    other = str(tmp_path / "other")
+    with Log.open(other) as log:
+        log.append_batch([b"other %d" % j for j in range(400)])
+    os.replace(os.path.join(other, f"{0:020d}.log"), b.segment)     # compaction's rename
+    assert _records(b, 0, 1 << 63) is None
+    os.remove(b.segment)
+    assert _records(b, 0, 1 << 63) is None
 
 
 @pytest.mark.parametrize("cmd", ["dump", "verify", "stats", "recover", "tail", "compact",

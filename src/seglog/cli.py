@@ -31,7 +31,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from . import _html, codec, recovery, repair
 from ._files import MARKER
@@ -211,6 +211,9 @@ def _codec_name(attrs: int) -> str:
 def cmd_dump(a: argparse.Namespace, out: Any) -> int:
     path = a.path
     _require_log(path)
+    if a.from_offset is not None and a.to_offset is not None and a.to_offset <= a.from_offset:
+        raise InvalidConfigError(f"--to {a.to_offset} must be above --from {a.from_offset} "
+                                 f"(--to is the first offset not shown)")
     batches: list[repair.BatchInfo] = []
     prog = _Progress("dump", _dir_bytes(path))
     try:
@@ -221,7 +224,7 @@ def cmd_dump(a: argparse.Namespace, out: Any) -> int:
     hi = a.to_offset if a.to_offset is not None else 1 << 63
     shown = [b for b in batches if b.last_offset >= lo and b.base_offset < hi]
     note = None
-    if not shown and (a.from_offset is not None or a.to_offset is not None) and batches:
+    if not shown and (a.from_offset is not None or a.to_offset is not None):
         want = (f"offsets {a.from_offset if a.from_offset is not None else 0}.."
                 + (f"{a.to_offset - 1}" if a.to_offset is not None else ""))
         note = (f"no batch holds {want}: the log has {_span(rep.start_offset, rep.end_offset)}"
@@ -236,11 +239,14 @@ def cmd_dump(a: argparse.Namespace, out: Any) -> int:
                 "base_timestamp": b.base_timestamp, "max_timestamp": b.max_timestamp,
                 "checksum": "valid"}
             if a.print_data:
-                d["records"] = [{"offset": m[0], "timestamp": m[1],
-                                 "key": _json_value(m[2], a.max_bytes),
-                                 "value": _json_value(m[3], a.max_bytes),
-                                 "headers": [[k, _json_value(v, a.max_bytes)] for k, v in m[4]]}
-                                for m in _records(b, lo, hi)]
+                ms = _records(b, lo, hi)
+                d["records"] = None if ms is None else [
+                    {"offset": m[0], "timestamp": m[1], "key": _json_value(m[2], a.max_bytes),
+                     "value": _json_value(m[3], a.max_bytes),
+                     "headers": [[k, _json_value(v, a.max_bytes)] for k, v in m[4]]}
+                    for m in ms]
+                if ms is None:
+                    d["records_gone"] = _GONE
             docs.append(d)
         json.dump({"path": path, **_offsets(rep.start_offset, rep.end_offset),
                    "batches": docs, "note": note, "problems": _problems(rep, a.deep)}, out,
@@ -257,12 +263,14 @@ def cmd_dump(a: argparse.Namespace, out: Any) -> int:
                       f"{_codec_name(b.attributes)} flags: {_flags(b.attributes)} "
                       f"baseTimestamp: {b.base_timestamp} maxTimestamp: {b.max_timestamp} "
                       f"checksum: valid\n")
-            if a.print_data:
-                for m in _records(b, lo, hi):
-                    hs = " ".join(f"{k}={_show(v, a.max_bytes)}" for k, v in m[4])
-                    out.write(f"| offset: {m[0]} timestamp: {m[1]} key: "
-                              f"{_show(m[2], a.max_bytes)} value: {_show(m[3], a.max_bytes)}"
-                              + (f" headers: {hs}" if hs else "") + "\n")
+            ms = _records(b, lo, hi) if a.print_data else []
+            if ms is None:
+                out.write(f"| {_GONE}\n")
+            for m in ms or ():
+                hs = " ".join(f"{k}={_show(v, a.max_bytes)}" for k, v in m[4])
+                out.write(f"| offset: {m[0]} timestamp: {m[1]} key: "
+                          f"{_show(m[2], a.max_bytes)} value: {_show(m[3], a.max_bytes)}"
+                          + (f" headers: {hs}" if hs else "") + "\n")
         for p in _problems(rep, a.deep):
             out.write(f"DAMAGE {p['file']} position {p['position']} offset {p['offset']}: "
                       f"{p['reason']}: {p['message']}\n")
@@ -278,11 +286,25 @@ def _problems(rep: repair.CheckReport, deep: bool) -> list[dict[str, Any]]:
              "message": p.message} for p in rep.problems if deep or p.reason != "index"]
 
 
-def _records(b: repair.BatchInfo, lo: int, hi: int) -> Iterator[codec.MessageTuple]:
-    with open(b.segment, "rb") as f:
-        data = os.pread(f.fileno(), b.size, b.position)
-    hdr = codec.HEADER.unpack_from(data, 0)
-    return codec.decode_batch(data, 0, hdr, max(lo, 0), hi)
+_GONE = "the records are gone: retention or compaction deleted the segment after it was read"
+
+
+def _records(b: repair.BatchInfo, lo: int, hi: int) -> list[codec.MessageTuple] | None:
+    """The batch's records in ``[lo, hi)``, read again from its file; None if a live
+    writer's retention or compaction has deleted or replaced the file meanwhile."""
+    try:
+        with open(b.segment, "rb") as f:
+            data = os.pread(f.fileno(), b.size, b.position)
+    except FileNotFoundError:
+        return None
+    try:
+        hdr = codec.read_header(data, 0, len(data))
+    except CorruptRecordError:
+        return None
+    if (hdr is None or hdr[codec.H_BASE] != b.base_offset or codec.batch_size(hdr) != b.size
+            or not codec.checksum_ok(data, 0, hdr)):
+        return None          # another file under the name now (compaction's)
+    return list(codec.decode_batch(data, 0, hdr, max(lo, 0), hi))
 
 
 def _missing(d: str) -> repair.CheckReport:
