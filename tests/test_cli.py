@@ -401,16 +401,18 @@ def test_verify_tells_a_batch_being_written_from_a_torn_tail(tmp_path):
     assert p.returncode == 1 and f"position {end}" in p.stdout and "torn tail" in p.stdout
 
 
-@pytest.mark.parametrize("policy", ["delete", "compact,delete"])
+@pytest.mark.parametrize("policy", ["none", "delete", "compact,delete"])
 def test_reading_commands_survive_retention_beside_a_live_writer(policy, tmp_path):
-    """Segments are deleted (and with compaction replaced) while verify, dump, stats
-    and tail walk them: not damage, not an error."""
+    """The writer appends, rolls and flushes while verify, dump, stats and tail walk
+    the log; segments are deleted (and with compaction replaced) under them: not
+    damage, not an error."""
     path = str(tmp_path / "churn")
     deadline = time.monotonic() + 240
-    with live_writer(path, "churn" if policy == "delete" else "compact",
-                     segment_bytes=32 << 10, retention_bytes=512 << 10, cleanup_policy=policy,
+    with live_writer(path, "compact" if "compact" in policy else "churn",
+                     segment_bytes=32 << 10, cleanup_policy=policy.replace("none", "delete"),
+                     retention_bytes=None if policy == "none" else 512 << 10,
                      file_delete_delay_ms=0, max_message_bytes=64 << 10, flush_ms=5):
-        for _ in range(12):
+        for _ in range(10):
             for args in (["verify", path], ["stats", path], ["dump", path],
                          ["dump", path, "--print-data", "--max-bytes", "8"],
                          ["tail", path, "-n", "3"]):
