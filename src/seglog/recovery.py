@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _platform, codec
-from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, atomic_write, fsync_dir, fsync_file,  # noqa: F401
-                  is_leftover, list_segments, read_checkpoint, remove, tmp_path,
-                  write_checkpoint)
+from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, atomic_write,  # noqa: F401
+                     fsync_dir, fsync_file, is_leftover, list_segments, read_checkpoint,
+                     remove, tmp_path, write_checkpoint)
 from ._scan import ScanResult, Survey, scan, survey, write_index_files  # noqa: F401
 from .cleaner import resolve_interrupted
 from .errors import CorruptRecordError
