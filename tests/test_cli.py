@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from typing import Iterator
 
 import pytest
 
@@ -157,7 +160,8 @@ def test_recover_refuses_then_cuts_only_when_confirmed(tmp_path):
     assert p.returncode == 1 and "recovery refused" in p.stdout and "--truncate-at-damage" in p.stdout
     p = run("recover", path, "--truncate-at-damage", stdin="no\n")
     assert p.returncode == 5 and f"position {pos} (offset {off})" in p.stdout
-    assert "loses every message from offset 100 on" in p.stdout
+    assert "the log keeps offsets 0..99; it loses 90 message(s) in batches with a good " \
+           "checksum (offsets up to 199), and whatever the damaged bytes held" in p.stdout
     assert "9 batch(es) with a good checksum after the damage" in p.stdout
     assert files_digest(path) == before                       # nothing changed
     p = run("recover", path, "--truncate-at-damage", "--yes", "--json")
@@ -174,6 +178,7 @@ def test_recover_reports_a_torn_tail(tmp_path):
     log = Log.open(path, flush_ms=None)
     log.append_batch([b"a"] * 10)
     log.flush()
+    at = log.segments[-1].size
     log.append_batch([b"b" * 50] * 10)
     size = log.segments[-1].size
     abandon(log)
@@ -182,7 +187,9 @@ def test_recover_reports_a_torn_tail(tmp_path):
         f.truncate(size - 20)                   # the last batch torn
     p = run("recover", path)
     assert p.returncode == 0 and "recovered from the recovery point 10" in p.stdout
-    assert "offsets 0..10" in p.stdout
+    assert f"cut {os.path.basename(seg)} at position {at} (partial): {size - 20 - at} bytes " \
+           f"of data (0 message(s) in batches with a good checksum)" in p.stdout
+    assert p.stdout.endswith("offsets 0..9\n")
 
 
 def test_stats_of_a_log_and_a_root(log_dir, tmp_path, root):
@@ -281,6 +288,18 @@ def test_compact_and_retention(tmp_path):
         assert log.start_offset == bases[len(doc["segments"])]
 
 
+def test_compact_after_a_kill_reports_stored_bytes(tmp_path):
+    path = str(tmp_path / "kv")
+    log = Log.open(path, cleanup_policy="compact", segment_bytes=2048, flush_ms=None)
+    for i in range(400):
+        log.append(b"v%d" % i, key=b"k%d" % (i % 5))
+    stored = sum(s.size for s in log.segments)
+    abandon(log)                          # its active segment keeps its reservation
+    assert _sizes(path) > stored
+    p = run("compact", path)
+    assert p.returncode == 0 and f"the log stored {stored} bytes before" in p.stdout, p.stdout
+
+
 def test_errors_have_exit_codes(tmp_path, log_dir):
     assert run("verify", str(tmp_path / "none")).returncode == 3
     os.makedirs(tmp_path / "plain")
@@ -307,3 +326,259 @@ def test_progress_shows_on_a_terminal_only():
     prog.last -= 1
     prog(5_000_000)
     assert quiet.getvalue() == ""
+
+
+# -- beside a live writer in another process -------------------------------------------
+WRITER = r"""
+import json, sys, threading, seglog
+path, mode, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+log = seglog.Log.open(path, **opts)
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+i = 0
+if mode == "idle":
+    for i in range(5):
+        log.append(b"message %d" % i)
+    print("ready", log.end_offset, flush=True)
+    stop.wait(120)
+else:       # appends of every size, retention (and compaction) deleting segments meanwhile
+    while not stop.is_set():
+        log.append_batch([seglog.Record(b"v%d-" % i + b"x" * ((i * 37 + j * 11) % 700),
+                                        key=b"k%d" % ((i + j) % 40))
+                          for j in range(1 + i % 9)])
+        i += 1
+        if i % 3 == 0:
+            log.enforce_retention()
+        if mode == "compact" and i % 10 == 0:
+            log.compact()
+        if i == 40:
+            print("ready", flush=True)
+log.close()
+print("closed", flush=True)
+"""
+
+
+@contextlib.contextmanager
+def live_writer(path: str, mode: str, **opts: object) -> Iterator[subprocess.Popen]:
+    """A writer process holding ``path`` open until the block ends."""
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, path, mode, json.dumps(opts)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        line = proc.stdout.readline()            # blocks until the writer says so
+        assert line.startswith("ready"), line
+        yield proc
+        if proc.poll() is None:
+            proc.stdin.write("stop\n")
+            proc.stdin.flush()
+            assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def _sizes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path)
+               if n.endswith(".log"))
+
+
+def test_reading_commands_beside_a_live_writer_report_stored_bytes(tmp_path):
+    path = str(tmp_path / "live")
+    with live_writer(path, "idle"):
+        dump = json.loads(run("dump", path, "--json").stdout)
+        stored = sum(b["size"] for b in dump["batches"])
+        assert len(dump["batches"]) == 5 and not dump["problems"]
+        p = run("verify", path)
+        assert p.returncode == 0 and "no damage" in p.stdout, p.stdout
+        verify = json.loads(run("verify", path, "--json").stdout)["logs"][0]
+        p = run("stats", path, "--json")
+        assert p.returncode == 0, p.stderr
+        stats = json.loads(p.stdout)["logs"][0]
+        assert stats["bytes"] == verify["bytes"] == stored < _sizes(path)
+        assert stats["reserved_bytes"] == verify["reserved_bytes"] == _sizes(path) - stored
+        assert stats["messages"] == verify["messages"] == 5
+        assert f"{stored} bytes (+{_sizes(path) - stored} reserved)" in run("stats", path).stdout
+        assert run("tail", path, "-n", "2").stdout.count("message") == 2
+
+
+def test_verify_tells_a_batch_being_written_from_a_torn_tail(tmp_path):
+    """Half a batch past the data: a live writer may be copying it in (no damage);
+    once the writer is dead it is a torn tail, which opening for writing cuts."""
+    path = str(tmp_path / "live")
+    with live_writer(path, "idle") as proc:
+        seg = os.path.join(path, f"{0:020d}.log")
+        end = sum(b["size"] for b in json.loads(run("dump", path, "--json").stdout)["batches"])
+        half = seglog.codec.encode_batch(5, [b"y" * 300], 1)[:200]
+        with open(seg, "r+b") as f:
+            f.seek(end)
+            f.write(half)
+        doc = json.loads(run("verify", path, "--json").stdout)
+        assert doc["ok"] and doc["logs"][0]["tail"] == "writing", doc
+        proc.kill()
+        proc.wait()
+    p = run("verify", path)
+    assert p.returncode == 1 and f"position {end}" in p.stdout and "torn tail" in p.stdout
+
+
+@pytest.mark.parametrize("policy", ["none", "delete", "compact,delete"])
+def test_reading_commands_survive_retention_beside_a_live_writer(policy, tmp_path):
+    """The writer appends, rolls and flushes while verify, dump, stats and tail walk
+    the log; segments are deleted (and with compaction replaced) under them: not
+    damage, not an error."""
+    path = str(tmp_path / "churn")
+    deadline = time.monotonic() + 240
+    with live_writer(path, "compact" if "compact" in policy else "churn",
+                     segment_bytes=32 << 10, cleanup_policy=policy.replace("none", "delete"),
+                     retention_bytes=None if policy == "none" else 512 << 10,
+                     file_delete_delay_ms=0, max_message_bytes=64 << 10, flush_ms=5):
+        for _ in range(10):
+            for args in (["verify", path], ["stats", path], ["dump", path],
+                         ["dump", path, "--print-data", "--max-bytes", "8"],
+                         ["tail", path, "-n", "3"]):
+                assert time.monotonic() < deadline, "too slow"
+                p = run(*args)
+                assert p.returncode == 0 and "DAMAGE" not in p.stdout, (args, p.stdout, p.stderr)
+                assert "No such file" not in p.stderr and "damage" not in p.stderr, p.stderr
+
+
+def test_recover_after_a_kill_drops_only_reserved_space(tmp_path):
+    path = str(tmp_path / "killed")
+    with live_writer(path, "idle") as proc:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    p = run("verify", path)
+    assert p.returncode == 0 and "reserved" in p.stdout, p.stdout   # killed: no damage
+    p = run("recover", path)
+    assert p.returncode == 0, p.stderr
+    assert "(zeros the writer preallocated past its data): no data cut" in p.stdout
+    assert "in all: 0 message(s) and 0 bytes of data cut" in p.stdout
+    assert p.stdout.endswith("offsets 0..4\n")
+    with Log.open(path) as log:
+        assert [m.value for m in log.iter()] == [b"message %d" % i for i in range(5)]
+
+
+def test_recover_json_separates_cut_data_from_reserved_space(tmp_path):
+    path = str(tmp_path / "killed")
+    with live_writer(path, "idle") as proc:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    size = _sizes(path)
+    doc = json.loads(run("recover", path, "--json").stdout)
+    rec = doc["recovery"]
+    (t,) = rec["truncated"]
+    assert rec["cut_messages"] == rec["cut_data_bytes"] == t["data_bytes"] == t["messages"] == 0
+    assert rec["reserved_bytes"] == t["reserved_bytes"] == t["bytes"] == size - t["position"]
+    assert (doc["start_offset"], doc["last_offset"], doc["end_offset"]) == (0, 4, 5)
+
+
+# -- one offset convention ---------------------------------------------------------------
+def test_every_command_prints_offsets_the_same_way(tmp_path):
+    path = str(tmp_path / "old")
+    with Log.open(path, segment_bytes=1024, retention_bytes=2048, flush_ms=None) as log:
+        for i in range(100):
+            log.append(b"x" * 60)
+        log.enforce_retention()
+        start, end = log.start_offset, log.end_offset
+        log.flush()
+        abandon(log)                   # recover has something to do
+    assert start > 0
+    want = {"start_offset": start, "last_offset": end - 1, "end_offset": end}
+    verify = json.loads(run("verify", path, "--json").stdout)["logs"][0]
+    stats = json.loads(run("stats", path, "--json").stdout)["logs"][0]
+    dump = json.loads(run("dump", path, "--json").stdout)
+    for doc in (verify, stats, dump):
+        assert {k: doc[k] for k in want} == want
+    assert dump["batches"][-1]["last_offset"] == end - 1
+    span = f"offsets {start}..{end - 1}"
+    assert span in run("verify", path).stdout and span in run("stats", path).stdout
+    assert f"lastOffset: {end - 1} " in run("dump", path).stdout
+    p = run("recover", path)
+    assert p.returncode == 0 and p.stdout.endswith(span + "\n")
+    recover = json.loads(run("recover", path, "--json").stdout)
+    assert {k: recover[k] for k in want} == want
+
+
+def test_an_empty_log_says_so_with_its_end_offset(tmp_path):
+    path = str(tmp_path / "empty")
+    Log.open(path).close()
+    assert "no messages (end offset 0)" in run("verify", path).stdout
+    assert json.loads(run("stats", path, "--json").stdout)["logs"][0]["last_offset"] is None
+
+
+# -- tail -n holds -------------------------------------------------------------------------
+def test_tail_from_time_keeps_to_n(tmp_path):
+    path = str(tmp_path / "t")
+    t0 = (int(time.time()) - 3600) * 1000
+    with Log.open(path) as log:
+        for i in range(10):
+            log.append(b"m%d" % i, timestamp=t0 + i * 1000)
+    at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t0 / 1000 + 3)) + "Z"
+    offsets = lambda p: [int(x.split()[0]) for x in p.stdout.splitlines()]  # noqa: E731
+    assert offsets(run("tail", path, "--from-time", at)) == list(range(3, 10))
+    assert offsets(run("tail", path, "--from-time", at, "-n", "2")) == [8, 9]
+    assert offsets(run("tail", path, "--from-time", at, "-n", "20")) == list(range(3, 10))
+    assert offsets(run("tail", path, "-n", "4")) == [6, 7, 8, 9]
+
+
+def test_tail_of_a_topic_from_time_keeps_to_n_per_partition(root):
+    p = run("tail", root, "orders", "--from-time", "2000-01-01T00:00:00Z", "-n", "2", "--json")
+    rows = [json.loads(x) for x in p.stdout.splitlines()]
+    assert sorted(r["partition"] for r in rows) == [0, 0, 1, 1, 2, 2]
+
+
+# -- a root with a partition missing -------------------------------------------------------
+def test_verify_a_root_with_a_partition_missing_checks_the_rest(root):
+    import shutil
+    shutil.rmtree(os.path.join(root, "orders-1"))
+    p = run("verify", root)
+    assert p.returncode == 1, p.stderr
+    assert "orders-0: ok" in p.stdout and "orders-2: ok" in p.stdout
+    assert "orders-1: DAMAGED" in p.stdout and "missing" in p.stdout
+    doc = json.loads(run("verify", root, "--json").stdout)
+    assert not doc["ok"] and [x["log"] for x in doc["logs"]] == ["orders-0", "orders-1", "orders-2"]
+    assert [x["problems"][0]["reason"] for x in doc["logs"] if x["problems"]] == ["missing"]
+    p = run("stats", root)
+    assert p.returncode == 1 and "orders-1: the topic has this partition" in p.stdout
+    assert "orders-0: 1 segments" in p.stdout and "1 log(s) unreadable" in p.stdout
+    p = run("tail", root, "orders", "-n", "1")
+    assert p.returncode == 1 and "orders-1" in p.stderr and len(p.stdout.splitlines()) == 2
+
+
+# -- dump says what it did not find ---------------------------------------------------------
+def test_dump_past_the_end_says_so(log_dir):
+    p = run("dump", log_dir, "--from", "5000")
+    assert p.returncode == 0 and p.stdout == ""
+    assert "no batch holds offsets 5000..: the log has offsets 0..300" in p.stderr
+    doc = json.loads(run("dump", log_dir, "--from", "5000", "--json").stdout)
+    assert doc["batches"] == [] and "offsets 0..300" in doc["note"]
+    assert run("dump", log_dir, "--from", "300").stderr == ""
+    p = run("dump", log_dir, "--from", "20", "--to", "10")
+    assert p.returncode == 2 and "--to 10 must be above --from 20" in p.stderr
+    empty = os.path.join(os.path.dirname(log_dir), "empty")
+    Log.open(empty).close()
+    assert "the log has no messages (end offset 0)" in run("dump", empty, "--from", "0").stderr
+
+
+def test_dump_print_data_of_a_segment_deleted_or_replaced_after_the_walk(log_dir, tmp_path):
+    """dump --print-data reads records again after the walk: a writer's retention or
+    compaction may have deleted or replaced the file by then."""
+    from seglog.cli import _records
+    batches: list = []
+    seglog.repair.check(log_dir, batches=batches)
+    b = batches[3]
+    assert [m[3] for m in _records(b, 0, 1 << 63)] == [b"line %d" % j for j in range(30, 40)]
+    other = str(tmp_path / "other")
+    with Log.open(other) as log:
+        log.append_batch([b"other %d" % j for j in range(400)])
+    os.replace(os.path.join(other, f"{0:020d}.log"), b.segment)     # compaction's rename
+    assert _records(b, 0, 1 << 63) is None
+    os.remove(b.segment)
+    assert _records(b, 0, 1 << 63) is None
+
+
+@pytest.mark.parametrize("cmd", ["dump", "verify", "stats", "recover", "tail", "compact",
+                                 "retention"])
+def test_a_missing_path_is_no_such_directory(cmd, tmp_path):
+    p = run(cmd, str(tmp_path / "nowhere"))
+    assert p.returncode == 3 and "nowhere: no such directory" in p.stderr, p.stderr

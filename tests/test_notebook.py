@@ -4,8 +4,12 @@ from top to bottom (its outputs are kept out of git)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+import random
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -80,6 +84,151 @@ def test_stats_is_a_plain_dict(log):
     assert st["segments"] == len(log.segments) > 1 and st["bytes"] > 0
 
 
+# -- stats, len and the HTML views read batch headers whatever the batches' sizes ----
+MAX_MESSAGE = 256 << 10
+
+
+def _value(rnd: random.Random, n: int) -> bytes:
+    """Half random, half repeated: lz4 halves it, so lz4 batches stay large too."""
+    return rnd.randbytes(n // 2) + b"a" * (n - n // 2)
+
+
+def _shape(name: str, rnd: random.Random) -> list[list[bytes]]:
+    """Batches of the named size (a list of values per append_batch call)."""
+    if name == "one record":
+        return [[_value(rnd, 100)] for _ in range(40)]
+    if name == "4 KB":
+        return [[_value(rnd, 1000) for _ in range(8)] for _ in range(6)]
+    if name == "100 KB":
+        return [[_value(rnd, 2000) for _ in range(100)] for _ in range(3)]
+    return [[_value(rnd, MAX_MESSAGE - 1024)], [_value(rnd, 50)]]   # near max_message_bytes
+
+
+SHAPES = ["one record", "4 KB", "100 KB", "near max_message_bytes"]
+
+VIEWS = r"""
+import json, sys, seglog
+with seglog.Log.open(sys.argv[1], readonly=True) as r:
+    st = r.stats()
+    html = r._repr_html_()
+    print(json.dumps({"stats": st, "len": len(r), "html": "<table>" in html}))
+"""
+
+
+def _fill(append_batch, batches: list[list[bytes]], t0: int) -> int:
+    n = 0
+    for values in batches:
+        append_batch([Record(v, timestamp=t0 + n + i) for i, v in enumerate(values)])
+        n += len(values)
+    return n
+
+
+def _expect(log: Log, n: int, t0: int, stored: int) -> None:
+    st = log.stats()
+    assert (st["start_offset"], st["end_offset"], st["messages"], len(log)) == (0, n, n, n)
+    assert (st["oldest_timestamp"], st["newest_timestamp"]) == (t0, t0 + n - 1)
+    assert st["bytes"] == stored
+    h = log._repr_html_()
+    assert "<table>" in h and f"[0, {n:,})" in h
+
+
+@pytest.mark.parametrize("compression", [None, "lz4"])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("policy", ["delete", "compact"])
+def test_stats_len_and_html_of_healthy_logs_of_any_batch_size(shape, compression, policy,
+                                                               tmp_path):
+    """In the writer, a readonly reader in the same process, a reader in another
+    process while the writer is open, and a Topic: never damage on a healthy log."""
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    batches = _shape(shape, random.Random(seed))
+    t0 = int(time.time() * 1000) - 60_000
+    path = str(tmp_path / "l")
+    opts = dict(max_message_bytes=MAX_MESSAGE, compression=compression, cleanup_policy=policy)
+    with Log.open(path, **opts) as w:
+        n = _fill(w.append_batch, batches, t0)
+        stored = sum(s.size for s in w.segments)
+        with open(w.segments[0].path, "rb") as f:
+            first = seglog.codec.HEADER.unpack_from(f.read(seglog.codec.HEADER_SIZE))
+        if shape != "one record":
+            assert seglog.codec.batch_size(first) > seglog.codec.HEADER_SIZE * 64
+        if compression and shape in ("4 KB", "100 KB"):
+            assert first[seglog.codec.H_ATTRS] & seglog.codec.CODEC_MASK, "not compressed"
+        _expect(w, n, t0, stored)
+        with Log.open(path, readonly=True) as r:
+            _expect(r, n, t0, stored)
+        p = subprocess.run([sys.executable, "-c", VIEWS, path], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(p.stdout)
+        assert doc["html"] and doc["len"] == doc["stats"]["messages"] == n
+        assert doc["stats"]["bytes"] == stored and doc["stats"]["oldest_timestamp"] == t0
+    with Log.open(path, readonly=True) as r:
+        _expect(r, n, t0, stored)
+    with Topic.open(str(tmp_path / "root"), "t", partitions=2, **opts) as t:
+        for p_ in range(2):
+            _fill(lambda items: t.append_batch(items, partition=p_), batches, t0)
+        st = t.stats()
+        assert st["messages"] == len(t) == 2 * n and st["bytes"] == 2 * stored
+        assert [p_["oldest_timestamp"] for p_ in st["partitions"]] == [t0, t0]
+        assert "<table>" in t._repr_html_()
+
+
+CHURN = r"""
+import sys, threading, seglog
+path, policy = sys.argv[1], sys.argv[2]
+log = seglog.Log.open(path, segment_bytes=32 << 10, retention_bytes=256 << 10,
+                      cleanup_policy=policy, file_delete_delay_ms=0, max_message_bytes=64 << 10)
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+i = 0
+while not stop.is_set():
+    log.append_batch([seglog.Record(b"x" * (100 + (i * 37 + j) % 900), key=b"k%d" % ((i + j) % 40))
+                      for j in range(1 + i % 9)])
+    i += 1
+    if i % 3 == 0:
+        log.enforce_retention()
+    if "compact" in policy and i % 10 == 0:
+        log.compact()
+    if i == 40:
+        print("ready", flush=True)
+log.close()
+"""
+
+
+@pytest.mark.parametrize("policy", ["delete", "compact,delete"])
+def test_views_of_a_reader_beside_a_writer_that_deletes_segments(policy, tmp_path):
+    """Retention (and compaction) in the writer's process delete and replace segment
+    files under a reader's stats, len and HTML view: they look again."""
+    path = str(tmp_path / "l")
+    proc = subprocess.Popen([sys.executable, "-c", CHURN, path, policy], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().startswith("ready")
+        starts = set()
+        deadline = time.monotonic() + 120
+        rounds = 0
+        with Log.open(path, readonly=True) as r:
+            # until retention has moved the start a few times under the reader
+            while rounds < 100 or (policy == "delete" and len(starts) < 4):
+                assert time.monotonic() < deadline, "retention never ran meanwhile"
+                rounds += 1
+                st = r.stats()
+                assert 0 <= st["start_offset"] <= st["end_offset"] and st["bytes"] > 0
+                if policy == "delete":
+                    assert st["messages"] == st["end_offset"] - st["start_offset"]
+                assert len(r) >= 0 and "<table>" in r._repr_html_()
+                starts.add(st["start_offset"])
+        proc.stdin.write("stop\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
 def test_topic_len_stats_and_frame(tmp_path):
     with Topic.open(str(tmp_path), "t", partitions=3) as t:
         for i in range(30):
@@ -125,3 +274,6 @@ def test_the_example_notebook_runs_and_is_stored_without_outputs():
     kinds = {k for c in code for o in c.outputs for k in o.get("data", {})}
     assert {"text/html", "image/png"} <= kinds
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    # a view that raises shows as a traceback on stderr, not as an error
+    assert not [o for c in code for o in c.outputs
+                if o.output_type == "stream" and "Error" in o.get("text", "")]

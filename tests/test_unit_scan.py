@@ -351,3 +351,25 @@ def test_walk_yields_exactly_the_batches(scratch, sizes, chunk, check):
         os.close(fd)
     assert [(p, h[0], raw) for p, h, raw in got] == [
         (p, codec.HEADER.unpack_from(b)[0], b) for p, b in zip(_positions(bs), bs)]
+
+
+def test_survey_counts_what_lies_past_a_bad_batch(mkfile):
+    """Past a bad batch: the good batches that continue the log (not a stale copy of
+    an earlier one, not batches inside the bad batch's own claimed bytes), their
+    messages, and where the data ends before the zeros a writer reserved."""
+    good = _batches(6, per=3)
+    pos = _positions(good)
+    bad = bytearray(good[2])
+    bad[40] ^= 0xFF                                      # checksum fails, framing holds
+    data = b"".join(good[:2]) + bytes(bad) + good[3] + good[0] + good[4] + bytes(5000)
+    f = mkfile(data)
+    sv = _scan.survey(f.fd, pos[2], f.size, 6)
+    assert sv.head_messages is None and sv.first == pos[3]
+    assert (sv.batches, sv.messages, sv.end_offset) == (2, 6, 15)   # batches 3 and 4
+    assert sv.data_end == f.size - 5000 and sv.good_messages == 6
+    first = _scan.survey(f.fd, pos[2], f.size, 6, first_only=True)
+    assert first.first == pos[3] and first.batches == 0
+    whole = _scan.survey(f.fd, pos[1], f.size, 3)               # a good head counts
+    assert whole.head_messages == 3 and whole.head_base == 3 and whole.head_span == 3
+    assert _scan.zeros_to(f.fd, f.size - 5000, f.size)
+    assert not _scan.zeros_to(f.fd, f.size - 5001, f.size)

@@ -9,6 +9,7 @@ stopped."""
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -116,6 +117,132 @@ def _checked(buf: bytes, p: int, filepos: int, hdr: codec.BatchHeader, expect: i
     if check and (hdr[codec.H_MAX_TS] < hdr[codec.H_BASE_TS] or hdr[codec.H_BASE_TS] < 0):
         raise Damage("framing", "bad batch timestamps", filepos + p, base)
     return base + hdr[codec.H_LAST_DELTA] + 1
+
+
+def next_data(fd: int, pos: int, end: int) -> int:
+    """The first position at or after ``pos`` that may hold non-zero bytes: holes and
+    never-written reserved blocks (what a writer preallocates) are skipped without
+    reading them. ``end`` if there are none before it; ``pos`` where the file system
+    cannot tell."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    if seek_data is None or pos >= end:
+        return min(pos, end)
+    try:
+        return min(os.lseek(fd, pos, seek_data), end)
+    except OSError as e:
+        return end if e.errno == errno.ENXIO else pos
+
+
+def zeros_to(fd: int, start: int, end: int) -> bool:
+    """True if ``[start, end)`` of the file holds only zeros (or the file ends first)."""
+    pos = next_data(fd, start, end)
+    while pos < end:
+        buf = os.pread(fd, min(CHUNK, end - pos), pos)
+        if not buf:
+            return True
+        if buf.count(0) != len(buf):
+            return False
+        pos = next_data(fd, pos + len(buf), end)
+    return True
+
+
+@dataclass
+class Survey:
+    """What lies in a file from a bad batch at ``start`` to ``end`` (``survey``)."""
+
+    start: int
+    head_messages: int | None = None    # the bad batch's count, if its checksum is good
+    head_base: int | None = None  # its base offset, likewise (what may be wrong with it)
+    head_span: int | None = None  # the offsets it spans, likewise
+    first: int | None = None      # the first good batch after it that continues the log
+    batches: int = 0              # good batches after it that continue the log
+    messages: int = 0             # their messages
+    end_offset: int | None = None  # one past the last offset of the last of them
+    data_end: int = 0             # after the last non-zero byte or the last good batch
+
+    @property
+    def data_bytes(self) -> int:
+        """Bytes of data from ``start`` on (the rest up to ``end`` is zeros)."""
+        return max(0, self.data_end - self.start)
+
+    @property
+    def good_messages(self) -> int:
+        """Messages in the batches with a good checksum from ``start`` on."""
+        return (self.head_messages or 0) + self.messages
+
+
+def survey(fd: int, start: int, end: int, min_offset: int, first_only: bool = False
+           ) -> Survey:
+    """Look at the file ``fd`` from a bad batch at ``start`` to ``end``: the batches
+    with a good checksum and a base offset at or past ``min_offset`` after it (a
+    stale copy of an earlier batch does not count), their messages, and where the
+    data ends (zero-filled space after it is a writer's reservation, not data).
+    ``first_only`` stops at the first such batch (``first``).
+
+    A writer writes a batch's header first, then its records, and nothing after a
+    batch before it is complete. So if the header at ``start`` frames sanely (magic,
+    a length within the file), the bytes it claims are its own records, and a batch
+    found among them (a value that holds another log's batches) proves nothing
+    about later writes: the search starts past them. A header that does not frame
+    claims nothing: the search starts at the next byte. Zero-filled stretches are
+    skipped at C speed, holes without reading them.
+    """
+    sv = Survey(start=start, data_end=start)
+    skip = start + 1
+    head = os.pread(fd, codec.HEADER_SIZE, start)
+    if len(head) == codec.HEADER_SIZE:
+        hdr = codec.HEADER.unpack_from(head)
+        size = codec.LENGTH_END + hdr[codec.H_LENGTH]
+        if (hdr[codec.H_MAGIC] == codec.MAGIC and hdr[codec.H_LENGTH] >= codec.MIN_BATCH_LENGTH
+                and start + size <= end):
+            skip = start + size
+            if not first_only:
+                data = os.pread(fd, size, start)
+                if len(data) == size and codec.checksum_ok(data, 0, hdr):
+                    sv.head_messages = hdr[codec.H_COUNT]
+                    sv.head_base = hdr[codec.H_BASE]
+                    sv.head_span = hdr[codec.H_LAST_DELTA] + 1
+                    sv.data_end = skip
+    magic = codec.MAGIC.to_bytes(1, "little")
+    p = next_data(fd, start, end)
+    while p < end:
+        want = min(CHUNK + codec.HEADER_SIZE, end - p)
+        buf = os.pread(fd, want, p)
+        n = len(buf)
+        if not n:
+            break       # the file was cut back meanwhile (its writer sealed it)
+        # this round owns positions [p, p + limit); a header starting in the last
+        # HEADER_SIZE bytes of a chunk is the next round's (unless the file ends here)
+        limit = n if n < want or p + n >= end else min(CHUNK, n - codec.HEADER_SIZE + 1)
+        nonzero = len(buf[:limit].rstrip(b"\0"))
+        if nonzero:
+            sv.data_end = max(sv.data_end, p + nonzero)
+        i = buf.find(magic, max(codec.LENGTH_END, skip - p + codec.LENGTH_END))
+        while 0 <= i - codec.LENGTH_END < limit:
+            q = i - codec.LENGTH_END
+            after = i + 1
+            if q + codec.HEADER_SIZE <= n:
+                hdr = codec.HEADER.unpack_from(buf, q)
+                size = codec.LENGTH_END + hdr[codec.H_LENGTH]
+                if (hdr[codec.H_LENGTH] >= codec.MIN_BATCH_LENGTH
+                        and hdr[codec.H_BASE] >= min_offset and p + q + size <= end):
+                    data = buf if q + size <= n else os.pread(fd, size, p + q)
+                    at = q if data is buf else 0
+                    if len(data) >= at + size and codec.checksum_ok(data, at, hdr):
+                        if sv.first is None:
+                            sv.first = p + q
+                            if first_only:
+                                return sv
+                        sv.batches += 1
+                        sv.messages += hdr[codec.H_COUNT]
+                        sv.end_offset = codec.last_offset(hdr) + 1
+                        skip = p + q + size
+                        sv.data_end = max(sv.data_end, skip)
+                        after = q + size + codec.LENGTH_END
+            i = buf.find(magic, after)
+        # the bytes of a good batch are data: no need to read them for zeros
+        p = next_data(fd, max(p + limit, sv.data_end if sv.data_end == skip else 0), end)
+    return sv
 
 
 @dataclass

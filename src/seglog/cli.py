@@ -13,6 +13,12 @@ Every subcommand takes ``--json`` (one JSON document on stdout, or one per line 
 ``tail``). PATH is a log directory; ROOT a directory of topics (``<topic>-<p>``
 partition logs). Reading commands take no lock and work beside a live writer.
 
+Offsets are printed as Kafka prints them: a range is first..last, both included
+(``offsets 0..962``); an end offset (one past the last, the next to assign) is
+called one. JSON has ``start_offset``, ``last_offset`` and ``end_offset``. Bytes
+are the bytes of stored batches; a writer's preallocated space is reported apart,
+as reserved.
+
 Exit codes: 0 done (verify: no damage); 1 damage found, or recovery refused; 2 bad
 usage; 3 not a seglog log or topic root; 4 a writer holds the log (recover,
 compact, retention need it); 5 cut not confirmed.
@@ -25,13 +31,13 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
-from . import _html, codec, repair
+from . import _html, codec, recovery, repair
 from ._files import MARKER
 from .consumer_group import GROUPS_DIR, describe_group, list_groups
 from .errors import (CorruptRecordError, InvalidConfigError, LogLockedError, NotALogError,
-                     SeglogError)
+                     OffsetOutOfRangeError, SeglogError)
 from .log import Log
 from .message import as_ms
 from .retention import expired_prefix
@@ -76,15 +82,23 @@ def _is_log(path: str) -> bool:
     return os.path.isfile(os.path.join(path, MARKER))
 
 
+def _not_a_log(path: str) -> str:
+    """Why ``path`` is not a log, for a message."""
+    if not os.path.isdir(path):
+        return f"{path}: no such directory"
+    return f"{path} is not a seglog log (no {MARKER})"
+
+
 def _require_log(path: str) -> None:
     if not _is_log(path):
-        raise NotALogError(f"{path} is not a seglog log (no {MARKER})")
+        raise NotALogError(_not_a_log(path))
 
 
 def _partitions(root: str, topic: str | None = None) -> list[tuple[str, int, str]]:
-    """(topic, partition, log directory) under a topic root, in order."""
+    """(topic, partition, log directory) under a topic root, in order. A partition
+    the topic records but whose directory is missing is listed too: callers say so."""
     if not os.path.isdir(root):
-        raise NotALogError(f"{root} is not a directory")
+        raise NotALogError(f"{root}: no such directory")
     out: list[tuple[str, int, str]] = []
     names = sorted(os.listdir(root))
     topics = {n[:-5] for n in os.listdir(os.path.join(root, TOPICS_DIR))
@@ -116,7 +130,39 @@ def _logs(path: str) -> list[tuple[str, str]]:
 
 
 def _dir_bytes(path: str) -> int:
-    return sum(os.path.getsize(p) for _, p in repair.segment_paths(path))
+    """The segment files' sizes (a progress total; files may vanish meanwhile)."""
+    total = 0
+    for _, p in repair.segment_paths(path):
+        try:
+            total += os.path.getsize(p)
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def _total(logs: list[tuple[str, str]]) -> int:
+    return sum(_dir_bytes(d) for _, d in logs if _is_log(d))
+
+
+# -- offsets and bytes, one convention -------------------------------------------------
+def _span(start: int | None, end: int | None) -> str:
+    """A log's offsets as Kafka prints them: first..last; without messages, its end."""
+    if start is None or end is None:
+        return "no segments"
+    if end <= start:
+        return f"no messages (end offset {end})"
+    return f"offsets {start}..{end - 1}"
+
+
+def _offsets(start: int | None, end: int | None) -> dict[str, int | None]:
+    return {"start_offset": start,
+            "last_offset": end - 1 if start is not None and end is not None and end > start
+            else None,
+            "end_offset": end}
+
+
+def _bytes(stored: int, reserved: int) -> str:
+    return f"{stored} bytes" + (f" (+{reserved} reserved)" if reserved else "")
 
 
 # -- showing values safely -------------------------------------------------------------
@@ -165,6 +211,9 @@ def _codec_name(attrs: int) -> str:
 def cmd_dump(a: argparse.Namespace, out: Any) -> int:
     path = a.path
     _require_log(path)
+    if a.from_offset is not None and a.to_offset is not None and a.to_offset <= a.from_offset:
+        raise InvalidConfigError(f"--to {a.to_offset} must be above --from {a.from_offset} "
+                                 f"(--to is the first offset not shown)")
     batches: list[repair.BatchInfo] = []
     prog = _Progress("dump", _dir_bytes(path))
     try:
@@ -174,6 +223,12 @@ def cmd_dump(a: argparse.Namespace, out: Any) -> int:
     lo = a.from_offset if a.from_offset is not None else -1
     hi = a.to_offset if a.to_offset is not None else 1 << 63
     shown = [b for b in batches if b.last_offset >= lo and b.base_offset < hi]
+    note = None
+    if not shown and (a.from_offset is not None or a.to_offset is not None):
+        want = (f"offsets {a.from_offset if a.from_offset is not None else 0}.."
+                + (f"{a.to_offset - 1}" if a.to_offset is not None else ""))
+        note = (f"no batch holds {want}: the log has {_span(rep.start_offset, rep.end_offset)}"
+                + (" up to the damage" if rep.problems else ""))
     if a.json:
         docs = []
         for b in shown:
@@ -184,13 +239,17 @@ def cmd_dump(a: argparse.Namespace, out: Any) -> int:
                 "base_timestamp": b.base_timestamp, "max_timestamp": b.max_timestamp,
                 "checksum": "valid"}
             if a.print_data:
-                d["records"] = [{"offset": m[0], "timestamp": m[1],
-                                 "key": _json_value(m[2], a.max_bytes),
-                                 "value": _json_value(m[3], a.max_bytes),
-                                 "headers": [[k, _json_value(v, a.max_bytes)] for k, v in m[4]]}
-                                for m in _records(b, lo, hi)]
+                ms = _records(b, lo, hi)
+                d["records"] = None if ms is None else [
+                    {"offset": m[0], "timestamp": m[1], "key": _json_value(m[2], a.max_bytes),
+                     "value": _json_value(m[3], a.max_bytes),
+                     "headers": [[k, _json_value(v, a.max_bytes)] for k, v in m[4]]}
+                    for m in ms]
+                if ms is None:
+                    d["records_gone"] = _GONE
             docs.append(d)
-        json.dump({"path": path, "batches": docs, "problems": _problems(rep, a.deep)}, out,
+        json.dump({"path": path, **_offsets(rep.start_offset, rep.end_offset),
+                   "batches": docs, "note": note, "problems": _problems(rep, a.deep)}, out,
                   indent=1)
         out.write("\n")
     else:
@@ -204,15 +263,20 @@ def cmd_dump(a: argparse.Namespace, out: Any) -> int:
                       f"{_codec_name(b.attributes)} flags: {_flags(b.attributes)} "
                       f"baseTimestamp: {b.base_timestamp} maxTimestamp: {b.max_timestamp} "
                       f"checksum: valid\n")
-            if a.print_data:
-                for m in _records(b, lo, hi):
-                    hs = " ".join(f"{k}={_show(v, a.max_bytes)}" for k, v in m[4])
-                    out.write(f"| offset: {m[0]} timestamp: {m[1]} key: "
-                              f"{_show(m[2], a.max_bytes)} value: {_show(m[3], a.max_bytes)}"
-                              + (f" headers: {hs}" if hs else "") + "\n")
+            ms = _records(b, lo, hi) if a.print_data else []
+            if ms is None:
+                out.write(f"| {_GONE}\n")
+            for m in ms or ():
+                hs = " ".join(f"{k}={_show(v, a.max_bytes)}" for k, v in m[4])
+                out.write(f"| offset: {m[0]} timestamp: {m[1]} key: "
+                          f"{_show(m[2], a.max_bytes)} value: {_show(m[3], a.max_bytes)}"
+                          + (f" headers: {hs}" if hs else "") + "\n")
         for p in _problems(rep, a.deep):
             out.write(f"DAMAGE {p['file']} position {p['position']} offset {p['offset']}: "
                       f"{p['reason']}: {p['message']}\n")
+        if note is not None:
+            out.flush()
+            sys.stderr.write(f"seglog: {note}\n")
     return EXIT_DAMAGE if _problems(rep, a.deep) else EXIT_OK
 
 
@@ -222,44 +286,95 @@ def _problems(rep: repair.CheckReport, deep: bool) -> list[dict[str, Any]]:
              "message": p.message} for p in rep.problems if deep or p.reason != "index"]
 
 
-def _records(b: repair.BatchInfo, lo: int, hi: int) -> Iterator[codec.MessageTuple]:
-    with open(b.segment, "rb") as f:
-        data = os.pread(f.fileno(), b.size, b.position)
-    hdr = codec.HEADER.unpack_from(data, 0)
-    return codec.decode_batch(data, 0, hdr, max(lo, 0), hi)
+_GONE = "the records are gone: retention or compaction deleted the segment after it was read"
+
+
+def _records(b: repair.BatchInfo, lo: int, hi: int) -> list[codec.MessageTuple] | None:
+    """The batch's records in ``[lo, hi)``, read again from its file; None if a live
+    writer's retention or compaction has deleted or replaced the file meanwhile."""
+    try:
+        with open(b.segment, "rb") as f:
+            data = os.pread(f.fileno(), b.size, b.position)
+    except FileNotFoundError:
+        return None
+    try:
+        hdr = codec.read_header(data, 0, len(data))
+    except CorruptRecordError:
+        return None
+    if (hdr is None or hdr[codec.H_BASE] != b.base_offset or codec.batch_size(hdr) != b.size
+            or not codec.checksum_ok(data, 0, hdr)):
+        return None          # another file under the name now (compaction's)
+    return list(codec.decode_batch(data, 0, hdr, max(lo, 0), hi))
+
+
+def _missing(d: str) -> repair.CheckReport:
+    """A partition the topic records whose log is not there: damage."""
+    return repair.CheckReport(path=d, problems=[repair.Problem(
+        d, None, None, "missing", f"the topic has this partition, but {_not_a_log(d)}")])
 
 
 def cmd_verify(a: argparse.Namespace, out: Any) -> int:
     logs = _logs(a.path)
-    total = sum(_dir_bytes(d) for _, d in logs)
-    prog = _Progress("verify", total)
+    prog = _Progress("verify", _total(logs))
     reports = []
     try:
         for name, d in logs:
-            reports.append((name, repair.check(d, prog)))
+            reports.append((name, repair.check(d, prog) if _is_log(d) else _missing(d)))
     finally:
         prog.close()
     bad = [p for _, r in reports for p in r.problems]
     if a.json:
         json.dump({"ok": not bad, "logs": [{
             "log": name, "path": r.path, "segments": r.segments, "batches": r.batches,
-            "messages": r.messages, "bytes": r.bytes, "first_offset": r.first_offset,
-            "next_offset": r.next_offset, "problems": _problems(r, True)}
+            "messages": r.messages, "bytes": r.bytes, "reserved_bytes": r.reserved_bytes,
+            **_offsets(r.start_offset, r.end_offset), "tail": r.tail,
+            "vanished_segments": r.vanished, "problems": _problems(r, True)}
             for name, r in reports]}, out, indent=1)
         out.write("\n")
     else:
         for name, r in reports:
             state = "ok" if r.ok else f"DAMAGED ({len(r.problems)} problem(s))"
-            span = f"offsets {r.first_offset}..{(r.next_offset or 1) - 1}" \
-                if r.first_offset is not None else "empty"
             out.write(f"{name}: {state}: {r.segments} segments, {r.batches} batches, "
-                      f"{r.messages} messages, {r.bytes} bytes, {span}\n")
+                      f"{r.messages} messages, {_bytes(r.bytes, r.reserved_bytes)}, "
+                      f"{_span(r.start_offset, r.end_offset)}"
+                      + (f", {len(r.vanished)} segment(s) deleted by retention or "
+                         f"compaction during the check" if r.vanished else "") + "\n")
             for p in r.problems:
                 out.write(f"  DAMAGE {p.path} position {p.position} offset {p.offset}: "
                           f"{p.reason}: {p.message}\n")
         out.write(f"verified {len(reports)} log(s): "
                   + ("no damage\n" if not bad else f"{len(bad)} problem(s)\n"))
     return EXIT_DAMAGE if bad else EXIT_OK
+
+
+def _plan_text(plan: repair.CutPlan) -> str:
+    keeps = (f"the log then ends at offset {plan.offset}" if plan.start_offset is None
+             else f"the log keeps {_span(plan.start_offset, plan.offset)}")
+    lost = f"{plan.lost_messages} message(s) in batches with a good checksum"
+    if plan.lost_end_offset is not None:
+        lost += f" (offsets up to {plan.lost_end_offset - 1})"
+    if plan.damaged_unread:
+        lost += ", and whatever the damaged bytes held"
+    return (f"first damage: {plan.path} position {plan.position} (offset {plan.offset}): "
+            f"{plan.reason}: {plan.message}\n"
+            f"cutting there: {keeps}; it loses {lost}: {plan.lost_bytes} bytes of data in "
+            f"{1 + len(plan.later_segments)} segment file(s) ({len(plan.later_segments)} "
+            f"later segment(s) deleted), and {plan.reserved_bytes} bytes of reserved space "
+            f"(zeros); {plan.valid_after} batch(es) with a good checksum after the damage\n")
+
+
+def _cut_text(c: recovery.Cut) -> str:
+    name = os.path.basename(c.path)
+    if c.reason == "deleted":
+        return (f"  deleted the segment {name} (after the torn tail): {c.messages} "
+                f"message(s) in batches with a good checksum, {c.data_bytes} bytes of "
+                f"data\n")
+    if not c.data_bytes:
+        return (f"  dropped {c.reserved_bytes} bytes of reserved space at the end of {name} "
+                f"(zeros the writer preallocated past its data): no data cut\n")
+    return (f"  cut {name} at position {c.position} ({c.reason}): {c.data_bytes} bytes of "
+            f"data ({c.messages} message(s) in batches with a good checksum), and "
+            f"{c.reserved_bytes} bytes of reserved space (zeros)\n")
 
 
 def cmd_recover(a: argparse.Namespace, out: Any, stdin: Any) -> int:
@@ -271,19 +386,22 @@ def cmd_recover(a: argparse.Namespace, out: Any, stdin: Any) -> int:
         if plan is None:
             result["cut"] = None
         else:
-            what = (f"first damage: {plan.path} position {plan.position} (offset "
-                    f"{plan.offset}): {plan.reason}: {plan.message}\n"
-                    f"cutting there loses every message from offset {plan.offset} on: "
-                    f"{plan.lost_bytes} bytes, {len(plan.later_segments)} later segment(s), "
-                    f"{plan.valid_after} batch(es) with a good checksum after the damage\n")
             result["cut"] = {"path": plan.path, "position": plan.position,
                              "offset": plan.offset, "reason": plan.reason,
+                             "message": plan.message,
+                             "keeps": _offsets(plan.start_offset, plan.offset),
+                             "lost_messages": plan.lost_messages,
+                             "lost_last_offset": None if plan.lost_end_offset is None
+                             else plan.lost_end_offset - 1,
+                             "damaged_bytes_unread": plan.damaged_unread,
                              "lost_bytes": plan.lost_bytes,
+                             "reserved_bytes": plan.reserved_bytes,
                              "later_segments": plan.later_segments,
                              "valid_batches_after": plan.valid_after}
             if not a.json:
-                out.write(what)
+                out.write(_plan_text(plan))
             if not a.yes:
+                out.flush()
                 sys.stderr.write("type 'yes' to cut the log there: ")
                 sys.stderr.flush()
                 if stdin.readline().strip() != "yes":
@@ -293,7 +411,7 @@ def cmd_recover(a: argparse.Namespace, out: Any, stdin: Any) -> int:
     try:
         with Log.open(path) as log:
             rec = log.recovery
-            result.update(start_offset=log.start_offset, end_offset=log.end_offset)
+            result.update(_offsets(log.start_offset, log.end_offset))
     except CorruptRecordError as e:
         result["refused"] = str(e)
         if a.json:
@@ -307,8 +425,12 @@ def cmd_recover(a: argparse.Namespace, out: Any, stdin: Any) -> int:
     result["recovery"] = None if rec is None else {
         "recovery_point": rec.recovery_point, "same_boot": rec.same_boot,
         "segments_scanned": rec.segments_scanned, "scanned_bytes": rec.scanned_bytes,
-        "truncated": [{"file": p, "position": at, "bytes": n, "why": why}
-                      for p, at, n, why in rec.truncated],
+        "cut_messages": rec.cut_messages, "cut_data_bytes": rec.cut_data_bytes,
+        "reserved_bytes": rec.reserved_bytes,
+        "truncated": [{"file": c.path, "position": c.position, "bytes": c.file_bytes,
+                       "why": c.reason, "data_bytes": c.data_bytes,
+                       "reserved_bytes": c.reserved_bytes, "messages": c.messages}
+                      for c in rec.cuts if c.reason != "deleted"],
         "deleted_segments": rec.deleted_segments}
     if a.json:
         json.dump(result, out, indent=1)
@@ -319,11 +441,13 @@ def cmd_recover(a: argparse.Namespace, out: Any, stdin: Any) -> int:
         else:
             out.write(f"{path}: recovered from the recovery point {rec.recovery_point}: "
                       f"scanned {rec.segments_scanned} segment(s), {rec.scanned_bytes} bytes\n")
-            for p, at, n, why in rec.truncated:
-                out.write(f"  cut {n} bytes of {p} at position {at}: {why}\n")
-            for b in rec.deleted_segments:
-                out.write(f"  deleted the segment at offset {b}\n")
-        out.write(f"offsets {result['start_offset']}..{result['end_offset']}\n")
+            for c in rec.cuts:
+                out.write(_cut_text(c))
+            if rec.cuts:
+                out.write(f"  in all: {rec.cut_messages} message(s) and {rec.cut_data_bytes} "
+                          f"bytes of data cut, {rec.reserved_bytes} bytes of reserved space "
+                          f"dropped\n")
+        out.write(f"{_span(result['start_offset'], result['end_offset'])}\n")
     return EXIT_OK
 
 
@@ -331,16 +455,16 @@ def _scan_stats(d: str, prog: Callable[[int], None]) -> dict[str, Any]:
     """Counts from the batch headers, and lz4's ratio and distinct keys (an estimate:
     the number of distinct 64-bit key hashes, exact below 2**20 keys) from the records."""
     import xxhash
-    st: dict[str, Any] = {"batches": 0, "messages": 0, "stored_bytes": 0,
+    st: dict[str, Any] = {"batches": 0, "messages": 0,
                           "min_timestamp": None, "max_timestamp": None,
                           "lz4_batches": 0, "lz4_stored": 0, "lz4_raw": 0}
     keys: set[int] = set()
     many = False
-    for _, _pos, buf, p, hdr in repair.walk_log(d, prog, decode=False):
+    info = repair.WalkInfo()
+    for _, _pos, buf, p, hdr in repair.walk_log(d, prog, decode=False, info=info):
         st["batches"] += 1
         st["messages"] += hdr[codec.H_COUNT]
-        size = codec.LENGTH_END + hdr[codec.H_LENGTH]
-        st["stored_bytes"] += size
+        size = codec.batch_size(hdr)
         lo_ts, hi_ts = hdr[codec.H_BASE_TS], hdr[codec.H_MAX_TS]
         st["min_timestamp"] = lo_ts if st["min_timestamp"] is None else min(st["min_timestamp"], lo_ts)
         st["max_timestamp"] = hi_ts if st["max_timestamp"] is None else max(st["max_timestamp"], hi_ts)
@@ -358,41 +482,52 @@ def _scan_stats(d: str, prog: Callable[[int], None]) -> dict[str, Any]:
         elif attrs & codec.CODEC_MASK:
             st["lz4_raw"] += sum(len(m[3] or b"") for m in codec.decode_batch(buf, p, hdr))
     st["distinct_keys"] = len(keys) if not many else f">= {len(keys)}"
-    return st
+    return {"segments": len(info.listed) - len(info.vanished), "bytes": info.stored_bytes,
+            "reserved_bytes": info.reserved_bytes,
+            **_offsets(info.start_offset, info.end_offset), **st}
 
 
 def cmd_stats(a: argparse.Namespace, out: Any) -> int:
     logs = _logs(a.path)
-    prog = _Progress("stats", sum(_dir_bytes(d) for _, d in logs))
-    rows = []
+    prog = _Progress("stats", _total(logs))
+    rows: list[dict[str, Any]] = []
     try:
         for name, d in logs:
-            segs = repair.segment_paths(d)
-            with Log.open(d, readonly=True) as log:
-                start, end = log.start_offset, log.end_offset
-            s = _scan_stats(d, prog)
-            rows.append({"log": name, "segments": len(segs), "bytes": _dir_bytes(d),
-                         "start_offset": start, "end_offset": end, **s})
+            if not _is_log(d):
+                rows.append({"log": name, "error": _missing(d).problems[0].message})
+                continue
+            try:
+                rows.append({"log": name, **_scan_stats(d, prog)})
+            except CorruptRecordError as e:
+                rows.append({"log": name, "error": f"damage: {e}"})
     finally:
         prog.close()
+    code = EXIT_DAMAGE if any("error" in r for r in rows) else EXIT_OK
+    good = [r for r in rows if "error" not in r]
     if a.json:
         json.dump({"path": a.path, "logs": rows}, out, indent=1)
         out.write("\n")
-        return EXIT_OK
+        return code
     for r in rows:
+        if "error" in r:
+            out.write(f"{r['log']}: {r['error']}\n")
+            continue
         span = (f"{_ts(r['min_timestamp'])} .. {_ts(r['max_timestamp'])}"
                 if r["min_timestamp"] is not None else "-")
         ratio = (f"{r['lz4_stored'] / r['lz4_raw']:.2f}x over {r['lz4_batches']} lz4 batches"
                  if r["lz4_raw"] else "none")
-        out.write(f"{r['log']}: {r['segments']} segments, {r['bytes']} bytes, "
-                  f"{r['messages']} messages in {r['batches']} batches, offsets "
-                  f"{r['start_offset']}..{r['end_offset']}, time {span}, compression "
+        out.write(f"{r['log']}: {r['segments']} segments, "
+                  f"{_bytes(r['bytes'], r['reserved_bytes'])}, "
+                  f"{r['messages']} messages in {r['batches']} batches, "
+                  f"{_span(r['start_offset'], r['end_offset'])}, time {span}, compression "
                   f"{ratio}, distinct keys {r['distinct_keys']}\n")
     if len(rows) > 1:
-        out.write(f"total: {sum(r['segments'] for r in rows)} segments, "
-                  f"{sum(r['bytes'] for r in rows)} bytes, "
-                  f"{sum(r['messages'] for r in rows)} messages\n")
-    return EXIT_OK
+        stored, reserved = (sum(r[k] for r in good) for k in ("bytes", "reserved_bytes"))
+        out.write(f"total: {sum(r['segments'] for r in good)} segments, "
+                  f"{_bytes(stored, reserved)}, {sum(r['messages'] for r in good)} messages"
+                  + (f"; {len(rows) - len(good)} log(s) unreadable" if len(good) < len(rows)
+                     else "") + "\n")
+    return code
 
 
 def cmd_tail(a: argparse.Namespace, out: Any) -> int:
@@ -401,33 +536,68 @@ def cmd_tail(a: argparse.Namespace, out: Any) -> int:
             raise InvalidConfigError(f"{a.path} is a log; TOPIC applies to a root of topics")
         targets: list[tuple[str | None, int | None, str]] = [(None, None, a.path)]
     else:
+        if not os.path.isdir(a.path):
+            raise NotALogError(_not_a_log(a.path))
         if a.topic is None:
             raise InvalidConfigError("TOPIC is required with a root of topics")
         targets = [(t, p, d) for t, p, d in _partitions(a.path, a.topic)]
-    logs = [(t, p, Log.open(d, readonly=True)) for t, p, d in targets]
+    since = _parse_time(a.from_time) if a.from_time is not None else None
+    # -n caps what is printed before following; without it, --from-time prints all
+    # from that time on and a plain tail the last 10
+    n = a.n if a.n is not None else (None if since is not None else 10)
+    logs: list[tuple[str | None, int | None, Log]] = []
+    code = EXIT_OK
     try:
+        for t, p, d in targets:
+            if not _is_log(d):
+                sys.stderr.write(f"seglog: {t}-{p}: {_missing(d).problems[0].message}\n")
+                code = EXIT_DAMAGE
+                continue
+            logs.append((t, p, Log.open(d, readonly=True)))
         pos = []
         for _, _, log in logs:
-            if a.from_time is not None:
-                at = log.offset_for_time(_parse_time(a.from_time))
-                pos.append(log.end_offset if at is None else at)
-            else:
-                pos.append(max(log.start_offset, log.end_offset - a.n))
+            end = log.end_offset
+            first = log.start_offset
+            if since is not None:
+                at = log.offset_for_time(since)
+                first = end if at is None else at
+            pos.append(first if n is None else max(first, end - n))
         while True:
             for i, (t, p, log) in enumerate(logs):
-                for m in log.iter(pos[i], log.end_offset):
-                    _print_message(out, a, t, p, m)
-                    pos[i] = m[0] + 1
-                pos[i] = max(pos[i], log.end_offset)
+                pos[i] = _print_from(out, a, t, p, log, pos[i])
             out.flush()
             if not a.follow:
-                return EXIT_OK
+                return code
             time.sleep(0.1)
     except KeyboardInterrupt:
-        return EXIT_OK
+        return code
     finally:
         for _, _, log in logs:
             log.close()
+
+
+def _print_from(out: Any, a: argparse.Namespace, t: str | None, p: int | None, log: Log,
+                pos: int) -> int:
+    """Print the messages of ``log`` from ``pos`` to its end now; return the next
+    position. Messages retention deletes before they are printed are said to be gone."""
+    end = log.end_offset          # once: what is appended after it is the next round's
+    for _ in range(64):
+        try:
+            for m in log.iter(pos, end):
+                _print_message(out, a, t, p, m)
+                pos = m[0] + 1
+            return max(pos, end)
+        except OffsetOutOfRangeError:
+            start = log.start_offset
+            if start <= pos:
+                raise
+            out.flush()
+            sys.stderr.write(f"seglog: {'' if t is None else f'{t}-{p}: '}offsets {pos}.."
+                             f"{start - 1} were deleted by retention before they were "
+                             f"printed\n")
+            pos = start
+            end = max(end, start)
+    return pos
 
 
 def _print_message(out: Any, a: argparse.Namespace, t: str | None, p: int | None,
@@ -494,8 +664,8 @@ def cmd_groups(a: argparse.Namespace, out: Any) -> int:
 
 def cmd_compact(a: argparse.Namespace, out: Any) -> int:
     _require_log(a.path)
-    before = _dir_bytes(a.path)
     with Log.open(a.path) as log:
+        before = sum(s.size for s in log.segments)       # stored bytes, not reservations
         if "compact" not in log.config.cleanup_policy:
             raise InvalidConfigError(f"{a.path} has cleanup_policy "
                                      f"{log.config.cleanup_policy!r}: nothing to compact")
@@ -513,7 +683,7 @@ def cmd_compact(a: argparse.Namespace, out: Any) -> int:
         out.write(f"{a.path}: compacted {st.segments_before} segment(s) of {st.bytes_before} "
                   f"bytes into {st.segments_after} of {st.bytes_after}; kept "
                   f"{st.records_kept} of {st.records_read} records, dropped "
-                  f"{st.tombstones_dropped} tombstone(s); the log's files: {before} bytes "
+                  f"{st.tombstones_dropped} tombstone(s); the log stored {before} bytes "
                   f"before (replaced segments linger, renamed aside, for "
                   f"file_delete_delay_ms)\n")
     return EXIT_OK
@@ -597,7 +767,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("path", metavar="PATH|ROOT")
     p.add_argument("topic", metavar="TOPIC", nargs="?")
     p.add_argument("-f", "--follow", action="store_true", help="wait for new messages")
-    p.add_argument("-n", type=int, default=10, help="messages per partition (default 10)")
+    p.add_argument("-n", type=int, default=None,
+                   help="at most the last N messages per partition (default 10; with "
+                        "--from-time, all from that time)")
     p.add_argument("--from-time", help="start at the first message at/after this time")
     p.add_argument("--max-bytes", type=int, default=200, help="cut values at (default 200)")
 

@@ -321,22 +321,60 @@ class LocalLog:
             self._refresh()
         if "compact" not in self.config.cleanup_policy:
             return self._end - self._start
-        return sum(1 for _ in self.iter(self._start, self._end))
+        return self._count()[2]
+
+    def _count(self) -> tuple[int, int, int]:
+        """(start, end, the records from start to end), counted again from the new
+        start if retention deletes some under the count."""
+        for _ in range(_RELOCATIONS):
+            start, end = self._start, self._end
+            try:
+                return start, end, sum(1 for _ in self.iter(start, end))
+            except OffsetOutOfRangeError:
+                if self.readonly:
+                    self._refresh(force=True)
+                if self._start <= start:
+                    raise
+        raise self._unsettled()
 
     def stats(self) -> dict[str, Any]:
-        """A snapshot as a plain dict: offsets, messages (``len``), segments, bytes,
-        the oldest and newest record timestamps (ms; None when empty)."""
-        segs = self.segments
-        n = len(self)
+        """A snapshot as a plain dict: offsets, messages (``len``), segments, bytes
+        (of stored batches: a writer's preallocated space is not counted), the oldest
+        and newest record timestamps (ms; None when empty): the first batch's and
+        the segments' largest. Reads batch headers only, whatever the batch sizes;
+        a reader beside a writer that deletes or replaces segments looks again."""
+        self._check_readable()
+        self._enter()
+        try:
+            for _ in range(_RELOCATIONS):
+                if self.readonly:
+                    self._refresh()
+                try:
+                    return self._stats()
+                except (SegmentGoneError, FileNotFoundError) as e:
+                    try:
+                        self._look_again(self._start, e)
+                    except OffsetOutOfRangeError:
+                        pass
+            raise self._unsettled()
+        finally:
+            self._leave()
+
+    def _stats(self) -> dict[str, Any]:
+        if "compact" in self.config.cleanup_policy:
+            start, end, n = self._count()
+        else:
+            start, end = self._start, self._end
+            n = end - start
+        segs = self._segs
         first_ts = None
         for seg in segs:
-            for _, hdr in seg.batches(0, min(seg.size, codec.HEADER_SIZE * 64)):
+            hdr = seg.first_header()
+            if hdr is not None:
                 first_ts = hdr[codec.H_BASE_TS]
                 break
-            if first_ts is not None:
-                break
         newest = max((s.max_timestamp for s in segs if s.size), default=-1)
-        return {"path": self.path, "start_offset": self._start, "end_offset": self._end,
+        return {"path": self.path, "start_offset": start, "end_offset": end,
                 "messages": n, "segments": len(segs), "bytes": sum(s.size for s in segs),
                 "oldest_timestamp": first_ts, "newest_timestamp": newest if newest >= 0 else None,
                 "readonly": self.readonly}
@@ -372,12 +410,14 @@ class LocalLog:
     def _repr_html_(self) -> str:
         if self._closed:
             return _html.fields("seglog.Log (closed)", [("path", self.path)])
-        segs = self.segments
+        st = self.stats()
+        segs = self._segs
         head = _html.fields(f"seglog.Log{' (readonly)' if self.readonly else ''}", [
-            ("path", self.path), ("offsets", f"[{self._start:,}, {self._end:,})"),
-            ("segments", len(segs)), ("bytes", _html.size(sum(s.size for s in segs))),
-            ("time span", f"{_html.when(self.stats()['oldest_timestamp'])} .. "
-                          f"{_html.when(max((s.max_timestamp for s in segs), default=-1))}"),
+            ("path", self.path),
+            ("offsets", f"[{st['start_offset']:,}, {st['end_offset']:,})"),
+            ("segments", st["segments"]), ("bytes", _html.size(st["bytes"])),
+            ("time span", f"{_html.when(st['oldest_timestamp'])} .. "
+                          f"{_html.when(st['newest_timestamp'])}"),
             ("cleanup policy", self.config.cleanup_policy),
             ("compression", self.config.compression or "none")])
         shown = segs if len(segs) <= 10 else list(segs[:5]) + list(segs[-5:])
@@ -385,8 +425,9 @@ class LocalLog:
                            [(s.base_offset, _html.size(s.size), _html.when(s.max_timestamp),
                              "active" if s is segs[-1] else "sealed") for s in shown],
                            f"{len(segs) - 10} more in between" if len(segs) > 10 else "")
+        end = st["end_offset"]
         tail = messages_html("the last messages",
-                             self.iter(max(self._start, self._end - 5), self._end))
+                             self.iter(max(st["start_offset"], end - 5), end))
         return head + table + tail
 
     def _batch_iters(self, offset: int, end: int | None,

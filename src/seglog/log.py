@@ -748,7 +748,8 @@ class Log(LocalLog):
                                if not self.readonly else 0),
             "recovery": None if rec is None else {
                 "segments_scanned": rec.segments_scanned, "scanned_bytes": rec.scanned_bytes,
-                "cut_bytes": sum(t[2] for t in rec.truncated),
+                "cut_bytes": rec.cut_data_bytes, "cut_messages": rec.cut_messages,
+                "reserved_bytes": rec.reserved_bytes,
                 "deleted_segments": len(rec.deleted_segments)}}
         out.update(self._metrics.snapshot())
         return out

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _platform, codec
-from ._files import (LOG_START, RECOVERY_POINT, atomic_write, fsync_dir, fsync_file,  # noqa: F401
-                  is_leftover, list_segments, read_checkpoint, remove, tmp_path,
-                  write_checkpoint)
-from ._scan import ScanResult, scan, write_index_files  # noqa: F401  (re-exported)
+from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, atomic_write,  # noqa: F401
+                     fsync_dir, fsync_file, is_leftover, list_segments, read_checkpoint,
+                     remove, tmp_path, write_checkpoint)
+from ._scan import ScanResult, Survey, scan, survey, write_index_files  # noqa: F401
 from .cleaner import resolve_interrupted
 from .errors import CorruptRecordError
 from .index import TimeIndex, entries_valid, offset_arrays
@@ -125,8 +125,11 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
             res.max_ts_offset = tmax_off
         report.scanned_bytes += res.end - start_pos
         report.segments_scanned += 1
+        sv = None
+        if res.end < file_size:
+            sv = survey(seg.fileno(), res.end, file_size, res.next_offset)
         if res.stop != "end":
-            why = _damage_is_corruption(seg, res, file_size, rp, same_boot)
+            why = _damage_is_corruption(res, sv, rp, same_boot)
             if why:
                 raise CorruptRecordError(f"bad batch ({res.stop}) {why}", seg.path, res.end,
                                          res.next_offset)
@@ -143,11 +146,14 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
         seg._size = res.end
         seg.next_offset = res.next_offset
         seg._max_ts = res.max_timestamp
-        if res.end < file_size:
+        if sv is not None:
             report.truncated.append((seg.path, res.end, file_size - res.end, res.stop))
+            report.cuts.append(Cut(seg.path, res.end, res.stop, file_size - res.end,
+                                   sv.data_bytes, sv.good_messages))
         if res.stop != "end" or last:
             # the torn tail ends the log: later segments hold only data never flushed
             for later in segs[i + 1:]:
+                report.cuts.append(_whole_segment_cut(later))
                 later._delete()
                 report.deleted_segments.append(later.base_offset)
             if len(segs) > i + 1:
@@ -178,8 +184,30 @@ def _truncate_durably(path: str, size: int) -> None:
 
 
 @dataclass
+class Cut:
+    """What recovery removed from one segment file: the bytes after ``position``
+    (``reason``: why the scan stopped there; ``"deleted"``: the whole segment, which
+    came after a torn tail). Of the ``file_bytes`` removed, ``data_bytes`` were data
+    (a torn batch and anything written after it; with ``messages`` in batches whose
+    checksum was good) and ``reserved_bytes`` zeros the writer had preallocated."""
+
+    path: str
+    position: int
+    reason: str
+    file_bytes: int
+    data_bytes: int
+    messages: int
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self.file_bytes - self.data_bytes
+
+
+@dataclass
 class RecoveryReport:
-    """What an unclean open found and did (``Log.recovery``)."""
+    """What an unclean open found and did (``Log.recovery``). ``truncated`` lists
+    the files cut (path, position, bytes the file lost, why); ``cuts`` says what
+    those bytes were, and what the deleted segments held."""
 
     recovery_point: int
     same_boot: bool
@@ -188,9 +216,34 @@ class RecoveryReport:
     scan_seconds: float = 0.0
     truncated: list[tuple[str, int, int, str]] = field(default_factory=list)  # path, at, bytes, why
     deleted_segments: list[int] = field(default_factory=list)
+    cuts: list[Cut] = field(default_factory=list)
+
+    @property
+    def cut_messages(self) -> int:
+        """Messages in batches with a good checksum that recovery removed."""
+        return sum(c.messages for c in self.cuts)
+
+    @property
+    def cut_data_bytes(self) -> int:
+        """Bytes of data (not the writer's zero-filled reservation) removed."""
+        return sum(c.data_bytes for c in self.cuts)
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Bytes of the writer's zero-filled reservation dropped."""
+        return sum(c.reserved_bytes for c in self.cuts)
 
 
-def _damage_is_corruption(seg: Segment, res: ScanResult, file_size: int, rp: int,
+def _whole_segment_cut(seg: Segment) -> Cut:
+    """What deleting the segment removes (read through a descriptor of its own: the
+    object is about to be dropped unopened)."""
+    with open(seg.path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        sv = survey(f.fileno(), 0, size, seg.base_offset)
+    return Cut(seg.path, 0, "deleted", size, sv.data_bytes, sv.good_messages)
+
+
+def _damage_is_corruption(res: ScanResult, sv: Survey | None, rp: int,
                           same_boot: bool) -> str | None:
     """Rules R5/R6: why the damage the scan stopped at is corruption, or None (torn tail).
 
@@ -203,7 +256,7 @@ def _damage_is_corruption(seg: Segment, res: ScanResult, file_size: int, rp: int
     """
     if res.next_offset < rp:
         return f"inside data flushed before the crash (recovery point {rp})"
-    if same_boot and continuing_batch_after(seg, res.end, file_size, res.next_offset) is not None:
+    if same_boot and sv is not None and sv.first is not None:
         return "followed by valid batches"
     return None
 
@@ -273,6 +326,53 @@ def _previous_boot(directory: str) -> str | None:
         return None
 
 
+def writer_alive(directory: str) -> bool:
+    """True if a writer holds the log now, found without taking its lock (which would
+    stop a writer from opening meanwhile): on Linux, a ``flock`` held on the lock
+    file, as ``/proc/locks`` lists it; elsewhere, the last writer's process still
+    running on this boot without having shut down cleanly (a reused process id
+    makes a dead writer look alive)."""
+    held = _flock_held(os.path.join(directory, LOCK_FILE))
+    if held is not None:
+        return held
+    if os.path.exists(os.path.join(directory, CLEAN_MARKER)):
+        return False
+    try:
+        with open(os.path.join(directory, SESSION), "rb") as f:
+            session = json.loads(f.read())
+        pid, boot = session["pid"], session.get("boot_id")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    if not isinstance(pid, int) or pid <= 0 or (boot is not None and boot != boot_id()):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True             # another user's process
+    return True
+
+
+def _flock_held(path: str) -> bool | None:
+    """Whether a process holds a ``flock`` on ``path`` (Linux's ``/proc/locks``);
+    None where that cannot be told."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks") as f:
+            # "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF"; waiters carry "->"
+            return any(key in line.split() and "FLOCK" in line and "->" not in line
+                       for line in f)
+    except OSError:
+        return None
+
+
 def write_session(directory: str) -> None:
     """Record which boot this writer runs in (read by the next recovery)."""
     atomic_write(os.path.join(directory, SESSION),
@@ -324,53 +424,11 @@ def write_marker(directory: str, active: Segment, end_offset: int) -> None:
 
 
 def continuing_batch_after(seg: Segment, pos: int, file_size: int, next_offset: int) -> int | None:
-    """Position of a valid batch after ``pos`` that continues the log, if any.
+    """Position of a valid batch after the bad batch at ``pos`` that continues the
+    log (base offset at or past ``next_offset``), if any (``_scan.survey``).
 
-    A batch with a good checksum and a base offset at or past ``next_offset`` beyond a
-    damaged spot proves the damage is inside written data, not a torn tail. A stale
-    copy of an earlier batch (base offset too low) proves nothing. Zero-filled
-    stretches are skipped at C speed.
+    Such a batch beyond a damaged spot proves the damage is inside written data, not
+    a torn tail. A stale copy of an earlier batch (base offset too low) proves
+    nothing, nor does a batch among the bytes a sanely framed bad batch claims.
     """
-    chunk = 1 << 20
-    p = _claimed_end(seg, pos, file_size)
-    while p + codec.HEADER_SIZE <= file_size:
-        buf = os.pread(seg.fileno(), min(chunk + codec.HEADER_SIZE, file_size - p), p)
-        if len(buf) < codec.HEADER_SIZE:
-            break       # the file was cut back meanwhile (its writer sealed it)
-        limit = min(chunk, len(buf) - codec.HEADER_SIZE + 1)
-        i = buf.find(codec.MAGIC.to_bytes(1, "little"), codec.LENGTH_END)
-        while 0 <= i - codec.LENGTH_END < limit:
-            q = i - codec.LENGTH_END
-            hdr = codec.HEADER.unpack_from(buf, q)
-            size = codec.LENGTH_END + hdr[codec.H_LENGTH]
-            if (hdr[codec.H_LENGTH] >= codec.MIN_BATCH_LENGTH and hdr[codec.H_BASE] >= next_offset
-                    and p + q + size <= file_size):
-                data = buf if q + size <= len(buf) else os.pread(seg.fileno(), size, p + q)
-                start = q if data is buf else 0
-                if codec.checksum_ok(data, start, hdr):
-                    return p + q
-            i = buf.find(codec.MAGIC.to_bytes(1, "little"), i + 1)
-        p += limit
-    return None
-
-
-def _claimed_end(seg: Segment, pos: int, file_size: int) -> int:
-    """Where to look for a continuing batch after the bad batch at ``pos``.
-
-    A writer writes a batch's header first, then its records, and writes nothing
-    after a batch before it is complete. So if the header at ``pos`` frames sanely
-    (magic, a length within the file), the bytes it claims are its own records, and
-    a batch found among them (a value that holds another log's batches) proves
-    nothing about later writes: look past them. A header that does not frame (torn
-    inside the header, or garbage) claims nothing: look from the next byte. A bit
-    flip that makes a length claim too much hides only the batches it covers; a
-    later valid batch is still found, and fsynced data is protected by the recovery
-    point either way.
-    """
-    head = os.pread(seg.fileno(), codec.HEADER_SIZE, pos)
-    if len(head) == codec.HEADER_SIZE:
-        hdr = codec.HEADER.unpack_from(head)
-        end: int = pos + codec.LENGTH_END + hdr[codec.H_LENGTH]
-        if hdr[codec.H_MAGIC] == codec.MAGIC and hdr[codec.H_LENGTH] >= codec.MIN_BATCH_LENGTH and end <= file_size:
-            return end
-    return pos + 1
+    return survey(seg.fileno(), pos, file_size, next_offset, first_only=True).first

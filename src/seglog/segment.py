@@ -646,6 +646,22 @@ class Segment:
         except CorruptRecordError as e:
             raise e.at(self.path, e.position, e.offset) from None
 
+    def first_header(self) -> codec.BatchHeader | None:
+        """The header of the segment's first batch, None if it holds none. Only the
+        header is read, however large the batch; its framing is checked, and that
+        the batch ends within the segment's data."""
+        size = self.size
+        if not size:
+            return None
+        try:
+            hdr = codec.read_header(self.pread(codec.HEADER_SIZE, 0), 0, size)
+        except CorruptRecordError as e:
+            raise e.at(self.path, 0, None) from None
+        if hdr is None:
+            raise CorruptRecordError(f"the first batch runs past the segment's {size} bytes "
+                                     f"of data", self.path, 0)
+        return hdr
+
     def find_position(self, offset: int, end: int | None = None) -> tuple[int, codec.BatchHeader | None]:
         """Position of the first batch whose last offset is >= ``offset``.
 
