@@ -24,7 +24,7 @@ from bisect import bisect_right
 from functools import partial
 from itertools import chain
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from . import _html, _live, codec
 from ._metrics import Metrics
@@ -41,6 +41,7 @@ _MAX_DELTA = MAX_RELATIVE_OFFSET
 _ARROW_BATCH_BYTES = 16 << 20    # one RecordBatch per about this many bytes of values
 _RACY_NS = 3_000_000_000  # a directory listing this close to its mtime is not trusted
 _RELOCATIONS = 64         # a reader re-finds its place at most this often per step
+_T = TypeVar("_T")
 _ITER_CHUNK = 1 << 20
 NEVER = 1 << 63
 
@@ -344,13 +345,19 @@ class LocalLog:
         the segments' largest. Reads batch headers only, whatever the batch sizes;
         a reader beside a writer that deletes or replaces segments looks again."""
         self._check_readable()
+        return self._settled(self._stats)
+
+    def _settled(self, look: Callable[[], _T]) -> _T:
+        """``look()`` over the current segments, again over the new list when
+        retention or compaction retired a segment under it (a bounded number of
+        times: ``_unsettled`` past that)."""
         self._enter()
         try:
             for _ in range(_RELOCATIONS):
                 if self.readonly:
                     self._refresh()
                 try:
-                    return self._stats()
+                    return look()
                 except (SegmentGoneError, FileNotFoundError) as e:
                     try:
                         self._look_again(self._start, e)
@@ -530,21 +537,7 @@ class LocalLog:
         """The first offset whose message timestamp is >= ``timestamp``, or None."""
         self._check_readable()
         ts = _check_ts(timestamp)
-        self._enter()
-        try:
-            for _ in range(_RELOCATIONS):
-                if self.readonly:
-                    self._refresh()
-                try:
-                    return self._offset_for_time(ts)
-                except (SegmentGoneError, FileNotFoundError) as e:
-                    try:
-                        self._look_again(self._start, e)
-                    except OffsetOutOfRangeError:
-                        pass
-            raise self._unsettled()
-        finally:
-            self._leave()
+        return self._settled(lambda: self._offset_for_time(ts))
 
     def _offset_for_time(self, ts: int) -> int | None:
         lo = self._start
