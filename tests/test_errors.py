@@ -316,13 +316,9 @@ def test_partition_directory_that_is_a_file_is_refused_untouched(tmp_path, reado
             seglog.Topic.open(root, "t")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may read and write any directory")
-def test_directory_without_permission_raises_a_seglog_error_and_changes_nothing(tmp_path):
-    closed, readable = str(tmp_path / "closed"), str(tmp_path / "readable")
-    for d in (closed, readable):
-        with Log.open(d) as log:
-            log.append(b"kept")
-    before = _tree(readable)
+def _permission_results(closed: str, readable: str) -> dict[str, str]:
+    """What each opening call does on a directory the process may not enter and on
+    one it may only read (modes set here, put back after)."""
     calls = {"Log.open": lambda d: Log.open(d),
              "Log.open readonly": lambda d: Log.open(d, readonly=True),
              "Topic.open": lambda d: seglog.Topic.open(d, "t", partitions=1)}
@@ -334,19 +330,76 @@ def test_directory_without_permission_raises_a_seglog_error_and_changes_nothing(
             for name, call in calls.items():
                 try:
                     call(d).close()
-                    results[d, name] = "opened"
+                    results[f"{os.path.basename(d)} {name}"] = "opened"
                 except seglog.SeglogError as e:
-                    results[d, name] = type(e).__name__
+                    results[f"{os.path.basename(d)} {name}"] = type(e).__name__
     finally:
         os.chmod(closed, 0o755)
         os.chmod(readable, 0o755)
-    assert results == {(closed, "Log.open"): "StorageError",
-                       (closed, "Log.open readonly"): "StorageError",
-                       (closed, "Topic.open"): "StorageError",
-                       # a reader needs no write permission; a writer does
-                       (readable, "Log.open"): "StorageError",
-                       (readable, "Log.open readonly"): "opened",
-                       (readable, "Topic.open"): "StorageError"}
-    assert _tree(readable) == before
-    with Log.open(closed, readonly=True) as log:
-        assert [m.value for m in log.iter()] == [b"kept"]
+    return results
+
+
+def _as_nobody(fn, *args):
+    """``fn(*args)`` in a forked child that dropped root for uid/gid 65534 (root may
+    read and write any directory: the permission checks only bite an ordinary
+    user). Its result comes back as JSON; an exception fails the test with the
+    child's traceback."""
+    import json
+    import traceback
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                       # the child: never returns into pytest
+        code = 0
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            out = json.dumps({"ok": fn(*args)})
+        except BaseException:
+            out, code = json.dumps({"error": traceback.format_exc()}), 1
+        with os.fdopen(w, "w") as f:
+            f.write(out)
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = json.loads(f.read() or '{"error": "the child wrote nothing"}')
+    os.waitpid(pid, 0)
+    assert "error" not in got, got.get("error")
+    return got["ok"]
+
+
+def test_directory_without_permission_raises_a_seglog_error_and_changes_nothing(tmp_path):
+    if os.geteuid() == 0:
+        # a directory an unprivileged user can reach (pytest's base is root's own)
+        import tempfile
+        base = tempfile.mkdtemp(prefix="seglog-perm-")
+        os.chmod(base, 0o755)
+    else:
+        base = str(tmp_path)
+    try:
+        closed, readable = os.path.join(base, "closed"), os.path.join(base, "readable")
+        for d in (closed, readable):
+            with Log.open(d) as log:
+                log.append(b"kept")
+        if os.geteuid() == 0:
+            for d, _, names in os.walk(base):
+                for n in [d] + [os.path.join(d, x) for x in names]:
+                    os.chown(n, 65534, 65534)
+        before = _tree(readable)
+        results = (_as_nobody(_permission_results, closed, readable) if os.geteuid() == 0
+                   else _permission_results(closed, readable))
+        assert results == {"closed Log.open": "StorageError",
+                           "closed Log.open readonly": "StorageError",
+                           "closed Topic.open": "StorageError",
+                           # a reader needs no write permission; a writer does
+                           "readable Log.open": "StorageError",
+                           "readable Log.open readonly": "opened",
+                           "readable Topic.open": "StorageError"}
+        assert _tree(readable) == before
+        with Log.open(closed, readonly=True) as log:
+            assert [m.value for m in log.iter()] == [b"kept"]
+    finally:
+        if base != str(tmp_path):
+            import shutil
+            shutil.rmtree(base, ignore_errors=True)
