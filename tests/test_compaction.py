@@ -495,3 +495,80 @@ def test_compaction_merges_no_more_than_one_index_holds(logdir):
             rule = _scan.scan(seg, 0, seg.size, None, 64).index
             entries = os.path.getsize(seg.index_path) // 8
             assert entries == len(rule), (seg.base_offset, entries, len(rule))
+
+
+def _fail_writes_to(monkeypatch, prefix: str, err: int) -> list[str]:
+    """Make ``os.write`` to a file whose name starts with ``prefix`` fail with
+    ``err`` (a full disk at that file) until the returned list (the names it
+    failed on) gets ``None`` appended."""
+    real = os.write
+    failed: list[str | None] = []
+
+    def write(fd, data):
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if name.startswith(prefix) and None not in failed:
+            failed.append(name)
+            raise OSError(err, os.strerror(err))
+        return real(fd, data)
+    monkeypatch.setattr(os, "write", write)
+    return failed
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names fds through /proc")
+def test_full_disk_at_the_swap_manifest_removes_the_new_files(logdir, monkeypatch):
+    import errno
+    with Log.open(logdir, **CFG) as log:
+        recs = fill(log, 400, keys=150)
+        before = latest_per_key(log)
+        failed = _fail_writes_to(monkeypatch, ".seglog-tmp..seglog-swap.", errno.ENOSPC)
+        with pytest.raises(seglog.StorageError) as e:
+            log.compact()
+        assert failed and e.value.errno == errno.ENOSPC
+        failed.append(None)
+        # the group's cleaned files (as large as a segment) and the manifest's temp
+        # file are gone at once: the space is back while the disk is full
+        assert not [n for n in os.listdir(logdir) if n.startswith(".seglog-")]
+        assert latest_per_key(log) == before
+    with Log.open(logdir, **CFG) as log:
+        assert latest_per_key(log) == before
+        assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())
+        assert log.compact().skipped is None and latest_per_key(log) == before
+
+
+@pytest.mark.parametrize("fails", ["once", "always"])
+def test_failed_sync_of_the_swap_manifest_takes_the_swap_back(logdir, monkeypatch, fails):
+    """The manifest was renamed in but the directory's fsync failed: the swap is
+    withdrawn (manifest removed, then the new files once that is durable). If the
+    directory cannot be synced at all, the new files stay for the next open, which
+    rolls the swap forward or drops them; either way nothing is lost."""
+    from seglog import _files
+    real = _files.fsync_dir
+    failed = []
+
+    def fsync_dir(path):
+        manifest = any(n.startswith(".seglog-swap.") for n in os.listdir(path))
+        if (manifest and not failed) or (failed and fails == "always"):
+            failed.append(path)
+            raise OSError(5, "Input/output error")
+        return real(path)
+    with Log.open(logdir, **CFG) as log:
+        recs = fill(log, 400, keys=150)
+        before = latest_per_key(log)
+        monkeypatch.setattr(_files, "fsync_dir", fsync_dir)
+        monkeypatch.setattr(cleaner, "fsync_dir", fsync_dir)
+        with pytest.raises(seglog.StorageError):
+            log.compact()
+        monkeypatch.setattr(_files, "fsync_dir", real)
+        monkeypatch.setattr(cleaner, "fsync_dir", real)
+        left = [n for n in os.listdir(logdir) if n.startswith(".seglog-")]
+        if fails == "once":
+            assert not left
+        else:
+            assert not [n for n in left if n.startswith(".seglog-swap.")]
+            assert [n for n in left if n.startswith(".seglog-cleaned.")]
+        assert latest_per_key(log) == before
+        abandon(log)
+    with Log.open(logdir, **CFG) as log:
+        assert not [n for n in os.listdir(logdir) if n.startswith(".seglog-")]
+        assert latest_per_key(log) == before
+        assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())

@@ -384,12 +384,30 @@ def _commit(directory: str, cfg: LogConfig, group: list[Segment], w: _Writer,
     except BaseException:
         w.abort()
         raise
-    write_checkpoint(directory, SWAP + segment_name(w.base), end)
+    manifest = SWAP + segment_name(w.base)
+    try:
+        write_checkpoint(directory, manifest, end)
+    except BaseException:
+        _withdraw(directory, manifest, w)
+        raise
     swap_in(directory, w.base, end)
     replace(group, Segment.cleaned(directory, w.base, w.pos, end, w.res.max_timestamp,
                                    cfg.index_interval_bytes, cfg.max_index_bytes))
     stats.bytes_after += w.pos
     stats.replaced.append((w.base, end))
+
+
+def _withdraw(directory: str, manifest: str, w: _Writer) -> None:
+    """After the manifest's write failed: take the swap back and free the new
+    files' space. A manifest that was renamed in goes first, and the new files only
+    once its removal is durable (else recovery still finds it and needs them);
+    what cannot be removed now is a leftover for the next open."""
+    try:
+        if remove(os.path.join(directory, manifest)):
+            fsync_dir(directory)
+        w.abort()
+    except OSError:
+        pass
 
 
 def swap_in(directory: str, base: int, end: int) -> None:
