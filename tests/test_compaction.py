@@ -572,3 +572,41 @@ def test_failed_sync_of_the_swap_manifest_takes_the_swap_back(logdir, monkeypatc
         assert not [n for n in os.listdir(logdir) if n.startswith(".seglog-")]
         assert latest_per_key(log) == before
         assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())
+
+
+@pytest.mark.parametrize("max_index_bytes", [24, 36, 48])
+def test_a_cleaned_segment_keeps_its_largest_timestamp_with_small_indexes(tmp_path,
+                                                                           max_index_bytes):
+    """A cleaned segment may make more index entries than its indexes hold (outputs
+    merged, batches written anew). Its time index still ends with its largest
+    timestamp, which a reopened log and a reader take as the segment's: else
+    ``offset_for_time`` skips the segment and time retention deletes records
+    younger than ``retention_ms``."""
+    from seglog import codec
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rnd = random.Random(seed)
+    path = str(tmp_path / "log")
+    retention = 10_000
+    cfg = dict(CFG, segment_bytes=4096, index_interval_bytes=64, max_index_bytes=max_index_bytes,
+               cleanup_policy="compact,delete", retention_ms=retention)
+    with Log.open(path, **cfg) as log:
+        for i in range(150):
+            log.append(b"v" * rnd.randint(1, 60), key=b"k%d" % rnd.randrange(120),
+                       timestamp=1000 + i)
+        assert log.compact(now_ms=1200).skipped is None
+        kept = [(m.offset, m.timestamp) for m in log.iter()]
+    r = Log.open(path, readonly=True)
+    with Log.open(path, **cfg) as log:
+        for view in (log, r):
+            for seg in view.segments[:-1]:
+                newest = max(h[codec.H_MAX_TS] for _, h in seg.batches())
+                assert seg.max_timestamp == newest, (seg.base_offset, seg.max_timestamp, newest)
+            for t in range(999, 1152):
+                assert view.offset_for_time(t) == next((o for o, ts in kept if ts >= t), None), t
+        # retention as of the first sealed segment's newest record: nothing goes yet
+        first = log.segments[0]
+        newest = max(h[codec.H_MAX_TS] for _, h in first.batches())
+        log.enforce_retention(now_ms=newest + retention)
+        assert [(m.offset, m.timestamp) for m in log.iter()] == kept
+    r.close()
