@@ -307,8 +307,6 @@ def _empty_batch(covered: int, end: int, ts: int) -> bytes:
 
 # an empty batch's size: the most ``cover`` adds
 _EMPTY_BATCH_BYTES = len(_empty_batch(0, 1, 0))
-# the larger index entry: a group's time index has at most its offset index's entries
-_ENTRY_BYTES = max(OffsetIndex.SIZE, TimeIndex.SIZE)
 
 
 def _clean_segment(directory: str, cfg: LogConfig, seg: Segment, omap: OffsetMap,
@@ -361,12 +359,19 @@ def _takes(w: _Writer, nxt: _Writer, end: int, cfg: LogConfig) -> bool:
     ending at offset ``end``: the merged output, with the empty batch that may end
     it, fits in ``segment_bytes`` (an output of nothing takes in whatever follows:
     the result is no larger than that output alone), its offsets fit the index's
-    32-bit relative offsets, and its entries the index (Kafka's limits on a group)."""
+    32-bit relative offsets, and its entries the indexes (Kafka's limits on a group).
+
+    Entries: ``nxt``'s batches, moved behind ``w``'s, may take one entry more than
+    on their own (the next entry is due up to an interval earlier), the empty batch
+    one more; the time index has at most one entry per offset-index entry, and the
+    segment's largest timestamp last."""
     covered = nxt.covered if nxt.pos else w.covered
     size = w.pos + nxt.pos + (_EMPTY_BATCH_BYTES if covered < end else 0)
+    entries = len(w.res.index) + len(nxt.res.index) + 2
     return ((not w.pos or size <= cfg.segment_bytes)
             and end - 1 - w.base <= MAX_RELATIVE_OFFSET
-            and (len(w.res.index) + len(nxt.res.index) + 1) * _ENTRY_BYTES <= cfg.max_index_bytes)
+            and entries <= cfg.max_index_bytes // OffsetIndex.SIZE
+            and entries + 1 <= cfg.max_index_bytes // TimeIndex.SIZE)
 
 
 def _commit(directory: str, cfg: LogConfig, group: list[Segment], w: _Writer,
