@@ -610,3 +610,37 @@ def test_a_cleaned_segment_keeps_its_largest_timestamp_with_small_indexes(tmp_pa
         log.enforce_retention(now_ms=newest + retention)
         assert [(m.offset, m.timestamp) for m in log.iter()] == kept
     r.close()
+
+
+@pytest.mark.parametrize("max_index_bytes", [36, 48, 60])
+def test_merged_segments_hold_every_index_entry_with_small_indexes(tmp_path, max_index_bytes):
+    """With indexes of a few entries, outputs are merged only while the merged
+    segment's offset and time indexes hold every entry the writer's rule makes
+    (the time index also its largest timestamp)."""
+    from seglog import _scan
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rnd = random.Random(seed)
+    merged = 0
+    for run in range(6):
+        path = str(tmp_path / f"log{run}")
+        cfg = dict(CFG, segment_bytes=4096, index_interval_bytes=rnd.choice([16, 40, 64]),
+                   max_index_bytes=max_index_bytes)
+        with Log.open(path, **cfg) as log:
+            for i in range(300):
+                log.append(b"v" * rnd.randint(1, 60), key=b"k%d" % rnd.randrange(60),
+                           timestamp=1000 + i)
+            bases = {s.base_offset for s in log.segments}
+            stats = log.compact()
+            for base, end in stats.replaced:
+                if not any(base < b < end for b in bases):
+                    continue          # one segment's output, not a merge
+                merged += 1
+                seg = next(s for s in log.segments if s.base_offset == base)
+                rule = _scan.scan(seg, 0, seg.size, None, cfg["index_interval_bytes"])
+                # the time index ends with the largest timestamp, once
+                last = not rule.time_index or rule.time_index[-1][0] < rule.max_timestamp
+                assert os.path.getsize(seg.index_path) // 8 == len(rule.index), (base, end)
+                assert os.path.getsize(seg.timeindex_path) // 12 == \
+                    len(rule.time_index) + last, (base, end)
+    assert merged
