@@ -644,3 +644,41 @@ def test_merged_segments_hold_every_index_entry_with_small_indexes(tmp_path, max
                 assert os.path.getsize(seg.timeindex_path) // 12 == \
                     len(rule.time_index) + last, (base, end)
     assert merged
+
+
+@pytest.mark.parametrize("op", ["open", "write", "fsync", "rename", "unlink"])
+def test_an_io_error_at_any_step_of_a_pass_leaves_no_new_files(tmp_path, monkeypatch, op):
+    """The nth ``op`` of a pass fails, for every n: new files not committed by a
+    manifest are gone at once (their space is back), committed ones are finished
+    at the next open; every latest value is there, in the failed log and after."""
+    import errno
+    import shutil
+    from seglog.testing import FaultyFS
+    monkeypatch.setattr(cleaner, "_READ_CHUNK", 64)   # outputs go to their files
+    src = str(tmp_path / "src")
+    with Log.open(src, **CFG) as log:
+        recs = fill(log, 300, keys=40)
+        before = latest_per_key(log)
+    for nth in range(1, 200):
+        d = str(tmp_path / f"{op}{nth}")
+        shutil.copytree(src, d)
+        with Log.open(d, **CFG) as log:
+            with FaultyFS(d) as fs:
+                fs.fail(op, nth, errno.ENOSPC if op == "write" else errno.EIO)
+                try:
+                    log.compact()
+                    failed = False
+                except seglog.StorageError:
+                    failed = True
+            left = [n for n in os.listdir(d) if n.startswith(".seglog-")]
+            if not any(n.startswith(".seglog-swap.") for n in left):
+                assert not left, (nth, left)
+            assert latest_per_key(log) == before, nth
+        with Log.open(d, **CFG) as log:
+            assert not [n for n in os.listdir(d) if n.startswith(".seglog-")], nth
+            assert latest_per_key(log) == before, nth
+            assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())
+        shutil.rmtree(d)
+        if not failed:
+            break
+    assert not failed, "the pass never got past its failures"
