@@ -460,6 +460,33 @@ def test_damaged_indexes_are_repaired(tmp_path, damage):
         assert r.end_offset == 401
 
 
+@pytest.mark.parametrize("where", ["disk", "memory"])
+def test_rebuilt_index_too_small_for_its_entries_keeps_the_largest_timestamp(
+        tmp_path, monkeypatch, where):
+    """An index rebuilt under a smaller ``max_index_bytes`` than the segment was
+    written with (on disk, or in memory when the disk is full) drops entries, never
+    the time index's last one: the segment's largest timestamp, which retention and
+    ``offset_for_time`` take from it."""
+    import errno
+    from seglog import _scan, codec
+    path = str(tmp_path / "log")
+    with Log.open(path, segment_bytes=4096, index_interval_bytes=64, flush_ms=None) as log:
+        for i in range(200):
+            log.append(value(i % 10), timestamp=1000 + i)
+        first = log.segments[0]
+        newest = max(h[codec.H_MAX_TS] for _, h in first.batches())
+        newest_offset = next(m.offset for m in log.iter() if m.timestamp == newest)
+        with open(first.timeindex_path, "r+b") as f:
+            f.truncate(13)                        # damaged: rebuilt at the next use
+    if where == "memory":
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(_scan, "write_index_files", full)
+    with Log.open(path, max_index_bytes=24, index_interval_bytes=64) as log:
+        assert log.segments[0].max_timestamp == newest
+        assert log.offset_for_time(newest) == newest_offset
+
+
 def test_clean_reopen_reads_no_segment_data(tmp_path):
     path = str(tmp_path / "log")
     with Log.open(path, segment_bytes=1024, flush_ms=None) as log:
