@@ -682,3 +682,20 @@ def test_an_io_error_at_any_step_of_a_pass_leaves_no_new_files(tmp_path, monkeyp
         if not failed:
             break
     assert not failed, "the pass never got past its failures"
+
+
+def test_outputs_of_nothing_join_a_neighbour_with_the_smallest_indexes(logdir):
+    # indexes of two time entries: a merged output of nothing has one batch (the
+    # empty one) and needs no more, so it still joins its neighbour
+    cfg = dict(CFG, segment_bytes=1024, max_index_bytes=24, index_interval_bytes=64)
+    with Log.open(logdir, **cfg) as log:
+        for i in range(500):
+            log.append(b"value-%04d" % i, key=b"key-%d" % (i % 10))
+        assert len(log.segments) > 100
+        before = latest_per_key(log)
+        assert log.compact().skipped is None
+        assert latest_per_key(log) == before
+        # 490 superseded records are one segment of one empty batch
+        first = log.segments[0]
+        assert [h[seglog.codec.H_COUNT] for _, h in first.batches()] == [0]
+        assert log.segments[1].base_offset == 488 and len(log.segments) < 10

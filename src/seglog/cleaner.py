@@ -366,8 +366,9 @@ def _takes(w: _Writer, nxt: _Writer, end: int, cfg: LogConfig) -> bool:
     one more; the time index has at most one entry per offset-index entry, and the
     segment's largest timestamp last."""
     covered = nxt.covered if nxt.pos else w.covered
-    size = w.pos + nxt.pos + (_EMPTY_BATCH_BYTES if covered < end else 0)
-    entries = len(w.res.index) + len(nxt.res.index) + 2
+    cover = covered < end
+    size = w.pos + nxt.pos + (_EMPTY_BATCH_BYTES if cover else 0)
+    entries = len(w.res.index) + len(nxt.res.index) + (nxt.pos > 0) + cover
     return ((not w.pos or size <= cfg.segment_bytes)
             and end - 1 - w.base <= MAX_RELATIVE_OFFSET
             and entries <= cfg.max_index_bytes // OffsetIndex.SIZE
