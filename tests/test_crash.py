@@ -487,6 +487,34 @@ def test_rebuilt_index_too_small_for_its_entries_keeps_the_largest_timestamp(
         assert log.offset_for_time(newest) == newest_offset
 
 
+@pytest.mark.parametrize("shutdown", ["clean", "crash"])
+def test_segment_sealed_under_smaller_indexes_keeps_its_largest_timestamp(tmp_path, shutdown):
+    """An active segment written with large indexes, reopened with a smaller
+    ``max_index_bytes`` (its time index is then full) and sealed: the time index
+    still ends with the segment's largest timestamp, so retention and
+    ``offset_for_time`` see the segment's newest record after the next open."""
+    from seglog import codec
+    path = str(tmp_path / "log")
+    log = Log.open(path, segment_bytes=1 << 20, index_interval_bytes=64, flush_ms=None)
+    for i in range(200):
+        log.append(value(i % 10), timestamp=1000 + i)
+    if shutdown == "crash":
+        log.flush()
+        abandon(log)
+    else:
+        log.close()
+    cfg = dict(segment_bytes=1 << 20, max_index_bytes=24, index_interval_bytes=64)
+    with Log.open(path, **cfg) as log:
+        log.append(b"x", timestamp=5000)           # the index is full: a new segment
+        assert [s.base_offset for s in log.segments] == [0, 200]
+    with Log.open(path, **cfg) as log:
+        first = log.segments[0]
+        newest = max(h[codec.H_MAX_TS] for _, h in first.batches())
+        assert newest == 1199 and first.max_timestamp == newest
+        assert log.offset_for_time(1150) == 150
+        assert log.offset_for_time(newest) == 199
+
+
 def test_clean_reopen_reads_no_segment_data(tmp_path):
     path = str(tmp_path / "log")
     with Log.open(path, segment_bytes=1024, flush_ms=None) as log:

@@ -555,8 +555,8 @@ class Segment:
         if self._mm is None:
             return
         assert self._size is not None and self._timeindex is not None and self._index is not None
-        if self._size and not self._timeindex.is_full:
-            self._timeindex.append(self._max_ts, self._max_ts_offset)
+        if self._size:
+            self._timeindex.append_last(self._max_ts, self._max_ts_offset)
         self._unmap()
         os.ftruncate(self.file.fileno(), self._size)
         fsync_file(self.file.fileno())
