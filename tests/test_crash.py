@@ -460,6 +460,61 @@ def test_damaged_indexes_are_repaired(tmp_path, damage):
         assert r.end_offset == 401
 
 
+@pytest.mark.parametrize("where", ["disk", "memory"])
+def test_rebuilt_index_too_small_for_its_entries_keeps_the_largest_timestamp(
+        tmp_path, monkeypatch, where):
+    """An index rebuilt under a smaller ``max_index_bytes`` than the segment was
+    written with (on disk, or in memory when the disk is full) drops entries, never
+    the time index's last one: the segment's largest timestamp, which retention and
+    ``offset_for_time`` take from it."""
+    import errno
+    from seglog import _scan, codec
+    path = str(tmp_path / "log")
+    with Log.open(path, segment_bytes=4096, index_interval_bytes=64, flush_ms=None) as log:
+        for i in range(200):
+            log.append(value(i % 10), timestamp=1000 + i)
+        first = log.segments[0]
+        newest = max(h[codec.H_MAX_TS] for _, h in first.batches())
+        newest_offset = next(m.offset for m in log.iter() if m.timestamp == newest)
+        with open(first.timeindex_path, "r+b") as f:
+            f.truncate(13)                        # damaged: rebuilt at the next use
+    if where == "memory":
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(_scan, "write_index_files", full)
+    with Log.open(path, max_index_bytes=24, index_interval_bytes=64) as log:
+        assert log.segments[0].max_timestamp == newest
+        assert log.offset_for_time(newest) == newest_offset
+
+
+@pytest.mark.parametrize("shutdown", ["clean", "crash"])
+def test_segment_sealed_under_smaller_indexes_keeps_its_largest_timestamp(tmp_path, shutdown):
+    """An active segment written with large indexes, reopened with a smaller
+    ``max_index_bytes`` (its time index is then full) and sealed: the time index
+    still ends with the segment's largest timestamp, so retention and
+    ``offset_for_time`` see the segment's newest record after the next open."""
+    from seglog import codec
+    path = str(tmp_path / "log")
+    log = Log.open(path, segment_bytes=1 << 20, index_interval_bytes=64, flush_ms=None)
+    for i in range(200):
+        log.append(value(i % 10), timestamp=1000 + i)
+    if shutdown == "crash":
+        log.flush()
+        abandon(log)
+    else:
+        log.close()
+    cfg = dict(segment_bytes=1 << 20, max_index_bytes=24, index_interval_bytes=64)
+    with Log.open(path, **cfg) as log:
+        log.append(b"x", timestamp=5000)           # the index is full: a new segment
+        assert [s.base_offset for s in log.segments] == [0, 200]
+    with Log.open(path, **cfg) as log:
+        first = log.segments[0]
+        newest = max(h[codec.H_MAX_TS] for _, h in first.batches())
+        assert newest == 1199 and first.max_timestamp == newest
+        assert log.offset_for_time(1150) == 150
+        assert log.offset_for_time(newest) == 199
+
+
 def test_clean_reopen_reads_no_segment_data(tmp_path):
     path = str(tmp_path / "log")
     with Log.open(path, segment_bytes=1024, flush_ms=None) as log:

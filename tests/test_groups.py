@@ -195,6 +195,27 @@ def test_commit_offsets_without_a_member_never_goes_back_and_a_consumer_resumes_
         commit_offsets(topic.root, "bad/name", {("ev", 0): 1})
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names fds through /proc")
+def test_commit_on_a_full_disk_keeps_the_old_offsets_and_leaves_no_temp_file(topic, monkeypatch):
+    assert commit_offsets(topic.root, "g", {("ev", 0): 3}) == {("ev", 0): 3}
+    real = os.write
+
+    def full(fd, data):
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).startswith(".seglog-tmp."):
+            raise OSError(28, "No space left on device")
+        return real(fd, data)
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError):
+        commit_offsets(topic.root, "g", {("ev", 0): 9})
+    monkeypatch.setattr(os, "write", real)
+    # the temp file's space is given back at once (nothing else would remove it)
+    left = [os.path.join(d, n) for d, _, names in os.walk(topic.root) for n in names
+            if n.startswith(".seglog-tmp.")]
+    assert not left
+    assert committed_offsets(topic.root, "g") == {("ev", 0): 3}
+    assert commit_offsets(topic.root, "g", {("ev", 0): 9}) == {("ev", 0): 9}
+
+
 def test_small_polls_return_every_message_once_in_order_and_seek_drops_what_was_read(tmp_path):
     t = Topic.open(str(tmp_path), "one", partitions=1)
     for i in range(0, 1000, 50):

@@ -136,13 +136,21 @@ def atomic_write(path: str, data: bytes) -> None:
     tmp = tmp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        _platform.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            _platform.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except BaseException:
+        # a full disk is the usual cause: give the temp file's space back now
+        try:
+            remove(tmp)
+        except OSError:
+            pass
+        raise
     fsync_dir(os.path.dirname(path) or ".")
 
 

@@ -308,14 +308,17 @@ def write_index_files(base_offset: int, res: ScanResult, max_index_bytes: int, f
     """Write fresh, fsynced index files from a scan's entries.
 
     ``final`` (a sealed segment) adds the time index's last entry: the segment's
-    largest timestamp.
+    largest timestamp, which a sealed segment's readers take from it. Entries that
+    do not fit are dropped (lookups then walk further), never that last one: as in
+    a writer's index, its slot is kept free.
     """
     for path, cls, entries in ((index_path, OffsetIndex, res.index),
                                (timeindex_path, TimeIndex, res.time_index)):
         remove(path)
         ix = cls(path, base_offset, max_index_bytes, writable=True, entries=0)
-        for a, b in entries[: ix.max_bytes // ix.SIZE]:
+        last = final and cls is TimeIndex and res.max_timestamp >= 0
+        for a, b in entries[: ix.max_bytes // ix.SIZE - (1 if last else 0)]:
             ix.append(a, b)
-        if final and cls is TimeIndex and res.max_timestamp >= 0 and not ix.is_full:
+        if last:
             ix.append(res.max_timestamp, res.max_ts_offset)
         ix.close()

@@ -307,8 +307,6 @@ def _empty_batch(covered: int, end: int, ts: int) -> bytes:
 
 # an empty batch's size: the most ``cover`` adds
 _EMPTY_BATCH_BYTES = len(_empty_batch(0, 1, 0))
-# the larger index entry: a group's time index has at most its offset index's entries
-_ENTRY_BYTES = max(OffsetIndex.SIZE, TimeIndex.SIZE)
 
 
 def _clean_segment(directory: str, cfg: LogConfig, seg: Segment, omap: OffsetMap,
@@ -361,12 +359,20 @@ def _takes(w: _Writer, nxt: _Writer, end: int, cfg: LogConfig) -> bool:
     ending at offset ``end``: the merged output, with the empty batch that may end
     it, fits in ``segment_bytes`` (an output of nothing takes in whatever follows:
     the result is no larger than that output alone), its offsets fit the index's
-    32-bit relative offsets, and its entries the index (Kafka's limits on a group)."""
+    32-bit relative offsets, and its entries the indexes (Kafka's limits on a group).
+
+    Entries: ``nxt``'s batches, moved behind ``w``'s, may take one entry more than
+    on their own (the next entry is due up to an interval earlier), the empty batch
+    one more; the time index has at most one entry per offset-index entry, and the
+    segment's largest timestamp last."""
     covered = nxt.covered if nxt.pos else w.covered
-    size = w.pos + nxt.pos + (_EMPTY_BATCH_BYTES if covered < end else 0)
+    cover = covered < end
+    size = w.pos + nxt.pos + (_EMPTY_BATCH_BYTES if cover else 0)
+    entries = len(w.res.index) + len(nxt.res.index) + (nxt.pos > 0) + cover
     return ((not w.pos or size <= cfg.segment_bytes)
             and end - 1 - w.base <= MAX_RELATIVE_OFFSET
-            and (len(w.res.index) + len(nxt.res.index) + 1) * _ENTRY_BYTES <= cfg.max_index_bytes)
+            and entries <= cfg.max_index_bytes // OffsetIndex.SIZE
+            and entries + 1 <= cfg.max_index_bytes // TimeIndex.SIZE)
 
 
 def _commit(directory: str, cfg: LogConfig, group: list[Segment], w: _Writer,
@@ -384,12 +390,30 @@ def _commit(directory: str, cfg: LogConfig, group: list[Segment], w: _Writer,
     except BaseException:
         w.abort()
         raise
-    write_checkpoint(directory, SWAP + segment_name(w.base), end)
+    manifest = SWAP + segment_name(w.base)
+    try:
+        write_checkpoint(directory, manifest, end)
+    except BaseException:
+        _withdraw(directory, manifest, w)
+        raise
     swap_in(directory, w.base, end)
     replace(group, Segment.cleaned(directory, w.base, w.pos, end, w.res.max_timestamp,
                                    cfg.index_interval_bytes, cfg.max_index_bytes))
     stats.bytes_after += w.pos
     stats.replaced.append((w.base, end))
+
+
+def _withdraw(directory: str, manifest: str, w: _Writer) -> None:
+    """After the manifest's write failed: take the swap back and free the new
+    files' space. A manifest that was renamed in goes first, and the new files only
+    once its removal is durable (else recovery still finds it and needs them);
+    what cannot be removed now is a leftover for the next open."""
+    try:
+        if remove(os.path.join(directory, manifest)):
+            fsync_dir(directory)
+        w.abort()
+    except OSError:
+        pass
 
 
 def swap_in(directory: str, base: int, end: int) -> None:

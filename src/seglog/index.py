@@ -336,6 +336,20 @@ class TimeIndex(_Index):
         self._entries = n + 1
         self._last_ts = timestamp
 
+    def append_last(self, timestamp: int, offset: int) -> None:
+        """Add a sealed segment's last entry, its largest timestamp (readers and
+        retention take it from there). A full index (one written under a larger
+        ``max_index_bytes``) gives its last entry up for it: lookups then walk a
+        little further, and never miss the segment."""
+        n = self._entries
+        if n and n >= self._slots:
+            last = self.ENTRY.unpack_from(cast("mmap.mmap", self._mm), (n - 1) * self.SIZE)
+            if last[0] >= timestamp:
+                return
+            self._entries = n - 1
+            self._last_ts = None
+        self.append(timestamp, offset)
+
     def lookup(self, timestamp: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the last entry with timestamp <= ``timestamp``."""
         e = self._floor(timestamp, 0)

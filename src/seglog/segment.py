@@ -75,6 +75,10 @@ def _memory_indexes(seg: "Segment", res: Any) -> tuple[OffsetIndex, TimeIndex]:
     times = list(res.time_index)
     if res.max_timestamp >= 0 and (not times or times[-1][0] < res.max_timestamp):
         times.append((res.max_timestamp, res.max_ts_offset))    # a sealed segment's last
+    slots = seg._max_index_bytes // TimeIndex.SIZE
+    if len(times) > slots:
+        # too many for the index: the largest timestamp stays, as on disk
+        times[slots - 1:] = times[-1:]
     ix = OffsetIndex.in_memory(base, [(o - base, p) for o, p in res.index], seg._max_index_bytes)
     tix = TimeIndex.in_memory(base, [(t, o - base) for t, o in times], seg._max_index_bytes)
     return ix, tix
@@ -551,8 +555,8 @@ class Segment:
         if self._mm is None:
             return
         assert self._size is not None and self._timeindex is not None and self._index is not None
-        if self._size and not self._timeindex.is_full:
-            self._timeindex.append(self._max_ts, self._max_ts_offset)
+        if self._size:
+            self._timeindex.append_last(self._max_ts, self._max_ts_offset)
         self._unmap()
         os.ftruncate(self.file.fileno(), self._size)
         fsync_file(self.file.fileno())
