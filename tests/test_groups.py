@@ -197,6 +197,7 @@ def test_commit_offsets_without_a_member_never_goes_back_and_a_consumer_resumes_
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names fds through /proc")
 def test_commit_on_a_full_disk_keeps_the_old_offsets_and_leaves_no_temp_file(topic, monkeypatch):
+    fill(topic, 40)                  # ten messages in each partition
     assert commit_offsets(topic.root, "g", {("ev", 0): 3}) == {("ev", 0): 3}
     real = os.write
 
@@ -205,7 +206,7 @@ def test_commit_on_a_full_disk_keeps_the_old_offsets_and_leaves_no_temp_file(top
             raise OSError(28, "No space left on device")
         return real(fd, data)
     monkeypatch.setattr(os, "write", full)
-    with pytest.raises(OSError):
+    with pytest.raises(seglog.StorageError, match="No space left"):
         commit_offsets(topic.root, "g", {("ev", 0): 9})
     monkeypatch.setattr(os, "write", real)
     # the temp file's space is given back at once (nothing else would remove it)
