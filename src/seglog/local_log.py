@@ -208,8 +208,10 @@ class LocalLog:
         """Whole batches holding messages from ``offset`` on, up to about ``max_bytes``.
 
         ``OffsetOutOfRangeError`` unless ``start_offset <= offset <= end_offset``;
-        ``offset == end_offset`` gives an empty set. At least one whole message is
-        returned when one exists, however large.
+        ``offset == end_offset`` gives an empty set. At least one whole batch is
+        returned when one exists, however large: in a compacted log whose hole runs
+        to a segment's end, its messages may all lie below ``offset`` (read on from
+        ``next_offset``, as ``iter()`` does).
         """
         self._check_readable()
         if type(offset) is not int or type(max_bytes) is not int:
