@@ -54,3 +54,34 @@ def test_looking_for_a_continuing_batch_in_a_file_cut_back_meanwhile(logdir):
     t.join(10)
     assert done == [None], "the scan did not end"
     reader.close()
+
+
+def test_a_reader_holding_a_segment_compaction_replaced_reads_it_by_its_own_index(logdir):
+    """A reader that opened a segment's .log before a compaction swap and loads its
+    indexes after it gets the new file's indexes by path: it must not walk its old
+    file from their positions (it rebuilds the index from the file it holds)."""
+    from seglog import Record
+    with Log.open(logdir, cleanup_policy="compact", segment_bytes=64 << 10,
+                  index_interval_bytes=256) as w:
+        for i in range(600):          # most records superseded: the cleaned file shrinks
+            w.append_batch([Record(b"v%d-%s" % (i, b"x" * (i % 50)), key=b"k%d" % (i % 7)),
+                            Record(b"u%d" % i, key=b"only-%d" % i)])
+        w.append(b"tail", key=b"t")   # the next segment: segment 0 is sealed
+        while len(w.segments) < 2:
+            w.append_batch([Record(b"y" * 500, key=b"k%d" % (i % 7)) for i in range(50)])
+        expected = {m.offset: m.value for m in w.iter(0, 1200)}
+        with Log.open(logdir, readonly=True) as r:
+            held = r.segments[0]
+            assert held.size                       # its .log is open; indexes not loaded
+            w.compact()
+            assert os.path.getsize(held.path) < held.size, "compaction did not rewrite it"
+            for offset in sorted(expected)[::37]:
+                _, pos = held.index.lookup(offset)
+                got = {}
+                for p, hdr in held.batches(pos):
+                    for m in held.read_at(p, offset, 1 << 20, held.size):
+                        got.setdefault(m.offset, m.value)
+                    if len(got) > 3:
+                        break
+                first = min(got)
+                assert first == offset and got[first] == expected[offset]

@@ -305,8 +305,8 @@ class Segment:
         try:
             ix = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes)
             tix = TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes)
-            ok = _index_ok(ix, tix, self.size, self.path)
-        except (OSError, ValueError):
+            ok = _index_ok(ix, tix, self.size, self.path) and self._entry_fits(ix)
+        except (OSError, ValueError, CorruptRecordError):
             ok = False
         if not ok:
             for bad in (ix, tix):
@@ -315,6 +315,19 @@ class Segment:
             self.index_repairs += 1
             ix, tix = self._rebuilt_indexes()
         self._index, self._timeindex = ix, tix
+
+    def _entry_fits(self, ix: OffsetIndex) -> bool:
+        """Does the index's last entry point at a batch that holds its offset, in the
+        file this object reads? An index opened by path can belong to another file
+        than the ``.log`` descriptor held here: a compaction swap renames a new
+        ``.log`` in, then its indexes, between a reader's opening the one and the
+        others (the reader would then walk from positions of another file)."""
+        if not len(ix):
+            return True
+        offset, pos = ix.last_entry()
+        data = self.pread(codec.HEADER_SIZE, pos)
+        hdr = codec.read_header(data, 0, self.size - pos)   # the whole batch in the file
+        return hdr is not None and hdr[codec.H_BASE] <= offset <= codec.last_offset(hdr)
 
     def _checked_active_entries(self) -> tuple[int, int]:
         """Entry counts of the (trimmed) indexes of a cleanly closed segment that is
