@@ -243,6 +243,17 @@ def test_groups_list_and_describe(root):
     assert run("groups", root, "nobody").returncode == 2
 
 
+def test_groups_list_does_not_call_a_group_without_commits_caught_up(root):
+    # a member that polled but never committed: its partitions have no lag, not lag 0
+    with seglog.Consumer(root, "fresh", ["orders"], auto_commit_ms=None) as c:
+        deadline = time.monotonic() + 10
+        while not c.poll(timeout_ms=100) and time.monotonic() < deadline:
+            pass
+        lines = {ln.split(":")[0]: ln for ln in run("groups", root).stdout.splitlines()}
+    assert lines["fresh"].endswith("lag - (3 partition(s) never committed)"), lines
+    assert lines["billing"].endswith("lag 30"), lines
+
+
 def test_groups_needs_a_root_and_reports_bad_group_files(root, log_dir, tmp_path):
     os.makedirs(tmp_path / "plain")
     for path in (str(tmp_path / "plain"), str(tmp_path / "missing"), log_dir):

@@ -634,7 +634,13 @@ def cmd_groups(a: argparse.Namespace, out: Any) -> int:
             out.write("\n")
         else:
             for d in descs:
-                lag = sum(v["lag"] or 0 for v in d["partitions"].values())
+                lags = [v["lag"] for v in d["partitions"].values()]
+                known = [x for x in lags if x is not None]
+                # a partition without a commit has no lag: counting it as 0 would call a
+                # group that never committed caught up
+                lag = str(sum(known)) if known else "-"
+                if len(known) < len(lags):
+                    lag += f" ({len(lags) - len(known)} partition(s) never committed)"
                 down = sum(1 for v in d["members"].values() if v["status"] != "alive")
                 out.write(f"{d['group']}: generation {d['generation']}, "
                           f"{len(d['members'])} member(s)"
