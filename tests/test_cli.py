@@ -254,6 +254,24 @@ def test_groups_list_does_not_call_a_group_without_commits_caught_up(root):
     assert lines["billing"].endswith("lag 30"), lines
 
 
+def test_retention_dry_run_names_the_start_offset_the_real_run_sets(tmp_path):
+    path = str(tmp_path / "old")
+    with Log.open(path, segment_bytes=1024, retention_bytes=2048) as log:
+        for i in range(100):
+            log.append(b"x" * 60)
+    dry = run("retention", path, "--dry-run")
+    doc = json.loads(run("retention", path, "--dry-run", "--json").stdout)
+    assert doc["segments"], dry.stdout
+    real = run("retention", path, "--json")
+    with Log.open(path, readonly=True) as log:
+        start = log.start_offset
+    assert start > 0 and json.loads(real.stdout)["start_offset"] == start
+    assert doc["start_offset"] == start, (doc, start)
+    assert f"log start offset would become {start}\n" in dry.stdout, dry.stdout
+    # nothing due: the start offset stays where it is
+    assert f"log start offset stays {start}\n" in run("retention", path, "--dry-run").stdout
+
+
 def test_groups_needs_a_root_and_reports_bad_group_files(root, log_dir, tmp_path):
     os.makedirs(tmp_path / "plain")
     for path in (str(tmp_path / "plain"), str(tmp_path / "missing"), log_dir):

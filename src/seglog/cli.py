@@ -708,7 +708,11 @@ def cmd_retention(a: argparse.Namespace, out: Any) -> int:
                for s in segs[:n]]
         if not a.dry_run:
             log.enforce_retention(now)
-        start = log.start_offset
+            start = log.start_offset
+        else:
+            # where the start offset goes once the due prefix is gone, as the real run
+            # moves it: the first kept segment's base offset
+            start = max(log.start_offset, segs[n].base_offset) if n else log.start_offset
     if a.json:
         json.dump({"path": a.path, "dry_run": a.dry_run, "segments": due,
                    "start_offset": start}, out)
@@ -720,7 +724,8 @@ def cmd_retention(a: argparse.Namespace, out: Any) -> int:
         for d in due:
             out.write(f"  segment at offset {d['base_offset']}: {d['size']} bytes, newest "
                       f"record {_ts(d['max_timestamp']) if d['max_timestamp'] >= 0 else '-'}\n")
-        out.write(f"log start offset {'stays' if a.dry_run else 'now'} {start}\n")
+        verb = ("would become" if due else "stays") if a.dry_run else "now"
+        out.write(f"log start offset {verb} {start}\n")
     return EXIT_OK
 
 
