@@ -611,3 +611,13 @@ def test_dump_print_data_of_a_segment_deleted_or_replaced_after_the_walk(log_dir
 def test_a_missing_path_is_no_such_directory(cmd, tmp_path):
     p = run(cmd, str(tmp_path / "nowhere"))
     assert p.returncode == 3 and "nowhere: no such directory" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("cmd", ["dump", "verify", "stats", "recover", "tail", "compact",
+                                 "retention", "groups"])
+def test_a_file_given_as_path_is_named_not_a_directory(cmd, tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("mine")
+    p = run(cmd, str(path))
+    assert p.returncode == 3 and f"{path} is not a directory" in p.stderr, p.stderr
+    assert "no such directory" not in p.stderr and path.read_text() == "mine"

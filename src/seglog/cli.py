@@ -85,8 +85,15 @@ def _is_log(path: str) -> bool:
 def _not_a_log(path: str) -> str:
     """Why ``path`` is not a log, for a message."""
     if not os.path.isdir(path):
-        return f"{path}: no such directory"
+        return _no_dir(path)
     return f"{path} is not a seglog log (no {MARKER})"
+
+
+def _no_dir(path: str) -> str:
+    """Why ``path`` is no directory: missing, or something else (a file) is there."""
+    if os.path.lexists(path):
+        return f"{path} is not a directory: give a log directory or a root of topics"
+    return f"{path}: no such directory"
 
 
 def _require_log(path: str) -> None:
@@ -98,7 +105,7 @@ def _partitions(root: str, topic: str | None = None) -> list[tuple[str, int, str
     """(topic, partition, log directory) under a topic root, in order. A partition
     the topic records but whose directory is missing is listed too: callers say so."""
     if not os.path.isdir(root):
-        raise NotALogError(f"{root}: no such directory")
+        raise NotALogError(_no_dir(root))
     out: list[tuple[str, int, str]] = []
     names = sorted(os.listdir(root))
     topics = {n[:-5] for n in os.listdir(os.path.join(root, TOPICS_DIR))
