@@ -621,3 +621,11 @@ def test_a_file_given_as_path_is_named_not_a_directory(cmd, tmp_path):
     p = run(cmd, str(path))
     assert p.returncode == 3 and f"{path} is not a directory" in p.stderr, p.stderr
     assert "no such directory" not in p.stderr and path.read_text() == "mine"
+
+
+@pytest.mark.parametrize("args, flag", [(("tail", "-n", "-1"), "-n"),
+                                        (("dump", "--print-data", "--max-bytes", "-1"),
+                                         "--max-bytes")])
+def test_a_negative_count_names_the_option_as_typed(args, flag, log_dir):
+    p = run(args[0], log_dir, *args[1:])
+    assert p.returncode == 2 and p.stderr == f"seglog: {flag} must be >= 0\n", p.stderr

@@ -812,9 +812,9 @@ def main(argv: Sequence[str] | None = None, out: Any = None, stdin: Any = None) 
     """Run the command line; return the exit code."""
     out = out or sys.stdout
     a = _parser().parse_args(argv)
-    for name in ("n", "max_bytes"):
+    for name, flag in (("n", "-n"), ("max_bytes", "--max-bytes")):
         if getattr(a, name, 1) is not None and getattr(a, name, 1) < 0:
-            sys.stderr.write(f"seglog: --{name.replace('_', '-')} must be >= 0\n")
+            sys.stderr.write(f"seglog: {flag} must be >= 0\n")
             return EXIT_USAGE
     try:
         if a.command == "recover":
