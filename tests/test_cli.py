@@ -625,7 +625,9 @@ def test_a_file_given_as_path_is_named_not_a_directory(cmd, tmp_path):
 
 @pytest.mark.parametrize("args, flag", [(("tail", "-n", "-1"), "-n"),
                                         (("dump", "--print-data", "--max-bytes", "-1"),
-                                         "--max-bytes")])
-def test_a_negative_count_names_the_option_as_typed(args, flag, log_dir):
+                                         "--max-bytes"),
+                                        (("dump", "--from", "-5", "--to", "3"), "--from"),
+                                        (("dump", "--to", "-1"), "--to")])
+def test_a_negative_number_is_refused_naming_the_option_as_typed(args, flag, log_dir):
     p = run(args[0], log_dir, *args[1:])
     assert p.returncode == 2 and p.stderr == f"seglog: {flag} must be >= 0\n", p.stderr

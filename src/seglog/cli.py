@@ -812,7 +812,8 @@ def main(argv: Sequence[str] | None = None, out: Any = None, stdin: Any = None) 
     """Run the command line; return the exit code."""
     out = out or sys.stdout
     a = _parser().parse_args(argv)
-    for name, flag in (("n", "-n"), ("max_bytes", "--max-bytes")):
+    for name, flag in (("n", "-n"), ("max_bytes", "--max-bytes"), ("from_offset", "--from"),
+                       ("to_offset", "--to")):
         if getattr(a, name, 1) is not None and getattr(a, name, 1) < 0:
             sys.stderr.write(f"seglog: {flag} must be >= 0\n")
             return EXIT_USAGE
