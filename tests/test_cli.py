@@ -631,3 +631,21 @@ def test_a_file_given_as_path_is_named_not_a_directory(cmd, tmp_path):
 def test_a_negative_number_is_refused_naming_the_option_as_typed(args, flag, log_dir):
     p = run(args[0], log_dir, *args[1:])
     assert p.returncode == 2 and p.stderr == f"seglog: {flag} must be >= 0\n", p.stderr
+
+
+def test_verify_does_not_call_the_bytes_after_damage_reserved(tmp_path):
+    path = str(tmp_path / "dmg")
+    with Log.open(path, segment_bytes=4096) as log:
+        for i in range(40):
+            log.append_batch([b"line %d" % j for j in range(i * 10, i * 10 + 10)])
+    first = os.path.join(path, f"{0:020d}.log")
+    with Log.open(path, readonly=True) as log:
+        assert len(log.segments) > 1
+    flip(first, os.path.getsize(first) // 2)
+    p = run("verify", path, "--json")
+    r = json.loads(p.stdout)["logs"][0]
+    # closed cleanly: no file holds reserved zeros; the rest of the damaged file is data
+    assert p.returncode == 1 and r["problems"] and r["reserved_bytes"] == 0, r
+    assert r["bytes"] < os.path.getsize(first)
+    text = run("verify", path).stdout
+    assert "reserved" not in text and "up to the damage (the rest is not read)" in text, text

@@ -344,6 +344,8 @@ def cmd_verify(a: argparse.Namespace, out: Any) -> int:
             out.write(f"{name}: {state}: {r.segments} segments, {r.batches} batches, "
                       f"{r.messages} messages, {_bytes(r.bytes, r.reserved_bytes)}, "
                       f"{_span(r.start_offset, r.end_offset)}"
+                      + (" up to the damage (the rest is not read)" if r.stopped_at_damage
+                         else "")
                       + (f", {len(r.vanished)} segment(s) deleted by retention or "
                          f"compaction during the check" if r.vanished else "") + "\n")
             for p in r.problems:
