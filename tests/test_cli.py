@@ -243,6 +243,35 @@ def test_groups_list_and_describe(root):
     assert run("groups", root, "nobody").returncode == 2
 
 
+def test_groups_list_does_not_call_a_group_without_commits_caught_up(root):
+    # a member that polled but never committed: its partitions have no lag, not lag 0
+    with seglog.Consumer(root, "fresh", ["orders"], auto_commit_ms=None) as c:
+        deadline = time.monotonic() + 10
+        while not c.poll(timeout_ms=100) and time.monotonic() < deadline:
+            pass
+        lines = {ln.split(":")[0]: ln for ln in run("groups", root).stdout.splitlines()}
+    assert lines["fresh"].endswith("lag - (3 partition(s) never committed)"), lines
+    assert lines["billing"].endswith("lag 30"), lines
+
+
+def test_retention_dry_run_names_the_start_offset_the_real_run_sets(tmp_path):
+    path = str(tmp_path / "old")
+    with Log.open(path, segment_bytes=1024, retention_bytes=2048) as log:
+        for i in range(100):
+            log.append(b"x" * 60)
+    dry = run("retention", path, "--dry-run")
+    doc = json.loads(run("retention", path, "--dry-run", "--json").stdout)
+    assert doc["segments"], dry.stdout
+    real = run("retention", path, "--json")
+    with Log.open(path, readonly=True) as log:
+        start = log.start_offset
+    assert start > 0 and json.loads(real.stdout)["start_offset"] == start
+    assert doc["start_offset"] == start, (doc, start)
+    assert f"log start offset would become {start}\n" in dry.stdout, dry.stdout
+    # nothing due: the start offset stays where it is
+    assert f"log start offset stays {start}\n" in run("retention", path, "--dry-run").stdout
+
+
 def test_groups_needs_a_root_and_reports_bad_group_files(root, log_dir, tmp_path):
     os.makedirs(tmp_path / "plain")
     for path in (str(tmp_path / "plain"), str(tmp_path / "missing"), log_dir):
@@ -582,3 +611,41 @@ def test_dump_print_data_of_a_segment_deleted_or_replaced_after_the_walk(log_dir
 def test_a_missing_path_is_no_such_directory(cmd, tmp_path):
     p = run(cmd, str(tmp_path / "nowhere"))
     assert p.returncode == 3 and "nowhere: no such directory" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("cmd", ["dump", "verify", "stats", "recover", "tail", "compact",
+                                 "retention", "groups"])
+def test_a_file_given_as_path_is_named_not_a_directory(cmd, tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("mine")
+    p = run(cmd, str(path))
+    assert p.returncode == 3 and f"{path} is not a directory" in p.stderr, p.stderr
+    assert "no such directory" not in p.stderr and path.read_text() == "mine"
+
+
+@pytest.mark.parametrize("args, flag", [(("tail", "-n", "-1"), "-n"),
+                                        (("dump", "--print-data", "--max-bytes", "-1"),
+                                         "--max-bytes"),
+                                        (("dump", "--from", "-5", "--to", "3"), "--from"),
+                                        (("dump", "--to", "-1"), "--to")])
+def test_a_negative_number_is_refused_naming_the_option_as_typed(args, flag, log_dir):
+    p = run(args[0], log_dir, *args[1:])
+    assert p.returncode == 2 and p.stderr == f"seglog: {flag} must be >= 0\n", p.stderr
+
+
+def test_verify_does_not_call_the_bytes_after_damage_reserved(tmp_path):
+    path = str(tmp_path / "dmg")
+    with Log.open(path, segment_bytes=4096) as log:
+        for i in range(40):
+            log.append_batch([b"line %d" % j for j in range(i * 10, i * 10 + 10)])
+    first = os.path.join(path, f"{0:020d}.log")
+    with Log.open(path, readonly=True) as log:
+        assert len(log.segments) > 1
+    flip(first, os.path.getsize(first) // 2)
+    p = run("verify", path, "--json")
+    r = json.loads(p.stdout)["logs"][0]
+    # closed cleanly: no file holds reserved zeros; the rest of the damaged file is data
+    assert p.returncode == 1 and r["problems"] and r["reserved_bytes"] == 0, r
+    assert r["bytes"] < os.path.getsize(first)
+    text = run("verify", path).stdout
+    assert "reserved" not in text and "up to the damage (the rest is not read)" in text, text

@@ -85,8 +85,15 @@ def _is_log(path: str) -> bool:
 def _not_a_log(path: str) -> str:
     """Why ``path`` is not a log, for a message."""
     if not os.path.isdir(path):
-        return f"{path}: no such directory"
+        return _no_dir(path)
     return f"{path} is not a seglog log (no {MARKER})"
+
+
+def _no_dir(path: str) -> str:
+    """Why ``path`` is no directory: missing, or something else (a file) is there."""
+    if os.path.lexists(path):
+        return f"{path} is not a directory: give a log directory or a root of topics"
+    return f"{path}: no such directory"
 
 
 def _require_log(path: str) -> None:
@@ -98,7 +105,7 @@ def _partitions(root: str, topic: str | None = None) -> list[tuple[str, int, str
     """(topic, partition, log directory) under a topic root, in order. A partition
     the topic records but whose directory is missing is listed too: callers say so."""
     if not os.path.isdir(root):
-        raise NotALogError(f"{root}: no such directory")
+        raise NotALogError(_no_dir(root))
     out: list[tuple[str, int, str]] = []
     names = sorted(os.listdir(root))
     topics = {n[:-5] for n in os.listdir(os.path.join(root, TOPICS_DIR))
@@ -337,6 +344,8 @@ def cmd_verify(a: argparse.Namespace, out: Any) -> int:
             out.write(f"{name}: {state}: {r.segments} segments, {r.batches} batches, "
                       f"{r.messages} messages, {_bytes(r.bytes, r.reserved_bytes)}, "
                       f"{_span(r.start_offset, r.end_offset)}"
+                      + (" up to the damage (the rest is not read)" if r.stopped_at_damage
+                         else "")
                       + (f", {len(r.vanished)} segment(s) deleted by retention or "
                          f"compaction during the check" if r.vanished else "") + "\n")
             for p in r.problems:
@@ -634,7 +643,13 @@ def cmd_groups(a: argparse.Namespace, out: Any) -> int:
             out.write("\n")
         else:
             for d in descs:
-                lag = sum(v["lag"] or 0 for v in d["partitions"].values())
+                lags = [v["lag"] for v in d["partitions"].values()]
+                known = [x for x in lags if x is not None]
+                # a partition without a commit has no lag: counting it as 0 would call a
+                # group that never committed caught up
+                lag = str(sum(known)) if known else "-"
+                if len(known) < len(lags):
+                    lag += f" ({len(lags) - len(known)} partition(s) never committed)"
                 down = sum(1 for v in d["members"].values() if v["status"] != "alive")
                 out.write(f"{d['group']}: generation {d['generation']}, "
                           f"{len(d['members'])} member(s)"
@@ -702,7 +717,11 @@ def cmd_retention(a: argparse.Namespace, out: Any) -> int:
                for s in segs[:n]]
         if not a.dry_run:
             log.enforce_retention(now)
-        start = log.start_offset
+            start = log.start_offset
+        else:
+            # where the start offset goes once the due prefix is gone, as the real run
+            # moves it: the first kept segment's base offset
+            start = max(log.start_offset, segs[n].base_offset) if n else log.start_offset
     if a.json:
         json.dump({"path": a.path, "dry_run": a.dry_run, "segments": due,
                    "start_offset": start}, out)
@@ -714,7 +733,8 @@ def cmd_retention(a: argparse.Namespace, out: Any) -> int:
         for d in due:
             out.write(f"  segment at offset {d['base_offset']}: {d['size']} bytes, newest "
                       f"record {_ts(d['max_timestamp']) if d['max_timestamp'] >= 0 else '-'}\n")
-        out.write(f"log start offset {'stays' if a.dry_run else 'now'} {start}\n")
+        verb = ("would become" if due else "stays") if a.dry_run else "now"
+        out.write(f"log start offset {verb} {start}\n")
     return EXIT_OK
 
 
@@ -794,9 +814,10 @@ def main(argv: Sequence[str] | None = None, out: Any = None, stdin: Any = None) 
     """Run the command line; return the exit code."""
     out = out or sys.stdout
     a = _parser().parse_args(argv)
-    for name in ("n", "max_bytes"):
+    for name, flag in (("n", "-n"), ("max_bytes", "--max-bytes"), ("from_offset", "--from"),
+                       ("to_offset", "--to")):
         if getattr(a, name, 1) is not None and getattr(a, name, 1) < 0:
-            sys.stderr.write(f"seglog: --{name.replace('_', '-')} must be >= 0\n")
+            sys.stderr.write(f"seglog: {flag} must be >= 0\n")
             return EXIT_USAGE
     try:
         if a.command == "recover":

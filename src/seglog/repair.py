@@ -136,6 +136,7 @@ class CheckReport:
     tail: str | None = None
     vanished: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    stopped_at_damage: bool = False   # the walk ended at a bad batch: the rest is unread
 
     @property
     def ok(self) -> bool:
@@ -326,6 +327,7 @@ def check(directory: str, progress: Progress | None = None,
     rep = CheckReport(path=directory)
     info = WalkInfo()
     starts: dict[str, dict[int, int]] = {}
+    stopped: str | None = None        # the file the walk stopped in, at damage
     try:
         for path, pos, _buf, _p, hdr in walk_log(directory, progress, info=info):
             size = codec.batch_size(hdr)
@@ -341,8 +343,15 @@ def check(directory: str, progress: Progress | None = None,
         rep.problems.append(Problem(e.path or directory, e.position, e.offset, e.reason,
                                     e.message))
         info.end_offset = e.next_offset          # the good data ends there
+        stopped = e.path
     rep.segments = len(info.listed) - len(info.vanished)
     rep.bytes, rep.reserved_bytes = info.stored_bytes, info.reserved_bytes
+    for seen in info.segments:
+        if seen.path == stopped:
+            # the walk stopped at the damage: what follows it in that file is unread
+            # (bad or later batches), not a writer's reserved zeros
+            rep.reserved_bytes -= seen.file_bytes - seen.data_bytes
+    rep.stopped_at_damage = stopped is not None
     rep.start_offset, rep.end_offset = info.start_offset, info.end_offset
     if rep.end_offset is not None and rep.start_offset is not None \
             and rep.end_offset > rep.start_offset:
