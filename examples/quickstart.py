@@ -42,18 +42,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--dir", default="demo-data")
+    ap.add_argument("--segment-mib", type=int, default=32, help="segment size (MiB)")
     args = ap.parse_args()
     root = os.path.abspath(args.dir)
     shutil.rmtree(root, ignore_errors=True)
     plain_dir, lz4_dir = os.path.join(root, "access-log"), os.path.join(root, "access-log-lz4")
 
     print(f"seglog {seglog.__version__} quickstart: {args.events:,} access-log events -> {root}")
-    events = list(access_log_lines(args.events))
+    # recent timestamps (ending a minute ago): the logs are inside the default 7-day
+    # retention, so a writer opened on them later keeps them
+    start_ms = int(time.time() * 1000) - 2 * args.events - 60_000
+    events = list(access_log_lines(args.events, start_ms=start_ms))
     raw = sum(len(line) for _, line in events)
     print(f"  generated {args.events:,} events, {raw / 1e6:.1f} MB of JSON lines "
           f"(avg {raw / args.events:.0f} bytes), e.g.\n    {events[0][1].decode()}")
 
-    seg_bytes = 32 << 20
+    seg_bytes = args.segment_mib << 20
     secs = write(plain_dir, events, 500, segment_bytes=seg_bytes)
     print(f"\nwrite  : {args.events / secs / 1e6:.2f} M events/s, {raw / secs / 1e6:.0f} MB/s "
           f"(append_batch of 500, then flush)")
@@ -109,7 +113,9 @@ def main() -> None:
         secs = time.perf_counter() - t
         assert same == args.events
         print(f"         read back and checked at {same / secs / 1e6:.2f} M events/s")
-    print(f"\nsummary: {args.events:,} events, {len(segs)} segments, "
+    with seglog.Log.open(plain_dir, readonly=True) as log:
+        segs = log.segments                 # the deploy event may have rolled one more
+    print(f"\nsummary: {args.events:,} events (+1 deploy), {len(segs)} segments, "
           f"{plain / args.events - raw / args.events:.1f} bytes/event of framing, "
           f"lz4 keeps {packed / plain:.0%} of the bytes. Data left in {root}")
 

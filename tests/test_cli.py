@@ -569,7 +569,7 @@ def test_verify_a_root_with_a_partition_missing_checks_the_rest(root):
     assert [x["problems"][0]["reason"] for x in doc["logs"] if x["problems"]] == ["missing"]
     p = run("stats", root)
     assert p.returncode == 1 and "orders-1: the topic has this partition" in p.stdout
-    assert "orders-0: 1 segments" in p.stdout and "1 log(s) unreadable" in p.stdout
+    assert "orders-0: 1 segment," in p.stdout and "1 log(s) unreadable" in p.stdout
     p = run("tail", root, "orders", "-n", "1")
     assert p.returncode == 1 and "orders-1" in p.stderr and len(p.stdout.splitlines()) == 2
 
@@ -649,3 +649,21 @@ def test_verify_does_not_call_the_bytes_after_damage_reserved(tmp_path):
     assert r["bytes"] < os.path.getsize(first)
     text = run("verify", path).stdout
     assert "reserved" not in text and "up to the damage (the rest is not read)" in text, text
+
+
+def test_version_counts_and_a_clean_recover_say_what_they_mean(tmp_path):
+    p = run("--version")
+    assert p.returncode == 0 and p.stdout.startswith("seglog 0."), p.stdout + p.stderr
+    path = str(tmp_path / "one")
+    with Log.open(path) as log:
+        log.append(b"only")
+    out = run("stats", path).stdout
+    assert "1 segment," in out and "1 message in 1 batch," in out, out
+    out = run("verify", path).stdout
+    assert "1 segment, 1 batch, 1 message," in out, out
+    # a clean log's recovery reads nothing: the output says so and names verify
+    p = run("recover", path)
+    assert p.returncode == 0 and "seglog verify" in p.stdout, p.stdout
+    # --to is the first offset not shown: --to 0 can show nothing, and says so
+    p = run("dump", path, "--to", "0")
+    assert p.returncode == 2 and "--to 0 must be above --from 0" in p.stderr, p.stderr

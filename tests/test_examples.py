@@ -18,8 +18,18 @@ def run(script: str, *args: str, tmp: str) -> str:
 
 
 def test_quickstart(tmp_path):
-    out = run("quickstart.py", "--events", "20000", tmp=str(tmp_path))
+    out = run("quickstart.py", "--events", "20000", "--segment-mib", "1", tmp=str(tmp_path))
     assert "20,000" in out or "20000" in out
+    path = os.path.join(str(tmp_path), "access-log")
+    logs = sorted(n for n in os.listdir(path) if n.endswith(".log"))
+    m = re.search(r"summary: [\d,]+ events \(\+1 deploy\), (\d+) segments", out)
+    assert m and int(m.group(1)) == len(logs) > 1, out
+    # the demo's data is recent: a writer opened later with the default retention
+    # (7 days) keeps every event
+    from seglog import Log
+    with Log.open(path) as log:
+        assert log.enforce_retention() == [] and log.start_offset == 0
+        assert log.end_offset == 20_001
 
 
 def test_worker_pool_survives_a_killed_worker_with_every_order_processed(tmp_path):

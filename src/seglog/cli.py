@@ -27,6 +27,7 @@ compact, retention need it); 5 cut not confirmed.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -71,6 +72,20 @@ class _Progress:
         if self.on:
             self.stream.write("\r" + " " * 70 + "\r")
             self.stream.flush()
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("seglog")
+    except importlib.metadata.PackageNotFoundError:   # run from a source tree
+        return "(not installed)"
+
+
+def _n(count: int, noun: str) -> str:
+    """``1 segment``, ``2 segments``, ``1 batch``, ``3 batches``."""
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count:} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else 's'}"
 
 
 def _mb(n: int) -> str:
@@ -218,8 +233,9 @@ def _codec_name(attrs: int) -> str:
 def cmd_dump(a: argparse.Namespace, out: Any) -> int:
     path = a.path
     _require_log(path)
-    if a.from_offset is not None and a.to_offset is not None and a.to_offset <= a.from_offset:
-        raise InvalidConfigError(f"--to {a.to_offset} must be above --from {a.from_offset} "
+    lowest = a.from_offset if a.from_offset is not None else 0
+    if a.to_offset is not None and a.to_offset <= lowest:
+        raise InvalidConfigError(f"--to {a.to_offset} must be above --from {lowest} "
                                  f"(--to is the first offset not shown)")
     batches: list[repair.BatchInfo] = []
     prog = _Progress("dump", _dir_bytes(path))
@@ -341,8 +357,8 @@ def cmd_verify(a: argparse.Namespace, out: Any) -> int:
     else:
         for name, r in reports:
             state = "ok" if r.ok else f"DAMAGED ({len(r.problems)} problem(s))"
-            out.write(f"{name}: {state}: {r.segments} segments, {r.batches} batches, "
-                      f"{r.messages} messages, {_bytes(r.bytes, r.reserved_bytes)}, "
+            out.write(f"{name}: {state}: {_n(r.segments, 'segment')}, "
+                      f"{_n(r.batches, 'batch')}, {_n(r.messages, 'message')}, {_bytes(r.bytes, r.reserved_bytes)}, "
                       f"{_span(r.start_offset, r.end_offset)}"
                       + (" up to the damage (the rest is not read)" if r.stopped_at_damage
                          else "")
@@ -446,7 +462,8 @@ def cmd_recover(a: argparse.Namespace, out: Any, stdin: Any) -> int:
         out.write("\n")
     else:
         if rec is None:
-            out.write(f"{path}: clean (closed cleanly; nothing to recover)\n")
+            out.write(f"{path}: clean (closed cleanly; nothing to recover: recovery reads "
+                      f"no batch of a cleanly closed log, `seglog verify` reads them all)\n")
         else:
             out.write(f"{path}: recovered from the recovery point {rec.recovery_point}: "
                       f"scanned {rec.segments_scanned} segment(s), {rec.scanned_bytes} bytes\n")
@@ -525,15 +542,16 @@ def cmd_stats(a: argparse.Namespace, out: Any) -> int:
                 if r["min_timestamp"] is not None else "-")
         ratio = (f"{r['lz4_stored'] / r['lz4_raw']:.2f}x over {r['lz4_batches']} lz4 batches"
                  if r["lz4_raw"] else "none")
-        out.write(f"{r['log']}: {r['segments']} segments, "
+        out.write(f"{r['log']}: {_n(r['segments'], 'segment')}, "
                   f"{_bytes(r['bytes'], r['reserved_bytes'])}, "
-                  f"{r['messages']} messages in {r['batches']} batches, "
+                  f"{_n(r['messages'], 'message')} in {_n(r['batches'], 'batch')}, "
                   f"{_span(r['start_offset'], r['end_offset'])}, time {span}, compression "
                   f"{ratio}, distinct keys {r['distinct_keys']}\n")
     if len(rows) > 1:
         stored, reserved = (sum(r[k] for r in good) for k in ("bytes", "reserved_bytes"))
-        out.write(f"total: {sum(r['segments'] for r in good)} segments, "
-                  f"{_bytes(stored, reserved)}, {sum(r['messages'] for r in good)} messages"
+        out.write(f"total: {_n(sum(r['segments'] for r in good), 'segment')}, "
+                  f"{_bytes(stored, reserved)}, "
+                  f"{_n(sum(r['messages'] for r in good), 'message')}"
                   + (f"; {len(rows) - len(good)} log(s) unreadable" if len(good) < len(rows)
                      else "") + "\n")
     return code
@@ -743,6 +761,7 @@ def _parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     ap = argparse.ArgumentParser(prog="seglog", description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n\n", 1)[1], formatter_class=fmt)
+    ap.add_argument("--version", action="version", version=f"seglog {_version()}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, help: str, examples: str) -> argparse.ArgumentParser:
