@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -1285,3 +1286,28 @@ def test_a_member_put_back_before_it_looked_does_not_read_on_from_its_old_positi
     finally:
         a.close()
         b.close()
+
+
+def test_iteration_raises_when_a_partitions_log_is_removed_instead_of_ending(tmp_path):
+    # `for m in consumer` ends only when the consumer is closed; a partition's log
+    # directory removed under it is an error the loop must raise, not a quiet end
+    # that looks like the end of the stream
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=2) as t:
+        for i in range(10):
+            t.append(b"m%d" % i, partition=i % 2)
+    c = Consumer(root, "g", ["ev"], auto_commit_ms=None)
+    watchdog = threading.Timer(30, c.close)      # a loop that never raises ends here
+    watchdog.start()
+    seen = []
+    try:
+        with pytest.raises(seglog.LogClosedError, match="gone"):
+            for m in c:
+                seen.append(m)
+                if len(seen) == 10:
+                    shutil.rmtree(os.path.join(root, "ev-1"))
+        assert not c.closed
+    finally:
+        watchdog.cancel()
+        c.close()
+    assert {(m.partition, m.offset) for m in seen} == {(i % 2, i // 2) for i in range(10)}

@@ -1006,12 +1006,17 @@ class Consumer:
 
         Leaving the loop early (``break``) gives back what the last poll returned and
         the loop did not reach: the positions (and the next commit) count only the
-        messages yielded."""
+        messages yielded. The loop ends when the consumer is closed (by another
+        thread, or a callback); an error of a poll, such as a partition's log whose
+        directory was removed (``LogClosedError`` too), is raised, never taken for
+        that end."""
         while not self._closed:
             try:
                 batch = self.poll(timeout_ms=1000)
             except LogClosedError:
-                return
+                if self._closed:
+                    return
+                raise
             if not batch:
                 continue
             it = iter(batch)
