@@ -582,3 +582,28 @@ def test_dump_print_data_of_a_segment_deleted_or_replaced_after_the_walk(log_dir
 def test_a_missing_path_is_no_such_directory(cmd, tmp_path):
     p = run(cmd, str(tmp_path / "nowhere"))
     assert p.returncode == 3 and "nowhere: no such directory" in p.stderr, p.stderr
+
+
+def test_a_utf8_value_cut_at_max_bytes_is_still_shown_as_text(tmp_path):
+    # --max-bytes may fall inside a character: the cut shows the whole characters
+    # before it as text (in text and JSON), not the value as escaped bytes or hex
+    path = str(tmp_path / "u")
+    value, key = "a€".encode() * 50, "ключ".encode() * 20        # 200 and 160 bytes
+    with Log.open(path) as log:
+        log.append(value, key=key)
+        log.append(b"\xff" * 100)                                 # not UTF-8: bytes
+    r = run("tail", path, "--max-bytes", "64")
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()
+    assert f'key="{"ключ" * 8}"...(160 bytes)' in first
+    assert f'"{"a€" * 16}"...(200 bytes)' in first                # 64 bytes: 16 whole "a€"
+    assert "b'\\xff" in second
+    docs = [json.loads(line)
+            for line in run("tail", path, "--json", "--max-bytes", "10").stdout.splitlines()]
+    assert docs[0]["value"] == "a€a€a" and docs[0]["key"] == "ключк"
+    assert docs[1]["value"] == {"hex": "ff" * 10}
+    d = json.loads(run("dump", path, "--print-data", "--json", "--max-bytes", "10").stdout)
+    rec = d["batches"][0]["records"][0]
+    assert rec["value"] == "a€a€a" and rec["key"] == "ключк"
+    out = run("dump", path, "--print-data", "--max-bytes", "10").stdout
+    assert 'key: "ключк"...(160 bytes) value: "a€a€a"...(200 bytes)' in out

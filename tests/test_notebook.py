@@ -277,3 +277,11 @@ def test_the_example_notebook_runs_and_is_stored_without_outputs():
     # a view that raises shows as a traceback on stderr, not as an error
     assert not [o for c in code for o in c.outputs
                 if o.output_type == "stream" and "Error" in o.get("text", "")]
+
+
+def test_html_preview_of_a_utf8_value_cut_inside_a_character_is_text(log):
+    # the preview's cut (60 bytes) falls inside a "€" (3 bytes): the characters
+    # before it are shown as text, not the value as escaped bytes
+    off = log.append("€€a".encode() * 20)                         # 140 bytes
+    h = log.read(off)._repr_html_()
+    assert "€€a" * 8 + "€… (140 bytes)" in h and "\\xe2" not in h

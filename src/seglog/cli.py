@@ -171,18 +171,19 @@ def _show(b: bytes | None, limit: int) -> str:
     if b is None:
         return "null"
     part = bytes(b[:limit])
-    s = _html.text(part)
-    shown = json.dumps(s) if s is not None else repr(part)
+    s = _html.text(part, cut=len(b) > limit)
+    # printable text is shown as it is (quoted, escapes only for quotes and
+    # backslashes), not as \u escapes
+    shown = json.dumps(s, ensure_ascii=False) if s is not None else repr(part)
     return shown + (f"...({len(b)} bytes)" if len(b) > limit else "")
 
 
 def _json_value(b: bytes | None, limit: int) -> Any:
     if b is None:
         return None
-    try:
-        return b[:limit].decode()
-    except UnicodeDecodeError:
-        return {"hex": b[:limit].hex()}
+    part = bytes(b[:limit])
+    s = _html.utf8(part, cut=len(b) > limit)
+    return s if s is not None else {"hex": part.hex()}
 
 
 _ts = _html.when
