@@ -607,3 +607,19 @@ def test_a_utf8_value_cut_at_max_bytes_is_still_shown_as_text(tmp_path):
     assert rec["value"] == "a€a€a" and rec["key"] == "ключк"
     out = run("dump", path, "--print-data", "--max-bytes", "10").stdout
     assert 'key: "ключк"...(160 bytes) value: "a€a€a"...(200 bytes)' in out
+
+
+def test_dump_quotes_header_keys_that_could_pass_for_more_of_the_output(tmp_path):
+    # a header key is any str: one holding a newline must not print a line of its
+    # own (here one that reads as a DAMAGE report), nor a space or '=' pass for
+    # another header
+    path = str(tmp_path / "h")
+    with Log.open(path) as log:
+        log.append(b"v", headers=[("a\nDAMAGE x.log position 0 offset 0: checksum", b"x"),
+                                  ("k y=z", b"1"), ("plain", b"2")])
+    p = run("dump", path, "--print-data")
+    assert p.returncode == 0
+    assert not [x for x in p.stdout.splitlines() if x.startswith("DAMAGE")]
+    (line,) = [x for x in p.stdout.splitlines() if x.startswith("| offset: 0 ")]
+    assert line.endswith('headers: "a\\nDAMAGE x.log position 0 offset 0: checksum"="x" '
+                         '"k y=z"="1" plain="2"')

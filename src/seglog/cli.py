@@ -178,6 +178,15 @@ def _show(b: bytes | None, limit: int) -> str:
     return shown + (f"...({len(b)} bytes)" if len(b) > limit else "")
 
 
+def _header_key(k: str) -> str:
+    """A header key as is if it is one printable word, else quoted with escapes: a
+    key holding a newline, a space or '=' must not pass for more of the line (or a
+    line of its own)."""
+    if k and k.isprintable() and not any(c.isspace() or c in '="' for c in k):
+        return k
+    return json.dumps(k)
+
+
 def _json_value(b: bytes | None, limit: int) -> Any:
     if b is None:
         return None
@@ -268,7 +277,7 @@ def cmd_dump(a: argparse.Namespace, out: Any) -> int:
             if ms is None:
                 out.write(f"| {_GONE}\n")
             for m in ms or ():
-                hs = " ".join(f"{k}={_show(v, a.max_bytes)}" for k, v in m[4])
+                hs = " ".join(f"{_header_key(k)}={_show(v, a.max_bytes)}" for k, v in m[4])
                 out.write(f"| offset: {m[0]} timestamp: {m[1]} key: "
                           f"{_show(m[2], a.max_bytes)} value: {_show(m[3], a.max_bytes)}"
                           + (f" headers: {hs}" if hs else "") + "\n")
