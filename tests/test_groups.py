@@ -1311,3 +1311,53 @@ def test_iteration_raises_when_a_partitions_log_is_removed_instead_of_ending(tmp
         watchdog.cancel()
         c.close()
     assert {(m.partition, m.offset) for m in seen} == {(i % 2, i // 2) for i in range(10)}
+
+
+_SPECIAL_FILE_PROBE = r"""
+import sys, seglog
+from seglog import Consumer, describe_group
+from seglog.consumer_group import commit_offsets, committed_offsets
+root = sys.argv[1]
+calls = {"describe_group": lambda: describe_group(root, "g"),
+         "committed_offsets": lambda: committed_offsets(root, "g"),
+         "commit_offsets": lambda: commit_offsets(root, "g", {("ev", 0): 1},
+                                                  lock_timeout_ms=1000),
+         "Consumer": lambda: Consumer(root, "g", ["ev"], member_id="late",
+                                      lock_timeout_ms=1000).close()}
+for name, call in calls.items():
+    try:
+        call()
+        print(name, "ok", flush=True)
+    except seglog.SeglogError as e:
+        print(name, "SeglogError", e, flush=True)
+"""
+
+
+@pytest.mark.parametrize("which, kind", [
+    ("state.json", "fifo"), ("offsets.json", "fifo"), ("owners.json", "fifo"),
+    ("group.lock", "fifo"), ("members/zz", "fifo"), ("members/zz", "dir")])
+def test_a_group_file_that_is_a_fifo_or_a_directory_is_refused_without_a_hang(tmp_path, which,
+                                                                               kind):
+    """A FIFO put where a group file belongs blocked the open for ever (with
+    ``group.lock`` held by commit_offsets, freezing the group's joins and commits
+    too), and a directory among the member files raised IsADirectoryError: each
+    call answers, or names the file in a SeglogError, at once."""
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=2) as t:
+        t.append(b"x", partition=0)
+    with Consumer(root, "g", ["ev"], member_id="m1") as c:
+        c.poll(timeout_ms=200)
+        c.commit()
+    path = os.path.join(root, "__groups", "g", which)
+    if os.path.exists(path):
+        os.remove(path)
+    os.mkfifo(path) if kind == "fifo" else os.mkdir(path)
+    p = subprocess.run([sys.executable, "-c", _SPECIAL_FILE_PROBE, root], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0, p.stderr           # no other exception
+    lines = p.stdout.splitlines()
+    assert [x.split()[0] for x in lines] == ["describe_group", "committed_offsets",
+                                             "commit_offsets", "Consumer"]
+    for line in lines:
+        assert " ok" in line or ("not a regular file" in line and which in line), line
+    assert "Consumer SeglogError" in p.stdout    # joining reads every group file

@@ -44,6 +44,7 @@ import operator
 import os
 import re
 import socket
+import stat
 import time
 import uuid
 import weakref
@@ -283,12 +284,33 @@ def _parse_member(path: str, data: bytes) -> _MemberInfo:
     return _MemberInfo(topics, None if ms is None else ms / 1000.0)
 
 
+def _open_file(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """A descriptor of the group file ``path``, opened without waiting: a FIFO or a
+    device put there would block ``open`` (and a reader of it) for ever, under
+    ``group.lock`` too. Anything but a regular file is refused with a
+    ``SeglogError`` naming it; ``FileNotFoundError`` passes."""
+    fd = os.open(path, flags | os.O_NONBLOCK, mode)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _bad(path, "not a regular file")
+        # back to blocking I/O: a regular file's reads and writes never wait anyway
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _read_json(path: str) -> Any:
     try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
+        fd = _open_file(path)
     except FileNotFoundError:
         return None
+    except OSError as e:
+        raise SeglogError(f"unreadable group file {path}: {e}") from e
+    try:
+        with open(fd, "rb") as f:
+            return json.loads(f.read())
     except (OSError, ValueError, RecursionError) as e:
         raise SeglogError(f"unreadable group file {path}: {e}") from e
 
@@ -318,7 +340,7 @@ class _Flock:
 
     def __enter__(self) -> "_Flock":
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = _open_file(self.path, os.O_RDWR | os.O_CREAT)
         except OSError as e:
             raise SeglogError(f"{self.what}: cannot open {self.path}: {e}") from e
         _CHILD_CLOSES.add(fd)
@@ -414,9 +436,11 @@ class _GroupFiles:
         own = fd is None
         if fd is None:
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = _open_file(path)
             except FileNotFoundError:
                 return None
+            except OSError as e:
+                raise SeglogError(f"unreadable group file {path}: {e}") from e
         try:
             ino = os.fstat(fd).st_ino
             cached = self._infos.get(member)
@@ -438,9 +462,11 @@ class _GroupFiles:
         not say). With ``tidy`` (group lock held) a dead member's file is removed."""
         path = self.member_path(member)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = _open_file(path)
         except FileNotFoundError:
             return "dead"
+        except OSError as e:
+            raise SeglogError(f"unreadable group file {path}: {e}") from e
         try:
             try:
                 _platform.flock(fd, _platform.LOCK_EX_NB)
