@@ -1361,3 +1361,19 @@ def test_a_group_file_that_is_a_fifo_or_a_directory_is_refused_without_a_hang(tm
     for line in lines:
         assert " ok" in line or ("not a regular file" in line and which in line), line
     assert "Consumer SeglogError" in p.stdout    # joining reads every group file
+
+
+def test_a_partition_that_is_not_an_int_is_a_type_error(topic):
+    # committed("ev", "0") answered None (nothing committed) and seek("ev", True, n)
+    # moved partition 1: a partition is an int, as Topic.partition says
+    fill(topic, 8)
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        drain(c, 8)
+        c.commit()
+        assert c.committed("ev", 1) == 2
+        for bad in ("1", True, 1.0, None):
+            for call in (lambda: c.committed("ev", bad), lambda: c.position("ev", bad),
+                         lambda: c.seek("ev", bad, 0)):
+                with pytest.raises(TypeError, match="partition must be an int"):
+                    call()
+        assert c.position("ev", 1) == 2 and c.committed("ev", 1) == 2

@@ -483,6 +483,13 @@ class _GroupFiles:
             os.close(fd)
 
 
+def _check_partition(p: object) -> int:
+    """A partition number given by a caller: an int (``True`` is not partition 1)."""
+    if isinstance(p, bool) or not isinstance(p, int):
+        raise TypeError(f"partition must be an int, not {type(p).__name__}")
+    return p
+
+
 def _key(tp: TP) -> str:
     return f"{tp[0]}/{tp[1]}"
 
@@ -1164,7 +1171,7 @@ class Consumer:
     def committed(self, topic: str, partition: int) -> int | None:
         """The group's committed offset of a partition (any owner), None if none."""
         self._check_open()
-        c = self._files.offsets().get(_key((check_name(topic), partition)))
+        c = self._files.offsets().get(_key((check_name(topic), _check_partition(partition))))
         return None if c is None else int(c[0])
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
@@ -1187,7 +1194,7 @@ class Consumer:
             self._pending_error = None
 
     def _owned_tp(self, topic: str, partition: int) -> TP:
-        tp = (check_name(topic), partition)
+        tp = (check_name(topic), _check_partition(partition))
         if tp not in self._owned:
             raise InvalidConfigError(f"{topic}-{partition} is not owned by this consumer "
                                      f"(assignment: {sorted(self._assigned)})")
