@@ -1377,3 +1377,34 @@ def test_a_partition_that_is_not_an_int_is_a_type_error(topic):
                 with pytest.raises(TypeError, match="partition must be an int"):
                     call()
         assert c.position("ev", 1) == 2 and c.committed("ev", 1) == 2
+
+
+def test_a_deleted_topic_leaves_the_assignment(tmp_path):
+    """A subscribed topic deleted (its record and its logs removed) starts a new
+    generation without it, as one created later starts one with it: its partitions
+    are revoked, and the member goes on with the others instead of failing every
+    other poll on the vanished logs for ever."""
+    root = str(tmp_path)
+    for name in ("a", "b"):
+        with Topic.open(root, name, partitions=1) as t:
+            t.append(b"%s0" % name.encode())
+    revoked: list = []
+    with Consumer(root, "g", ["a", "b"], member_id="m", auto_commit_ms=None,
+                  on_revoke=lambda tps: revoked.append(tps)) as c:
+        assert {(m.topic, m.offset) for m in drain(c, 2)} == {("a", 0), ("b", 0)}
+        generation = c.generation
+        shutil.rmtree(os.path.join(root, "b-0"))
+        os.remove(os.path.join(root, "__topics", "b.json"))
+
+        def moved_on():
+            try:
+                c.poll(timeout_ms=20)
+            except seglog.LogClosedError:     # b's log, until the group sees b gone
+                pass
+            return ("b", 0) not in c.assignment()
+        wait_for(moved_on, 10, "the deleted topic to leave the assignment")
+        assert revoked == [{("b", 0)}] and c.assignment() == {("a", 0)}
+        assert c.generation > generation
+        with Topic.open(root, "a") as t:
+            t.append(b"a1")
+        assert [(m.topic, m.offset) for m in drain(c, 1)] == [("a", 1)]   # no error now

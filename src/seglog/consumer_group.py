@@ -13,7 +13,7 @@ Under ``root/__groups/<group>/``:
   go on with what they own, joins and commits raise ``GroupBusyError``.
 * ``state.json``: the current generation, its members and their assignment, and
   the partition counts it was computed from, replaced atomically by the member
-  that first sees a change of membership (or a subscribed topic appear).
+  that first sees a change of membership (or a subscribed topic appear or go).
 * ``owners.json``: which member consumes which partition now. A member claims a
   partition of its assignment only when no live member of the current generation
   holds it, and releases it (after committing its position and calling
@@ -509,7 +509,7 @@ def _rebalance(files: _GroupFiles, root: str, me: str | None, my_topics: list[st
                default_s: float, assignor: str) -> _State:
     """Under the group lock: the current state, or a new generation if membership
     changed (dead and silent members out, ``me`` in, or out with ``my_topics``
-    None) or a subscribed topic appeared."""
+    None) or a subscribed topic appeared or went."""
     st = files.state(assignor)
     now = time.time()
     live: dict[str, list[str]] = {}
@@ -733,7 +733,7 @@ class Consumer:
 
     def _check_group(self, lock_wait: float, force: bool = False) -> None:
         """Heartbeat; adopt a new generation; start one if a member died, went silent
-        or wants in, or a subscribed topic appeared; release and claim partitions.
+        or wants in, or a subscribed topic appeared or went; release and claim partitions.
         Group work that needs the lock is left to a later look if the lock is busy
         for ``lock_wait``."""
         now = time.monotonic()
@@ -781,7 +781,7 @@ class Consumer:
     def _stale(self, st: _State) -> bool:
         """Is a rebalance due: a member of the generation dead or silent, a member
         file not in it alive (it wants in) or dead (to tidy), or a subscribed topic
-        created since the assignment?"""
+        created or deleted since the assignment?"""
         files = self._files
         wall = time.time()
         for m in st.members:
@@ -792,8 +792,9 @@ class Consumer:
                     and files.probe(m, wall, self._session_s) != "silent":
                 return True
         known = st.partitions or {}
-        return any(t not in known and read_partition_count(self.root, t) is not None
-                   for t in self.topics)
+        # a deleted topic (its record gone) leaves the assignment too: its members
+        # would otherwise fail every other poll on its vanished logs for ever
+        return any(read_partition_count(self.root, t) != known.get(t) for t in self.topics)
 
     def _adopt(self, st: _State) -> None:
         """Take generation ``st``: revoke what it no longer assigns to this member,
