@@ -623,3 +623,23 @@ def test_dump_quotes_header_keys_that_could_pass_for_more_of_the_output(tmp_path
     (line,) = [x for x in p.stdout.splitlines() if x.startswith("| offset: 0 ")]
     assert line.endswith('headers: "a\\nDAMAGE x.log position 0 offset 0: checksum"="x" '
                          '"k y=z"="1" plain="2"')
+
+
+def test_tail_n_counts_messages_across_compaction_gaps(tmp_path):
+    # after compaction the last N offsets may hold fewer than N messages: tail -n N
+    # still prints the last N messages (it printed the 6 of 56 within offsets 99..108)
+    path = str(tmp_path / "c")
+    with Log.open(path, cleanup_policy="compact", segment_bytes=1024,
+                  min_cleanable_dirty_ratio=0.0) as log:
+        for i in range(108):    # unique keys at even offsets, one hot key at odd ones
+            log.append(b"v%d" % i, key=b"u%d" % i if i % 2 == 0 else b"h")
+        log.append(b"last", key=b"h")                 # alone in the active segment
+        log.compact()
+        kept = [m.offset for m in log.iter(log.start_offset)]
+    assert len(kept) > 20 and kept[-10] < 99        # the gaps reach into the window
+    offsets = lambda p: [int(x.split()[0]) for x in p.stdout.splitlines()]  # noqa: E731
+    assert offsets(run("tail", path, "-n", "10")) == kept[-10:]
+    assert offsets(run("tail", path)) == kept[-10:]                       # the default 10
+    assert offsets(run("tail", path, "-n", "1000")) == kept
+    assert [json.loads(x)["offset"] for x in run("tail", path, "-n", "3", "--json")
+            .stdout.splitlines()] == kept[-3:]

@@ -571,7 +571,7 @@ def cmd_tail(a: argparse.Namespace, out: Any) -> int:
             if since is not None:
                 at = log.offset_for_time(since)
                 first = end if at is None else at
-            pos.append(first if n is None else max(first, end - n))
+            pos.append(first if n is None else _last_n(log, first, end, n))
         while True:
             for i, (t, p, log) in enumerate(logs):
                 pos[i] = _print_from(out, a, t, p, log, pos[i])
@@ -584,6 +584,25 @@ def cmd_tail(a: argparse.Namespace, out: Any) -> int:
     finally:
         for _, _, log in logs:
             log.close()
+
+
+def _last_n(log: Log, first: int, end: int, n: int) -> int:
+    """Where the last ``n`` messages from ``first`` on start. Offsets count messages
+    only where nothing was compacted away: in a compacted log, the window before
+    the end is widened until it holds ``n`` messages (or reaches ``first``)."""
+    lo = max(first, end - n)
+    if n == 0 or not log.config.compacted:
+        return lo
+    while True:
+        try:
+            offsets = [m[0] for m in log.iter(lo, end)]
+        except OffsetOutOfRangeError:       # retention went past lo: print from there
+            return max(lo, log.start_offset)
+        if len(offsets) >= n:
+            return offsets[-n]
+        if lo <= first:
+            return lo
+        lo = max(first, end - 2 * (end - lo))
 
 
 def _print_from(out: Any, a: argparse.Namespace, t: str | None, p: int | None, log: Log,
