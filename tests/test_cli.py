@@ -643,3 +643,48 @@ def test_tail_n_counts_messages_across_compaction_gaps(tmp_path):
     assert offsets(run("tail", path, "-n", "1000")) == kept
     assert [json.loads(x)["offset"] for x in run("tail", path, "-n", "3", "--json")
             .stdout.splitlines()] == kept[-3:]
+
+
+@pytest.mark.parametrize("renamed", [(".log",), (".log", ".index", ".timeindex")])
+def test_reading_commands_on_a_log_whose_writer_died_inside_a_compaction_swap(tmp_path,
+                                                                              monkeypatch,
+                                                                              renamed):
+    """A writer killed after a swap's commit point (its manifest written) and after
+    renaming the new files over the group's first segment, before deleting the
+    segments they replace: the next writer's open finishes the swap and loses
+    nothing, so verify, stats and dump call it no damage (they reported the first
+    replaced segment as starting below where the new one ended, exit 1)."""
+    from seglog import cleaner
+    path = str(tmp_path / "c")
+    with Log.open(path, cleanup_policy="compact", segment_bytes=1024,
+                  min_cleanable_dirty_ratio=0.0) as log:
+        for i in range(200):
+            log.append(b"v%d" % i, key=b"k%d" % (i % 7))
+
+        def killed(directory, base, end):
+            raise KeyboardInterrupt("killed after the commit point")
+        monkeypatch.setattr(cleaner, "swap_in", killed)
+        with pytest.raises(KeyboardInterrupt):
+            log.compact()
+        monkeypatch.undo()
+        abandon(log)
+    (manifest,) = [n for n in os.listdir(path) if n.startswith(".seglog-swap.")]
+    name = manifest[len(".seglog-swap."):]
+    for ext in renamed:          # the swap's first steps, as the writer took them
+        os.rename(os.path.join(path, ".seglog-cleaned." + name + ext),
+                  os.path.join(path, name + ext))
+    p = run("verify", path)
+    assert p.returncode == 0 and "no damage" in p.stdout, p.stdout
+    doc = json.loads(run("verify", path, "--json").stdout)["logs"][0]
+    stats = json.loads(run("stats", path, "--json").stdout)["logs"][0]
+    assert run("stats", path).returncode == 0 and run("dump", path).returncode == 0
+    with Log.open(path) as log:            # finishes the swap
+        kept = [m.offset for m in log.iter()]
+        segments, end = len(log.segments), log.end_offset
+    # what the log holds, not the new segment and the old ones it replaced both
+    assert doc["messages"] == stats["messages"] == len(kept) == 14
+    assert doc["end_offset"] == stats["end_offset"] == end
+    assert doc["segments"] == stats["segments"] == segments
+    assert doc["superseded_segments"] and not doc["problems"]
+    after = json.loads(run("verify", path, "--json").stdout)["logs"][0]
+    assert not after["superseded_segments"] and after["messages"] == len(kept)

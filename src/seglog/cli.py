@@ -338,7 +338,8 @@ def cmd_verify(a: argparse.Namespace, out: Any) -> int:
             "log": name, "path": r.path, "segments": r.segments, "batches": r.batches,
             "messages": r.messages, "bytes": r.bytes, "reserved_bytes": r.reserved_bytes,
             **_offsets(r.start_offset, r.end_offset), "tail": r.tail,
-            "vanished_segments": r.vanished, "problems": _problems(r, True)}
+            "vanished_segments": r.vanished, "superseded_segments": r.superseded,
+            "problems": _problems(r, True)}
             for name, r in reports]}, out, indent=1)
         out.write("\n")
     else:
@@ -348,7 +349,10 @@ def cmd_verify(a: argparse.Namespace, out: Any) -> int:
                       f"{r.messages} messages, {_bytes(r.bytes, r.reserved_bytes)}, "
                       f"{_span(r.start_offset, r.end_offset)}"
                       + (f", {len(r.vanished)} segment(s) deleted by retention or "
-                         f"compaction during the check" if r.vanished else "") + "\n")
+                         f"compaction during the check" if r.vanished else "")
+                      + (f", {len(r.superseded)} segment(s) a compaction replaced and "
+                         f"has not deleted yet (a writer's open deletes them)"
+                         if r.superseded else "") + "\n")
             for p in r.problems:
                 out.write(f"  DAMAGE {p.path} position {p.position} offset {p.offset}: "
                           f"{p.reason}: {p.message}\n")
@@ -492,7 +496,8 @@ def _scan_stats(d: str, prog: Callable[[int], None]) -> dict[str, Any]:
         elif attrs & codec.CODEC_MASK:
             st["lz4_raw"] += sum(len(m[3] or b"") for m in codec.decode_batch(buf, p, hdr))
     st["distinct_keys"] = len(keys) if not many else f">= {len(keys)}"
-    return {"segments": len(info.listed) - len(info.vanished), "bytes": info.stored_bytes,
+    return {"segments": len(info.listed) - len(info.vanished) - len(info.superseded),
+            "bytes": info.stored_bytes,
             "reserved_bytes": info.reserved_bytes,
             **_offsets(info.start_offset, info.end_offset), **st}
 
