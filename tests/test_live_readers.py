@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 import threading
 
-from seglog import Log, recovery
+import pytest
+
+from seglog import Log, cleaner, recovery
+from seglog.testing import abandon
 
 
 def test_reader_does_not_take_a_batch_whose_offset_is_not_stamped_yet(logdir):
@@ -54,3 +57,34 @@ def test_looking_for_a_continuing_batch_in_a_file_cut_back_meanwhile(logdir):
     t.join(10)
     assert done == [None], "the scan did not end"
     reader.close()
+
+
+def test_reader_of_a_log_whose_writer_died_inside_a_compaction_swap(logdir, monkeypatch):
+    """The writer was killed after a swap's commit point and after renaming the new
+    segment in, before deleting the segments it replaces. A reader sees the log the
+    next writer's open leaves (those segments are not the log any more): stats,
+    len and the messages agree with that writer (its stats counted 12 segments and
+    their bytes, where the log holds 2)."""
+    with Log.open(logdir, cleanup_policy="compact", segment_bytes=1024,
+                  min_cleanable_dirty_ratio=0.0) as log:
+        for i in range(200):
+            log.append(b"v%d" % i, key=b"k%d" % (i % 7))
+
+        def killed(directory, base, end):
+            raise KeyboardInterrupt("killed after the commit point")
+        monkeypatch.setattr(cleaner, "swap_in", killed)
+        with pytest.raises(KeyboardInterrupt):
+            log.compact()
+        monkeypatch.undo()
+        abandon(log)
+    (manifest,) = [n for n in os.listdir(logdir) if n.startswith(".seglog-swap.")]
+    name = manifest[len(".seglog-swap."):]
+    os.rename(os.path.join(logdir, ".seglog-cleaned." + name + ".log"),
+              os.path.join(logdir, name + ".log"))        # the swap's first step
+    with Log.open(logdir, readonly=True) as r:
+        seen = (r.stats(), len(r), [(m.offset, m.value) for m in r.iter()])
+    with Log.open(logdir) as w:                            # finishes the swap
+        want = (w.stats(), len(w), [(m.offset, m.value) for m in w.iter()])
+    for k in ("start_offset", "end_offset", "messages", "segments", "bytes"):
+        assert seen[0][k] == want[0][k], k
+    assert seen[1:] == want[1:] and want[1] == 14
