@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
 from seglog import Log, cleaner, recovery
+from seglog import log as log_module
 from seglog.testing import abandon
 
 
@@ -88,3 +90,29 @@ def test_reader_of_a_log_whose_writer_died_inside_a_compaction_swap(logdir, monk
     for k in ("start_offset", "end_offset", "messages", "segments", "bytes"):
         assert seen[0][k] == want[0][k], k
     assert seen[1:] == want[1:] and want[1] == 14
+
+
+def test_reader_of_a_log_whose_writer_died_inside_a_retention_pass(logdir, monkeypatch):
+    """The writer was killed after retention checkpointed the new log start, before
+    it removed the segments below it. A reader sees the log the next writer's open
+    leaves: its stats counted the expired segments (their bytes and their oldest
+    timestamp) where the log and verify hold 2 segments."""
+    old = int(time.time() * 1000) - 2 * 10**9
+    with Log.open(logdir, segment_bytes=1024, retention_ms=10**9,
+                  retention_check_ms=None) as log:
+        for i in range(50):
+            log.append(b"x" * 60, timestamp=old if i < 40 else None)
+
+        def killed(self, *args):
+            raise KeyboardInterrupt("killed after the log start checkpoint")
+        monkeypatch.setattr(log_module.Log, "_retire", killed)
+        with pytest.raises(KeyboardInterrupt):
+            log.enforce_retention()
+        monkeypatch.undo()
+        abandon(log)
+    with Log.open(logdir, readonly=True) as r:
+        seen = (r.stats(), len(r), [m.offset for m in r.iter()])
+    with Log.open(logdir) as w:                    # removes what retention left
+        want = (w.stats(), len(w), [m.offset for m in w.iter()])
+    assert seen[0] == {**want[0], "readonly": True}
+    assert seen[1:] == want[1:] and want[2] == list(range(40, 50))
