@@ -688,3 +688,21 @@ def test_reading_commands_on_a_log_whose_writer_died_inside_a_compaction_swap(tm
     assert doc["superseded_segments"] and not doc["problems"]
     after = json.loads(run("verify", path, "--json").stdout)["logs"][0]
     assert not after["superseded_segments"] and after["messages"] == len(kept)
+
+
+def test_a_file_where_a_log_directory_belongs_is_not_called_missing(tmp_path):
+    # "no such directory" sent the operator looking for something that is there
+    root = str(tmp_path / "r")
+    with Topic.open(root, "t", partitions=2) as t:
+        t.append(b"x", partition=0)
+    part = os.path.join(root, "t-1")
+    for name in os.listdir(part):
+        os.remove(os.path.join(part, name))
+    os.rmdir(part)
+    with open(part, "w") as f:
+        f.write("not a log")
+    p = run("verify", root)
+    assert p.returncode == 1
+    assert f"{part} is not a directory" in p.stdout and "no such directory" not in p.stdout
+    p = run("stats", part)
+    assert p.returncode == 3 and f"{part} is not a directory" in p.stderr, p.stderr

@@ -85,6 +85,8 @@ def _is_log(path: str) -> bool:
 def _not_a_log(path: str) -> str:
     """Why ``path`` is not a log, for a message."""
     if not os.path.isdir(path):
+        if os.path.lexists(path):
+            return f"{path} is not a directory"
         return f"{path}: no such directory"
     return f"{path} is not a seglog log (no {MARKER})"
 
@@ -98,7 +100,7 @@ def _partitions(root: str, topic: str | None = None) -> list[tuple[str, int, str
     """(topic, partition, log directory) under a topic root, in order. A partition
     the topic records but whose directory is missing is listed too: callers say so."""
     if not os.path.isdir(root):
-        raise NotALogError(f"{root}: no such directory")
+        raise NotALogError(_not_a_log(root))
     out: list[tuple[str, int, str]] = []
     names = sorted(os.listdir(root))
     topics = {n[:-5] for n in os.listdir(os.path.join(root, TOPICS_DIR))
