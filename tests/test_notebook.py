@@ -285,3 +285,28 @@ def test_html_preview_of_a_utf8_value_cut_inside_a_character_is_text(log):
     off = log.append("€€a".encode() * 20)                         # 140 bytes
     h = log.read(off)._repr_html_()
     assert "€€a" * 8 + "€… (140 bytes)" in h and "\\xe2" not in h
+
+
+def test_html_of_a_reader_when_retention_deletes_the_last_messages_meanwhile(tmp_path,
+                                                                              monkeypatch):
+    """Between the view's snapshot (stats) and its read of the last messages, the
+    writer's retention deletes the segment they start in (the active one holds
+    fewer than the 5 shown): the view shows those from the new start instead of
+    raising OffsetOutOfRangeError."""
+    path = str(tmp_path / "l")
+    with Log.open(path, segment_bytes=1024, retention_check_ms=None) as w:
+        for _ in range(20):
+            w.append(b"x" * 60)
+        assert [s.base_offset for s in w.segments] == [0, 9, 18]
+        with Log.open(path, readonly=True) as r:
+            real = Log.stats
+
+            def stats_then_retention(self):
+                st = real(self)
+                monkeypatch.setattr(Log, "stats", real)
+                w.enforce_retention(T0 * 10)   # all but the active segment is due
+                return st
+            monkeypatch.setattr(Log, "stats", stats_then_retention)
+            h = r._repr_html_()
+            assert r.start_offset == 18
+    assert "<td>18</td>" in h and "<td>19</td>" in h and "<td>15</td>" not in h
