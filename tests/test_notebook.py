@@ -310,3 +310,27 @@ def test_html_of_a_reader_when_retention_deletes_the_last_messages_meanwhile(tmp
             h = r._repr_html_()
             assert r.start_offset == 18
     assert "<td>18</td>" in h and "<td>19</td>" in h and "<td>15</td>" not in h
+
+
+def test_to_pandas_of_a_reader_when_retention_deletes_the_first_messages_meanwhile(
+        tmp_path, monkeypatch):
+    """to_pandas() (the whole log) computes its window, then the writer's retention
+    deletes its start before the read: it reads from the new start instead of
+    raising OffsetOutOfRangeError; an explicit start still raises."""
+    path = str(tmp_path / "l")
+    with Log.open(path, segment_bytes=1024, retention_check_ms=None) as w:
+        for _ in range(20):
+            w.append(b"x" * 60)
+        with Log.open(path, readonly=True) as r:
+            real = Log._window
+
+            def window_then_retention(self, *args):
+                got = real(self, *args)
+                monkeypatch.setattr(Log, "_window", real)
+                w.enforce_retention(T0 * 10)   # all but the active segment is due
+                return got
+            monkeypatch.setattr(Log, "_window", window_then_retention)
+            df = r.to_pandas()
+            assert list(df["offset"]) == [18, 19]
+            with pytest.raises(seglog.OffsetOutOfRangeError):
+                r.to_pandas(start=0)

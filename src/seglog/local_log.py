@@ -410,9 +410,16 @@ class LocalLog:
         datetimes, key, value, headers), from offset ``start`` to ``end`` and with
         timestamps in ``[since, until)`` (datetimes, ISO 8601 strings or ms; naive
         means UTC). Built from ``read_arrow``; needs pandas and pyarrow (the ``spark``
-        extra)."""
-        lo, hi, t0, t1 = self._window(start, end, since, until)
-        return _frame(self.read_arrow(lo, hi), t0, t1)
+        extra). Without ``start``, retention deleting the first messages meanwhile (a
+        writer in another process) makes it read again from the new start."""
+        for _ in range(_RELOCATIONS):
+            lo, hi, t0, t1 = self._window(start, end, since, until)
+            try:
+                return _frame(self.read_arrow(lo, hi), t0, t1)
+            except OffsetOutOfRangeError:
+                if start is not None or self._start <= lo:
+                    raise
+        raise self._unsettled()
 
     def _repr_html_(self) -> str:
         if self._closed:
