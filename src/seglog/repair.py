@@ -377,10 +377,13 @@ def check(directory: str, progress: Progress | None = None,
         if path in info.vanished or path in info.superseded:
             continue
         try:
-            # a committed swap's output whose indexes are not renamed in yet: they
-            # are the ones the next writer's open puts beside it
+            # a committed swap's output renamed in, its indexes not yet: they are the
+            # ones the next writer's open puts beside it (before the commit point, or
+            # before its .log is renamed in, the cleaned files are not the segment's)
             cleaned = os.path.join(directory, CLEANED + os.path.basename(path))
-            stem = cleaned if os.path.exists(cleaned[:-4] + ".index") else path
+            manifest = os.path.join(directory, SWAP + os.path.basename(path)[:-4])
+            swapped = os.path.exists(manifest) and not os.path.exists(cleaned)
+            stem = cleaned if swapped and os.path.exists(cleaned[:-4] + ".index") else path
             problems = _check_indexes(path, int(os.path.basename(path)[:-4]),
                                       starts.get(path, {}), os.path.getsize(path), stem)
             # compaction renames a segment's new .log over the old first, then its
