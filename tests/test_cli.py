@@ -667,3 +667,132 @@ def test_version_counts_and_a_clean_recover_say_what_they_mean(tmp_path):
     # --to is the first offset not shown: --to 0 can show nothing, and says so
     p = run("dump", path, "--to", "0")
     assert p.returncode == 2 and "--to 0 must be above --from 0" in p.stderr, p.stderr
+
+
+def test_a_utf8_value_cut_at_max_bytes_is_still_shown_as_text(tmp_path):
+    # --max-bytes may fall inside a character: the cut shows the whole characters
+    # before it as text (in text and JSON), not the value as escaped bytes or hex
+    path = str(tmp_path / "u")
+    value, key = "a€".encode() * 50, "ключ".encode() * 20        # 200 and 160 bytes
+    with Log.open(path) as log:
+        log.append(value, key=key)
+        log.append(b"\xff" * 100)                                 # not UTF-8: bytes
+    r = run("tail", path, "--max-bytes", "64")
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()
+    assert f'key="{"ключ" * 8}"...(160 bytes)' in first
+    assert f'"{"a€" * 16}"...(200 bytes)' in first                # 64 bytes: 16 whole "a€"
+    assert "b'\\xff" in second
+    docs = [json.loads(line)
+            for line in run("tail", path, "--json", "--max-bytes", "10").stdout.splitlines()]
+    assert docs[0]["value"] == "a€a€a" and docs[0]["key"] == "ключк"
+    assert docs[1]["value"] == {"hex": "ff" * 10}
+    d = json.loads(run("dump", path, "--print-data", "--json", "--max-bytes", "10").stdout)
+    rec = d["batches"][0]["records"][0]
+    assert rec["value"] == "a€a€a" and rec["key"] == "ключк"
+    out = run("dump", path, "--print-data", "--max-bytes", "10").stdout
+    assert 'key: "ключк"...(160 bytes) value: "a€a€a"...(200 bytes)' in out
+
+
+def test_dump_quotes_header_keys_that_could_pass_for_more_of_the_output(tmp_path):
+    # a header key is any str: one holding a newline must not print a line of its
+    # own (here one that reads as a DAMAGE report), nor a space or '=' pass for
+    # another header
+    path = str(tmp_path / "h")
+    with Log.open(path) as log:
+        log.append(b"v", headers=[("a\nDAMAGE x.log position 0 offset 0: checksum", b"x"),
+                                  ("k y=z", b"1"), ("plain", b"2")])
+    p = run("dump", path, "--print-data")
+    assert p.returncode == 0
+    assert not [x for x in p.stdout.splitlines() if x.startswith("DAMAGE")]
+    (line,) = [x for x in p.stdout.splitlines() if x.startswith("| offset: 0 ")]
+    assert line.endswith('headers: "a\\nDAMAGE x.log position 0 offset 0: checksum"="x" '
+                         '"k y=z"="1" plain="2"')
+
+
+def test_tail_n_counts_messages_across_compaction_gaps(tmp_path):
+    # after compaction the last N offsets may hold fewer than N messages: tail -n N
+    # still prints the last N messages (it printed the 6 of 56 within offsets 99..108)
+    path = str(tmp_path / "c")
+    with Log.open(path, cleanup_policy="compact", segment_bytes=1024,
+                  min_cleanable_dirty_ratio=0.0) as log:
+        for i in range(108):    # unique keys at even offsets, one hot key at odd ones
+            log.append(b"v%d" % i, key=b"u%d" % i if i % 2 == 0 else b"h")
+        log.append(b"last", key=b"h")                 # alone in the active segment
+        log.compact()
+        kept = [m.offset for m in log.iter(log.start_offset)]
+    assert len(kept) > 20 and kept[-10] < 99        # the gaps reach into the window
+    offsets = lambda p: [int(x.split()[0]) for x in p.stdout.splitlines()]  # noqa: E731
+    assert offsets(run("tail", path, "-n", "10")) == kept[-10:]
+    assert offsets(run("tail", path)) == kept[-10:]                       # the default 10
+    assert offsets(run("tail", path, "-n", "1000")) == kept
+    assert [json.loads(x)["offset"] for x in run("tail", path, "-n", "3", "--json")
+            .stdout.splitlines()] == kept[-3:]
+
+
+@pytest.mark.parametrize("renamed", [(), (".log",), (".log", ".index", ".timeindex")])
+def test_reading_commands_on_a_log_whose_writer_died_inside_a_compaction_swap(tmp_path,
+                                                                              monkeypatch,
+                                                                              renamed):
+    """A writer killed after a swap's commit point (its manifest written) and after
+    renaming the new files over the group's first segment, before deleting the
+    segments they replace: the next writer's open finishes the swap and loses
+    nothing, so verify, stats and dump call it no damage (they reported the first
+    replaced segment as starting below where the new one ended, exit 1). Before
+    the new .log is renamed in, the old segments are the log, checked against
+    their own indexes, not the new ones waiting beside them."""
+    from seglog import cleaner
+    path = str(tmp_path / "c")
+    with Log.open(path, cleanup_policy="compact", segment_bytes=1024, index_interval_bytes=1,
+                  min_cleanable_dirty_ratio=0.0) as log:
+        for i in range(200):     # batch sizes vary: old and new positions differ
+            log.append(b"v%d" % i + b"." * (i % 13), key=b"k%d" % (i % 7))
+
+        def killed(directory, base, end):
+            raise KeyboardInterrupt("killed after the commit point")
+        monkeypatch.setattr(cleaner, "swap_in", killed)
+        with pytest.raises(KeyboardInterrupt):
+            log.compact()
+        monkeypatch.undo()
+        abandon(log)
+    (manifest,) = [n for n in os.listdir(path) if n.startswith(".seglog-swap.")]
+    name = manifest[len(".seglog-swap."):]
+    for ext in renamed:          # the swap's first steps, as the writer took them
+        os.rename(os.path.join(path, ".seglog-cleaned." + name + ext),
+                  os.path.join(path, name + ext))
+    p = run("verify", path)
+    assert p.returncode == 0 and "no damage" in p.stdout, p.stdout
+    doc = json.loads(run("verify", path, "--json").stdout)["logs"][0]
+    stats = json.loads(run("stats", path, "--json").stdout)["logs"][0]
+    assert run("stats", path).returncode == 0 and run("dump", path).returncode == 0
+    assert bool(doc["superseded_segments"]) == (".log" in renamed) and not doc["problems"]
+    if not renamed:          # the old segments are still the log, every message
+        assert doc["messages"] == stats["messages"] == 200
+        return
+    with Log.open(path) as log:            # finishes the swap
+        kept = [m.offset for m in log.iter()]
+        segments, end = len(log.segments), log.end_offset
+    # what the log holds, not the new segment and the old ones it replaced both
+    assert doc["messages"] == stats["messages"] == len(kept) < 30
+    assert doc["end_offset"] == stats["end_offset"] == end
+    assert doc["segments"] == stats["segments"] == segments
+    after = json.loads(run("verify", path, "--json").stdout)["logs"][0]
+    assert not after["superseded_segments"] and after["messages"] == len(kept)
+
+
+def test_a_file_where_a_log_directory_belongs_is_not_called_missing(tmp_path):
+    # "no such directory" sent the operator looking for something that is there
+    root = str(tmp_path / "r")
+    with Topic.open(root, "t", partitions=2) as t:
+        t.append(b"x", partition=0)
+    part = os.path.join(root, "t-1")
+    for name in os.listdir(part):
+        os.remove(os.path.join(part, name))
+    os.rmdir(part)
+    with open(part, "w") as f:
+        f.write("not a log")
+    p = run("verify", root)
+    assert p.returncode == 1
+    assert f"{part} is not a directory" in p.stdout and "no such directory" not in p.stdout
+    p = run("stats", part)
+    assert p.returncode == 3 and f"{part} is not a directory" in p.stderr, p.stderr

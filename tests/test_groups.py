@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -1307,3 +1308,125 @@ def test_a_member_put_back_before_it_looked_does_not_read_on_from_its_old_positi
     finally:
         a.close()
         b.close()
+
+
+def test_iteration_raises_when_a_partitions_log_is_removed_instead_of_ending(tmp_path):
+    # `for m in consumer` ends only when the consumer is closed; a partition's log
+    # directory removed under it is an error the loop must raise, not a quiet end
+    # that looks like the end of the stream
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=2) as t:
+        for i in range(10):
+            t.append(b"m%d" % i, partition=i % 2)
+    c = Consumer(root, "g", ["ev"], auto_commit_ms=None)
+    watchdog = threading.Timer(30, c.close)      # a loop that never raises ends here
+    watchdog.start()
+    seen = []
+    try:
+        with pytest.raises(seglog.LogClosedError, match="gone"):
+            for m in c:
+                seen.append(m)
+                if len(seen) == 10:
+                    shutil.rmtree(os.path.join(root, "ev-1"))
+        assert not c.closed
+    finally:
+        watchdog.cancel()
+        c.close()
+    assert {(m.partition, m.offset) for m in seen} == {(i % 2, i // 2) for i in range(10)}
+
+
+_SPECIAL_FILE_PROBE = r"""
+import sys, seglog
+from seglog import Consumer, describe_group
+from seglog.consumer_group import commit_offsets, committed_offsets
+root = sys.argv[1]
+calls = {"describe_group": lambda: describe_group(root, "g"),
+         "committed_offsets": lambda: committed_offsets(root, "g"),
+         "commit_offsets": lambda: commit_offsets(root, "g", {("ev", 0): 1},
+                                                  lock_timeout_ms=1000),
+         "Consumer": lambda: Consumer(root, "g", ["ev"], member_id="late",
+                                      lock_timeout_ms=1000).close()}
+for name, call in calls.items():
+    try:
+        call()
+        print(name, "ok", flush=True)
+    except seglog.SeglogError as e:
+        print(name, "SeglogError", e, flush=True)
+"""
+
+
+@pytest.mark.parametrize("which, kind", [
+    ("state.json", "fifo"), ("offsets.json", "fifo"), ("owners.json", "fifo"),
+    ("group.lock", "fifo"), ("members/zz", "fifo"), ("members/zz", "dir")])
+def test_a_group_file_that_is_a_fifo_or_a_directory_is_refused_without_a_hang(tmp_path, which,
+                                                                               kind):
+    """A FIFO put where a group file belongs blocked the open for ever (with
+    ``group.lock`` held by commit_offsets, freezing the group's joins and commits
+    too), and a directory among the member files raised IsADirectoryError: each
+    call answers, or names the file in a SeglogError, at once."""
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=2) as t:
+        t.append(b"x", partition=0)
+    with Consumer(root, "g", ["ev"], member_id="m1") as c:
+        c.poll(timeout_ms=200)
+        c.commit()
+    path = os.path.join(root, "__groups", "g", which)
+    if os.path.exists(path):
+        os.remove(path)
+    os.mkfifo(path) if kind == "fifo" else os.mkdir(path)
+    p = subprocess.run([sys.executable, "-c", _SPECIAL_FILE_PROBE, root], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0, p.stderr           # no other exception
+    lines = p.stdout.splitlines()
+    assert [x.split()[0] for x in lines] == ["describe_group", "committed_offsets",
+                                             "commit_offsets", "Consumer"]
+    for line in lines:
+        assert " ok" in line or ("not a regular file" in line and which in line), line
+    assert "Consumer SeglogError" in p.stdout    # joining reads every group file
+
+
+def test_a_partition_that_is_not_an_int_is_a_type_error(topic):
+    # committed("ev", "0") answered None (nothing committed) and seek("ev", True, n)
+    # moved partition 1: a partition is an int, as Topic.partition says
+    fill(topic, 8)
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        drain(c, 8)
+        c.commit()
+        assert c.committed("ev", 1) == 2
+        for bad in ("1", True, 1.0, None):
+            for call in (lambda: c.committed("ev", bad), lambda: c.position("ev", bad),
+                         lambda: c.seek("ev", bad, 0)):
+                with pytest.raises(TypeError, match="partition must be an int"):
+                    call()
+        assert c.position("ev", 1) == 2 and c.committed("ev", 1) == 2
+
+
+def test_a_deleted_topic_leaves_the_assignment(tmp_path):
+    """A subscribed topic deleted (its record and its logs removed) starts a new
+    generation without it, as one created later starts one with it: its partitions
+    are revoked, and the member goes on with the others instead of failing every
+    other poll on the vanished logs for ever."""
+    root = str(tmp_path)
+    for name in ("a", "b"):
+        with Topic.open(root, name, partitions=1) as t:
+            t.append(b"%s0" % name.encode())
+    revoked: list = []
+    with Consumer(root, "g", ["a", "b"], member_id="m", auto_commit_ms=None,
+                  on_revoke=lambda tps: revoked.append(tps)) as c:
+        assert {(m.topic, m.offset) for m in drain(c, 2)} == {("a", 0), ("b", 0)}
+        generation = c.generation
+        shutil.rmtree(os.path.join(root, "b-0"))
+        os.remove(os.path.join(root, "__topics", "b.json"))
+
+        def moved_on():
+            try:
+                c.poll(timeout_ms=20)
+            except seglog.LogClosedError:     # b's log, until the group sees b gone
+                pass
+            return ("b", 0) not in c.assignment()
+        wait_for(moved_on, 10, "the deleted topic to leave the assignment")
+        assert revoked == [{("b", 0)}] and c.assignment() == {("a", 0)}
+        assert c.generation > generation
+        with Topic.open(root, "a") as t:
+            t.append(b"a1")
+        assert [(m.topic, m.offset) for m in drain(c, 1)] == [("a", 1)]   # no error now

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
-from seglog import Log, recovery
+import pytest
+
+from seglog import Log, cleaner, recovery
+from seglog import log as log_module
+from seglog.testing import abandon
 
 
 def test_reader_does_not_take_a_batch_whose_offset_is_not_stamped_yet(logdir):
@@ -85,3 +90,60 @@ def test_a_reader_holding_a_segment_compaction_replaced_reads_it_by_its_own_inde
                         break
                 first = min(got)
                 assert first == offset and got[first] == expected[offset]
+
+
+def test_reader_of_a_log_whose_writer_died_inside_a_compaction_swap(logdir, monkeypatch):
+    """The writer was killed after a swap's commit point and after renaming the new
+    segment in, before deleting the segments it replaces. A reader sees the log the
+    next writer's open leaves (those segments are not the log any more): stats,
+    len and the messages agree with that writer (its stats counted 12 segments and
+    their bytes, where the log holds 2)."""
+    with Log.open(logdir, cleanup_policy="compact", segment_bytes=1024,
+                  min_cleanable_dirty_ratio=0.0) as log:
+        for i in range(200):
+            log.append(b"v%d" % i, key=b"k%d" % (i % 7))
+
+        def killed(directory, base, end):
+            raise KeyboardInterrupt("killed after the commit point")
+        monkeypatch.setattr(cleaner, "swap_in", killed)
+        with pytest.raises(KeyboardInterrupt):
+            log.compact()
+        monkeypatch.undo()
+        abandon(log)
+    (manifest,) = [n for n in os.listdir(logdir) if n.startswith(".seglog-swap.")]
+    name = manifest[len(".seglog-swap."):]
+    os.rename(os.path.join(logdir, ".seglog-cleaned." + name + ".log"),
+              os.path.join(logdir, name + ".log"))        # the swap's first step
+    with Log.open(logdir, readonly=True) as r:
+        seen = (r.stats(), len(r), [(m.offset, m.value) for m in r.iter()])
+    with Log.open(logdir) as w:                            # finishes the swap
+        want = (w.stats(), len(w), [(m.offset, m.value) for m in w.iter()])
+    for k in ("start_offset", "end_offset", "messages", "segments", "bytes"):
+        assert seen[0][k] == want[0][k], k
+    assert seen[1:] == want[1:] and want[1] == 14
+
+
+def test_reader_of_a_log_whose_writer_died_inside_a_retention_pass(logdir, monkeypatch):
+    """The writer was killed after retention checkpointed the new log start, before
+    it removed the segments below it. A reader sees the log the next writer's open
+    leaves: its stats counted the expired segments (their bytes and their oldest
+    timestamp) where the log and verify hold 2 segments."""
+    old = int(time.time() * 1000) - 2 * 10**9
+    with Log.open(logdir, segment_bytes=1024, retention_ms=10**9,
+                  retention_check_ms=None) as log:
+        for i in range(50):
+            log.append(b"x" * 60, timestamp=old if i < 40 else None)
+
+        def killed(self, *args):
+            raise KeyboardInterrupt("killed after the log start checkpoint")
+        monkeypatch.setattr(log_module.Log, "_retire", killed)
+        with pytest.raises(KeyboardInterrupt):
+            log.enforce_retention()
+        monkeypatch.undo()
+        abandon(log)
+    with Log.open(logdir, readonly=True) as r:
+        seen = (r.stats(), len(r), [m.offset for m in r.iter()])
+    with Log.open(logdir) as w:                    # removes what retention left
+        want = (w.stats(), len(w), [m.offset for m in w.iter()])
+    assert seen[0] == {**want[0], "readonly": True}
+    assert seen[1:] == want[1:] and want[2] == list(range(40, 50))

@@ -277,3 +277,60 @@ def test_the_example_notebook_runs_and_is_stored_without_outputs():
     # a view that raises shows as a traceback on stderr, not as an error
     assert not [o for c in code for o in c.outputs
                 if o.output_type == "stream" and "Error" in o.get("text", "")]
+
+
+def test_html_preview_of_a_utf8_value_cut_inside_a_character_is_text(log):
+    # the preview's cut (60 bytes) falls inside a "€" (3 bytes): the characters
+    # before it are shown as text, not the value as escaped bytes
+    off = log.append("€€a".encode() * 20)                         # 140 bytes
+    h = log.read(off)._repr_html_()
+    assert "€€a" * 8 + "€… (140 bytes)" in h and "\\xe2" not in h
+
+
+def test_html_of_a_reader_when_retention_deletes_the_last_messages_meanwhile(tmp_path,
+                                                                              monkeypatch):
+    """Between the view's snapshot (stats) and its read of the last messages, the
+    writer's retention deletes the segment they start in (the active one holds
+    fewer than the 5 shown): the view shows those from the new start instead of
+    raising OffsetOutOfRangeError."""
+    path = str(tmp_path / "l")
+    with Log.open(path, segment_bytes=1024, retention_check_ms=None) as w:
+        for _ in range(20):
+            w.append(b"x" * 60)
+        assert [s.base_offset for s in w.segments] == [0, 9, 18]
+        with Log.open(path, readonly=True) as r:
+            real = Log.stats
+
+            def stats_then_retention(self):
+                st = real(self)
+                monkeypatch.setattr(Log, "stats", real)
+                w.enforce_retention(T0 * 10)   # all but the active segment is due
+                return st
+            monkeypatch.setattr(Log, "stats", stats_then_retention)
+            h = r._repr_html_()
+            assert r.start_offset == 18
+    assert "<td>18</td>" in h and "<td>19</td>" in h and "<td>15</td>" not in h
+
+
+def test_to_pandas_of_a_reader_when_retention_deletes_the_first_messages_meanwhile(
+        tmp_path, monkeypatch):
+    """to_pandas() (the whole log) computes its window, then the writer's retention
+    deletes its start before the read: it reads from the new start instead of
+    raising OffsetOutOfRangeError; an explicit start still raises."""
+    path = str(tmp_path / "l")
+    with Log.open(path, segment_bytes=1024, retention_check_ms=None) as w:
+        for _ in range(20):
+            w.append(b"x" * 60)
+        with Log.open(path, readonly=True) as r:
+            real = Log._window
+
+            def window_then_retention(self, *args):
+                got = real(self, *args)
+                monkeypatch.setattr(Log, "_window", real)
+                w.enforce_retention(T0 * 10)   # all but the active segment is due
+                return got
+            monkeypatch.setattr(Log, "_window", window_then_retention)
+            df = r.to_pandas()
+            assert list(df["offset"]) == [18, 19]
+            with pytest.raises(seglog.OffsetOutOfRangeError):
+                r.to_pandas(start=0)

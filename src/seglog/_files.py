@@ -187,6 +187,26 @@ def write_checkpoint(directory: str, name: str, offset: int) -> None:
     atomic_write(os.path.join(directory, name), f"{CHECKPOINT_MAGIC}\n{offset}\n".encode())
 
 
+def superseded_segments(directory: str, names: list[str], bases: list[int]) -> set[int]:
+    """The ``bases`` a committed compaction swap replaced, once its new segment is
+    renamed in (its cleaned ``.log`` gone), that its writer has not deleted yet (it
+    was killed or stopped in between, or is about to): a writer's open deletes them,
+    so the log does not hold them. Before the rename they are the log."""
+    out: set[int] = set()
+    swaps = [n for n in names if n.startswith(SWAP) and n[len(SWAP):].isdigit()]
+    if not swaps:
+        return out
+    present = set(names)
+    for n in swaps:
+        if CLEANED + n[len(SWAP):] + ".log" in present:
+            continue
+        end = read_checkpoint(directory, n)
+        if end is not None:
+            base = int(n[len(SWAP):])
+            out.update(b for b in bases if base < b < end)
+    return out
+
+
 def list_segments(directory: str, names: list[str] | None = None) -> list[int]:
     """Base offsets of the ``.log`` files in ``directory`` (or ``names``), ascending.
 

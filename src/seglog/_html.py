@@ -6,6 +6,7 @@ bytes; everything is HTML-escaped and cut short.
 
 from __future__ import annotations
 
+import codecs
 import datetime as _dt
 from html import escape
 from typing import Any, Iterable, Sequence
@@ -14,11 +15,21 @@ _STYLE = ("<style>.seglog td,.seglog th{text-align:left;padding:1px 8px;"
           "font-family:monospace}</style>")
 
 
-def text(b: bytes) -> str | None:
-    """``b`` as text if it is UTF-8 that prints (tabs allowed), else None."""
+def utf8(b: bytes, cut: bool = False) -> str | None:
+    """``b`` decoded as UTF-8, else None. With ``cut`` (``b`` is the start of a
+    longer value), a character the cut split at the end is left out: a UTF-8 value
+    cut short is still text."""
     try:
-        s = b.decode()
+        return codecs.getincrementaldecoder("utf-8")().decode(b) if cut else b.decode()
     except UnicodeDecodeError:
+        return None
+
+
+def text(b: bytes, cut: bool = False) -> str | None:
+    """``b`` as text if it is UTF-8 that prints (tabs allowed), else None; ``cut``
+    as in ``utf8``."""
+    s = utf8(b, cut)
+    if s is None:
         return None
     return s if all(c.isprintable() or c == "\t" for c in s) else None
 
@@ -28,7 +39,7 @@ def preview(b: bytes | None, limit: int = 60) -> str:
     if b is None:
         return "None"
     part = bytes(b[:limit])
-    s = text(part)
+    s = text(part, cut=len(b) > limit)
     shown = s if s is not None else repr(part)
     return shown + (f"… ({len(b)} bytes)" if len(b) > limit else "")
 

@@ -12,7 +12,7 @@ import time
 from typing import Callable
 
 from . import codec
-from ._files import list_segments
+from ._files import LOG_START, list_segments, read_checkpoint, superseded_segments
 from ._scan import ScanResult, scan
 from .errors import CorruptRecordError
 from .recovery import continuing_batch_after, read_marker
@@ -27,7 +27,16 @@ def relist(directory: str, segs: tuple[Segment, ...], max_index_bytes: int
     are no longer used). Objects whose files are unchanged are kept; a segment that
     gained a successor was sealed by its writer and is read as a file from now on.
     """
-    bases = list_segments(directory)
+    names = os.listdir(directory)
+    bases = list_segments(directory, names)
+    gone = superseded_segments(directory, names, bases)
+    if gone:
+        bases = [b for b in bases if b not in gone]
+    # segments wholly below the log start: a retention pass checkpointed the start
+    # and its writer was killed or stopped before removing them (a writer's open does)
+    start = read_checkpoint(directory, LOG_START)
+    if start is not None:
+        bases = bases[sum(1 for nxt in bases[1:] if nxt <= start):]
     known = {s.base_offset: s for s in segs}
     new = []
     for b in bases:

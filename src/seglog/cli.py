@@ -193,18 +193,28 @@ def _show(b: bytes | None, limit: int) -> str:
     if b is None:
         return "null"
     part = bytes(b[:limit])
-    s = _html.text(part)
-    shown = json.dumps(s) if s is not None else repr(part)
+    s = _html.text(part, cut=len(b) > limit)
+    # printable text is shown as it is (quoted, escapes only for quotes and
+    # backslashes), not as \u escapes
+    shown = json.dumps(s, ensure_ascii=False) if s is not None else repr(part)
     return shown + (f"...({len(b)} bytes)" if len(b) > limit else "")
+
+
+def _header_key(k: str) -> str:
+    """A header key as is if it is one printable word, else quoted with escapes: a
+    key holding a newline, a space or '=' must not pass for more of the line (or a
+    line of its own)."""
+    if k and k.isprintable() and not any(c.isspace() or c in '="' for c in k):
+        return k
+    return json.dumps(k)
 
 
 def _json_value(b: bytes | None, limit: int) -> Any:
     if b is None:
         return None
-    try:
-        return b[:limit].decode()
-    except UnicodeDecodeError:
-        return {"hex": b[:limit].hex()}
+    part = bytes(b[:limit])
+    s = _html.utf8(part, cut=len(b) > limit)
+    return s if s is not None else {"hex": part.hex()}
 
 
 _ts = _html.when
@@ -290,7 +300,7 @@ def cmd_dump(a: argparse.Namespace, out: Any) -> int:
             if ms is None:
                 out.write(f"| {_GONE}\n")
             for m in ms or ():
-                hs = " ".join(f"{k}={_show(v, a.max_bytes)}" for k, v in m[4])
+                hs = " ".join(f"{_header_key(k)}={_show(v, a.max_bytes)}" for k, v in m[4])
                 out.write(f"| offset: {m[0]} timestamp: {m[1]} key: "
                           f"{_show(m[2], a.max_bytes)} value: {_show(m[3], a.max_bytes)}"
                           + (f" headers: {hs}" if hs else "") + "\n")
@@ -351,7 +361,8 @@ def cmd_verify(a: argparse.Namespace, out: Any) -> int:
             "log": name, "path": r.path, "segments": r.segments, "batches": r.batches,
             "messages": r.messages, "bytes": r.bytes, "reserved_bytes": r.reserved_bytes,
             **_offsets(r.start_offset, r.end_offset), "tail": r.tail,
-            "vanished_segments": r.vanished, "problems": _problems(r, True)}
+            "vanished_segments": r.vanished, "superseded_segments": r.superseded,
+            "problems": _problems(r, True)}
             for name, r in reports]}, out, indent=1)
         out.write("\n")
     else:
@@ -363,7 +374,10 @@ def cmd_verify(a: argparse.Namespace, out: Any) -> int:
                       + (" up to the damage (the rest is not read)" if r.stopped_at_damage
                          else "")
                       + (f", {len(r.vanished)} segment(s) deleted by retention or "
-                         f"compaction during the check" if r.vanished else "") + "\n")
+                         f"compaction during the check" if r.vanished else "")
+                      + (f", {len(r.superseded)} segment(s) a compaction replaced and "
+                         f"has not deleted yet (a writer's open deletes them)"
+                         if r.superseded else "") + "\n")
             for p in r.problems:
                 out.write(f"  DAMAGE {p.path} position {p.position} offset {p.offset}: "
                           f"{p.reason}: {p.message}\n")
@@ -508,7 +522,8 @@ def _scan_stats(d: str, prog: Callable[[int], None]) -> dict[str, Any]:
         elif attrs & codec.CODEC_MASK:
             st["lz4_raw"] += sum(len(m[3] or b"") for m in codec.decode_batch(buf, p, hdr))
     st["distinct_keys"] = len(keys) if not many else f">= {len(keys)}"
-    return {"segments": len(info.listed) - len(info.vanished), "bytes": info.stored_bytes,
+    return {"segments": len(info.listed) - len(info.vanished) - len(info.superseded),
+            "bytes": info.stored_bytes,
             "reserved_bytes": info.reserved_bytes,
             **_offsets(info.start_offset, info.end_offset), **st}
 
@@ -588,7 +603,7 @@ def cmd_tail(a: argparse.Namespace, out: Any) -> int:
             if since is not None:
                 at = log.offset_for_time(since)
                 first = end if at is None else at
-            pos.append(first if n is None else max(first, end - n))
+            pos.append(first if n is None else _last_n(log, first, end, n))
         while True:
             for i, (t, p, log) in enumerate(logs):
                 pos[i] = _print_from(out, a, t, p, log, pos[i])
@@ -601,6 +616,25 @@ def cmd_tail(a: argparse.Namespace, out: Any) -> int:
     finally:
         for _, _, log in logs:
             log.close()
+
+
+def _last_n(log: Log, first: int, end: int, n: int) -> int:
+    """Where the last ``n`` messages from ``first`` on start. Offsets count messages
+    only where nothing was compacted away: in a compacted log, the window before
+    the end is widened until it holds ``n`` messages (or reaches ``first``)."""
+    lo = max(first, end - n)
+    if n == 0 or not log.config.compacted:
+        return lo
+    while True:
+        try:
+            offsets = [m[0] for m in log.iter(lo, end)]
+        except OffsetOutOfRangeError:       # retention went past lo: print from there
+            return max(lo, log.start_offset)
+        if len(offsets) >= n:
+            return offsets[-n]
+        if lo <= first:
+            return lo
+        lo = max(first, end - 2 * (end - lo))
 
 
 def _print_from(out: Any, a: argparse.Namespace, t: str | None, p: int | None, log: Log,

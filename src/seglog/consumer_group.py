@@ -13,7 +13,7 @@ Under ``root/__groups/<group>/``:
   go on with what they own, joins and commits raise ``GroupBusyError``.
 * ``state.json``: the current generation, its members and their assignment, and
   the partition counts it was computed from, replaced atomically by the member
-  that first sees a change of membership (or a subscribed topic appear).
+  that first sees a change of membership (or a subscribed topic appear or go).
 * ``owners.json``: which member consumes which partition now. A member claims a
   partition of its assignment only when no live member of the current generation
   holds it, and releases it (after committing its position and calling
@@ -44,6 +44,7 @@ import operator
 import os
 import re
 import socket
+import stat
 import time
 import uuid
 import weakref
@@ -283,12 +284,33 @@ def _parse_member(path: str, data: bytes) -> _MemberInfo:
     return _MemberInfo(topics, None if ms is None else ms / 1000.0)
 
 
+def _open_file(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """A descriptor of the group file ``path``, opened without waiting: a FIFO or a
+    device put there would block ``open`` (and a reader of it) for ever, under
+    ``group.lock`` too. Anything but a regular file is refused with a
+    ``SeglogError`` naming it; ``FileNotFoundError`` passes."""
+    fd = os.open(path, flags | os.O_NONBLOCK, mode)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _bad(path, "not a regular file")
+        # back to blocking I/O: a regular file's reads and writes never wait anyway
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _read_json(path: str) -> Any:
     try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
+        fd = _open_file(path)
     except FileNotFoundError:
         return None
+    except OSError as e:
+        raise SeglogError(f"unreadable group file {path}: {e}") from e
+    try:
+        with open(fd, "rb") as f:
+            return json.loads(f.read())
     except (OSError, ValueError, RecursionError) as e:
         raise SeglogError(f"unreadable group file {path}: {e}") from e
 
@@ -318,7 +340,7 @@ class _Flock:
 
     def __enter__(self) -> "_Flock":
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = _open_file(self.path, os.O_RDWR | os.O_CREAT)
         except OSError as e:
             raise SeglogError(f"{self.what}: cannot open {self.path}: {e}") from e
         _CHILD_CLOSES.add(fd)
@@ -414,9 +436,11 @@ class _GroupFiles:
         own = fd is None
         if fd is None:
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = _open_file(path)
             except FileNotFoundError:
                 return None
+            except OSError as e:
+                raise SeglogError(f"unreadable group file {path}: {e}") from e
         try:
             ino = os.fstat(fd).st_ino
             cached = self._infos.get(member)
@@ -438,9 +462,11 @@ class _GroupFiles:
         not say). With ``tidy`` (group lock held) a dead member's file is removed."""
         path = self.member_path(member)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = _open_file(path)
         except FileNotFoundError:
             return "dead"
+        except OSError as e:
+            raise SeglogError(f"unreadable group file {path}: {e}") from e
         try:
             try:
                 _platform.flock(fd, _platform.LOCK_EX_NB)
@@ -455,6 +481,13 @@ class _GroupFiles:
             return "dead"
         finally:
             os.close(fd)
+
+
+def _check_partition(p: object) -> int:
+    """A partition number given by a caller: an int (``True`` is not partition 1)."""
+    if isinstance(p, bool) or not isinstance(p, int):
+        raise TypeError(f"partition must be an int, not {type(p).__name__}")
+    return p
 
 
 def _key(tp: TP) -> str:
@@ -476,7 +509,7 @@ def _rebalance(files: _GroupFiles, root: str, me: str | None, my_topics: list[st
                default_s: float, assignor: str) -> _State:
     """Under the group lock: the current state, or a new generation if membership
     changed (dead and silent members out, ``me`` in, or out with ``my_topics``
-    None) or a subscribed topic appeared."""
+    None) or a subscribed topic appeared or went."""
     st = files.state(assignor)
     now = time.time()
     live: dict[str, list[str]] = {}
@@ -700,7 +733,7 @@ class Consumer:
 
     def _check_group(self, lock_wait: float, force: bool = False) -> None:
         """Heartbeat; adopt a new generation; start one if a member died, went silent
-        or wants in, or a subscribed topic appeared; release and claim partitions.
+        or wants in, or a subscribed topic appeared or went; release and claim partitions.
         Group work that needs the lock is left to a later look if the lock is busy
         for ``lock_wait``."""
         now = time.monotonic()
@@ -748,7 +781,7 @@ class Consumer:
     def _stale(self, st: _State) -> bool:
         """Is a rebalance due: a member of the generation dead or silent, a member
         file not in it alive (it wants in) or dead (to tidy), or a subscribed topic
-        created since the assignment?"""
+        created or deleted since the assignment?"""
         files = self._files
         wall = time.time()
         for m in st.members:
@@ -759,8 +792,9 @@ class Consumer:
                     and files.probe(m, wall, self._session_s) != "silent":
                 return True
         known = st.partitions or {}
-        return any(t not in known and read_partition_count(self.root, t) is not None
-                   for t in self.topics)
+        # a deleted topic (its record gone) leaves the assignment too: its members
+        # would otherwise fail every other poll on its vanished logs for ever
+        return any(read_partition_count(self.root, t) != known.get(t) for t in self.topics)
 
     def _adopt(self, st: _State) -> None:
         """Take generation ``st``: revoke what it no longer assigns to this member,
@@ -1006,12 +1040,17 @@ class Consumer:
 
         Leaving the loop early (``break``) gives back what the last poll returned and
         the loop did not reach: the positions (and the next commit) count only the
-        messages yielded."""
+        messages yielded. The loop ends when the consumer is closed (by another
+        thread, or a callback); an error of a poll, such as a partition's log whose
+        directory was removed (``LogClosedError`` too), is raised, never taken for
+        that end."""
         while not self._closed:
             try:
                 batch = self.poll(timeout_ms=1000)
             except LogClosedError:
-                return
+                if self._closed:
+                    return
+                raise
             if not batch:
                 continue
             it = iter(batch)
@@ -1133,7 +1172,7 @@ class Consumer:
     def committed(self, topic: str, partition: int) -> int | None:
         """The group's committed offset of a partition (any owner), None if none."""
         self._check_open()
-        c = self._files.offsets().get(_key((check_name(topic), partition)))
+        c = self._files.offsets().get(_key((check_name(topic), _check_partition(partition))))
         return None if c is None else int(c[0])
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
@@ -1156,7 +1195,7 @@ class Consumer:
             self._pending_error = None
 
     def _owned_tp(self, topic: str, partition: int) -> TP:
-        tp = (check_name(topic), partition)
+        tp = (check_name(topic), _check_partition(partition))
         if tp not in self._owned:
             raise InvalidConfigError(f"{topic}-{partition} is not owned by this consumer "
                                      f"(assignment: {sorted(self._assigned)})")

@@ -412,9 +412,16 @@ class LocalLog:
         datetimes, key, value, headers), from offset ``start`` to ``end`` and with
         timestamps in ``[since, until)`` (datetimes, ISO 8601 strings or ms; naive
         means UTC). Built from ``read_arrow``; needs pandas and pyarrow (the ``spark``
-        extra)."""
-        lo, hi, t0, t1 = self._window(start, end, since, until)
-        return _frame(self.read_arrow(lo, hi), t0, t1)
+        extra). Without ``start``, retention deleting the first messages meanwhile (a
+        writer in another process) makes it read again from the new start."""
+        for _ in range(_RELOCATIONS):
+            lo, hi, t0, t1 = self._window(start, end, since, until)
+            try:
+                return _frame(self.read_arrow(lo, hi), t0, t1)
+            except OffsetOutOfRangeError:
+                if start is not None or self._start <= lo:
+                    raise
+        raise self._unsettled()
 
     def _repr_html_(self) -> str:
         if self._closed:
@@ -434,10 +441,23 @@ class LocalLog:
                            [(s.base_offset, _html.size(s.size), _html.when(s.max_timestamp),
                              "active" if s is segs[-1] else "sealed") for s in shown],
                            f"{len(segs) - 10} more in between" if len(segs) > 10 else "")
-        end = st["end_offset"]
-        tail = messages_html("the last messages",
-                             self.iter(max(st["start_offset"], end - 5), end))
+        tail = messages_html("the last messages", iter(self._last(5, st["end_offset"])))
         return head + table + tail
+
+    def _last(self, n: int, end: int) -> list[Message]:
+        """The messages of the ``n`` offsets before ``end``; if retention deletes
+        them meanwhile (a writer in another process), those from the new start."""
+        for _ in range(_RELOCATIONS):
+            start = self.start_offset
+            end = max(end, start)
+            try:
+                return list(self.iter(max(start, end - n), end))
+            except OffsetOutOfRangeError:
+                if self.readonly:
+                    self._refresh(force=True)
+                if self._start <= start:
+                    raise
+        raise self._unsettled()
 
     def _batch_iters(self, offset: int, end: int | None,
                      columns: bool = False) -> Iterator[Any]:

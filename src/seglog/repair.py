@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Generator, Iterator
 
 from . import _marker, _platform, codec
-from ._files import (LOCK_FILE, LOG_START, MARKER, RECOVERY_POINT, fsync_dir, fsync_file,
-                     list_segments, read_checkpoint, remove, write_checkpoint)
+from ._files import (CLEANED, LOCK_FILE, LOG_START, MARKER, RECOVERY_POINT, SWAP, fsync_dir,
+                     fsync_file, list_segments, read_checkpoint, remove, write_checkpoint)
 from ._scan import Damage, survey, walk, zeros_to
 from .errors import CorruptRecordError, LogLockedError, NotALogError, SeglogError
 from .index import TimeIndex, entries_valid, offset_arrays
@@ -100,6 +100,9 @@ class WalkInfo:
     listed: list[str] = field(default_factory=list)          # the log's segment files
     segments: list[Extent] = field(default_factory=list)     # walked, in order
     vanished: list[str] = field(default_factory=list)        # deleted under the walk
+    # segments a committed compaction swap replaced but has not deleted yet (its
+    # writer was killed or stopped in the middle): the next writer's open deletes them
+    superseded: list[str] = field(default_factory=list)
     start_offset: int | None = None
     end_offset: int | None = None
     tail: str | None = None
@@ -135,6 +138,7 @@ class CheckReport:
     last_offset: int | None = None
     tail: str | None = None
     vanished: list[str] = field(default_factory=list)
+    superseded: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     stopped_at_damage: bool = False   # the walk ended at a bad batch: the rest is unread
 
@@ -176,8 +180,16 @@ def walk_log(directory: str, progress: Progress | None = None, decode: bool = Tr
         below = sum(1 for nxt in bases[1:] if nxt <= start)
         segs = segs[below:]
     info.listed = [p for _, p in segs]
+    swaps = committed_swaps(directory)
     expect: int | None = None
     for i, (base, path) in enumerate(segs):
+        if expect is not None and base < expect and any(
+                b < base < e and expect <= e for b, e in swaps):
+            # the output of a committed swap was renamed in and has been walked; this
+            # is one of the segments it replaced, which its writer (killed or
+            # stopped) has not deleted yet: the next writer's open deletes it
+            info.superseded.append(path)
+            continue
         try:
             f = open(path, "rb")
         except FileNotFoundError:
@@ -205,6 +217,18 @@ def walk_log(directory: str, progress: Progress | None = None, decode: bool = Tr
             expect = yield from _walk_segment(f.fileno(), ext, i + 1 == len(segs), directory,
                                               progress, decode, info, live)
             info.end_offset = expect
+
+
+def committed_swaps(directory: str) -> list[tuple[int, int]]:
+    """(base, end) of the compaction swaps committed in ``directory`` (their manifest
+    written) and not finished: the output replaces the segments from base to end."""
+    out = []
+    for name in os.listdir(directory):
+        if name.startswith(SWAP) and name[len(SWAP):].isdigit():
+            end = read_checkpoint(directory, name)
+            if end is not None:
+                out.append((int(name[len(SWAP):]), end))
+    return out
 
 
 def _gone(path: str, live: bool | None, directory: str) -> bool:
@@ -344,7 +368,7 @@ def check(directory: str, progress: Progress | None = None,
                                     e.message))
         info.end_offset = e.next_offset          # the good data ends there
         stopped = e.path
-    rep.segments = len(info.listed) - len(info.vanished)
+    rep.segments = len(info.listed) - len(info.vanished) - len(info.superseded)
     rep.bytes, rep.reserved_bytes = info.stored_bytes, info.reserved_bytes
     for seen in info.segments:
         if seen.path == stopped:
@@ -356,14 +380,21 @@ def check(directory: str, progress: Progress | None = None,
     if rep.end_offset is not None and rep.start_offset is not None \
             and rep.end_offset > rep.start_offset:
         rep.last_offset = rep.end_offset - 1
-    rep.tail, rep.vanished = info.tail, info.vanished
+    rep.tail, rep.vanished, rep.superseded = info.tail, info.vanished, info.superseded
     walked = {e.path: e for e in info.segments}
     for path in info.listed:
-        if path in info.vanished:
+        if path in info.vanished or path in info.superseded:
             continue
         try:
+            # a committed swap's output renamed in, its indexes not yet: they are the
+            # ones the next writer's open puts beside it (before the commit point, or
+            # before its .log is renamed in, the cleaned files are not the segment's)
+            cleaned = os.path.join(directory, CLEANED + os.path.basename(path))
+            manifest = os.path.join(directory, SWAP + os.path.basename(path)[:-4])
+            swapped = os.path.exists(manifest) and not os.path.exists(cleaned)
+            stem = cleaned if swapped and os.path.exists(cleaned[:-4] + ".index") else path
             problems = _check_indexes(path, int(os.path.basename(path)[:-4]),
-                                      starts.get(path, {}), os.path.getsize(path))
+                                      starts.get(path, {}), os.path.getsize(path), stem)
             # compaction renames a segment's new .log over the old first, then its
             # indexes: if the .log walked is still there, the indexes read were its own
             ext = walked.get(path)
@@ -375,11 +406,14 @@ def check(directory: str, progress: Progress | None = None,
     return rep
 
 
-def _check_indexes(path: str, base: int, starts: dict[int, int], size: int) -> list[Problem]:
+def _check_indexes(path: str, base: int, starts: dict[int, int], size: int,
+                   stem: str | None = None) -> list[Problem]:
     """Every offset-index entry points at a batch start holding its offset; the time
-    index ascends. Missing index files are not damage (a writer rebuilds them)."""
+    index ascends. Missing index files are not damage (a writer rebuilds them).
+    ``stem``: the index files' path less its extension, if not the segment's."""
     out: list[Problem] = []
-    ipath, tpath = path[:-4] + ".index", path[:-4] + ".timeindex"
+    stem = (path if stem is None else stem)[:-4]
+    ipath, tpath = stem + ".index", stem + ".timeindex"
     if os.path.exists(ipath):
         with open(ipath, "rb") as f:
             rel, pos = offset_arrays(f.read())
