@@ -85,6 +85,8 @@ class Extent:
     file_bytes: int          # the file's size when the walk opened it
     data_bytes: int = 0      # whole good batches from its start: the bytes it stores
     inode: int = 0           # of the file walked (compaction may replace it later)
+    ctime_ns: int = 0        # with the inode, tells the file walked from a later one
+                             # that reuses its inode number
 
 
 @dataclass
@@ -210,7 +212,7 @@ def walk_log(directory: str, progress: Progress | None = None, decode: bool = Tr
                                f"segments before hold offsets up to {expect - 1}, this one "
                                f"starts at {base}", path, 0, base, expect)
             st = os.fstat(f.fileno())
-            ext = Extent(path, base, st.st_size, inode=st.st_ino)
+            ext = Extent(path, base, st.st_size, inode=st.st_ino, ctime_ns=st.st_ctime_ns)
             info.segments.append(ext)
             if info.start_offset is None:
                 info.start_offset = max(base, start or 0)
@@ -396,9 +398,14 @@ def check(directory: str, progress: Progress | None = None,
             problems = _check_indexes(path, int(os.path.basename(path)[:-4]),
                                       starts.get(path, {}), os.path.getsize(path), stem)
             # compaction renames a segment's new .log over the old first, then its
-            # indexes: if the .log walked is still there, the indexes read were its own
+            # indexes: if the .log walked is still there, the indexes read were its own.
+            # The inode alone does not tell: a file created since (a later pass's
+            # output, the walked file deleted meanwhile) can reuse its number, so the
+            # change time must be the walk's too (a file written since, the active
+            # segment, is then checked again by a later verify, not judged now)
             ext = walked.get(path)
-            if ext is None or os.stat(path).st_ino == ext.inode:
+            now = os.stat(path)
+            if ext is None or (now.st_ino, now.st_ctime_ns) == (ext.inode, ext.ctime_ns):
                 rep.problems += problems
         except FileNotFoundError:
             if path not in walked:
