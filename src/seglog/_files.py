@@ -26,7 +26,9 @@ TMP = PREFIX + "tmp."            # + the name being replaced (checkpoints, index
 DELETED = PREFIX + "deleted."    # + a segment file name (retention, delayed delete)
 CLEANED = PREFIX + "cleaned."    # + a segment file name (compaction output)
 SWAP = PREFIX + "swap."          # + a 20-digit base offset (compaction manifest)
-SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")   # a segment's three files
+WRITER_SESSION = "writer-session"   # the exclusive writer's session record
+TOPICS_DIR = "__topics"             # under a topic root: <name>.json per topic
 _MAX_BASE = (1 << 63) - 1
 _SEGMENT_FILE = re.compile(r"(\d{20})\.(log|index|timeindex)")
 _LEFTOVER = re.compile(
@@ -164,6 +166,32 @@ def remove(path: str) -> bool:
 
 
 # -- checkpoints: an offset in a small file, replaced atomically -------------------
+def segment_name(base_offset: int) -> str:
+    """The 20-digit, zero-padded file stem of a segment."""
+    return f"{base_offset:020d}"
+
+
+def segment_path(directory: str, base_offset: int, suffix: str = ".log") -> str:
+    """The path of one of a segment's files (``suffix`` one of SEGMENT_SUFFIXES)."""
+    return os.path.join(directory, f"{base_offset:020d}{suffix}")
+
+
+def topic_file(root: str, name: str) -> str:
+    """The file recording topic ``name``'s partition count under ``root``."""
+    return os.path.join(root, TOPICS_DIR, name + ".json")
+
+
+def list_topics(root: str) -> list[str]:
+    """The names of the topics recorded under ``root``, sorted ([] if none)."""
+    try:
+        names = os.listdir(os.path.join(root, TOPICS_DIR))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as e:
+        raise path_error(e, f"cannot list the topics of {root}") from e
+    return sorted(n[:-5] for n in names if n.endswith(".json") and len(n) > 5)
+
+
 RECOVERY_POINT = "recovery-point"
 LOG_START = "log-start-offset"
 CHECKPOINT_MAGIC = "seglog-checkpoint 1"

@@ -16,14 +16,15 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from . import codec
-from ._files import CHECKPOINT_MAGIC, LOCK_FILE, MARKER, atomic_write, is_leftover, list_segments
+from ._files import (CHECKPOINT_MAGIC, LOCK_FILE, LOG_START, MARKER, RECOVERY_POINT, WRITER_SESSION,
+                     atomic_write, is_leftover, list_segments, segment_path)
 from .config import LogConfig
 from .errors import CorruptRecordError, InvalidConfigError, NotALogError
 
 # the log's format is its batches' (docs/FORMAT.md)
 FORMAT = codec.MAGIC
 # files whose content proves a directory was written by seglog before it had a marker
-_LEGACY_PROOF = ("recovery-point", "log-start-offset", "writer-session")
+_LEGACY_PROOF = (RECOVERY_POINT, LOG_START, WRITER_SESSION)
 
 
 def read(directory: str) -> dict[str, Any] | None:
@@ -104,7 +105,7 @@ def _refuse_old_batches(directory: str, names: list[str]) -> None:
     bases = list_segments(directory, names)
     if not bases:
         return
-    path = os.path.join(directory, f"{bases[0]:020d}.log")
+    path = segment_path(directory, bases[0])
     try:
         with open(path, "rb") as f:
             head = f.read(codec.LENGTH_END + 1)

@@ -34,12 +34,12 @@ from typing import Callable, Iterator, Sequence
 import xxhash
 
 from . import _scan, codec
-from ._files import (CLEANED, SWAP, fsync_dir, fsync_file, is_leftover, list_segments,
-                  read_checkpoint, remove, write_checkpoint)
+from ._files import (CLEANED, SEGMENT_SUFFIXES, SWAP, fsync_dir, fsync_file, is_leftover, list_segments,
+                     read_checkpoint, remove, segment_name, segment_path, write_checkpoint)
 from .config import LogConfig
 from .errors import CorruptRecordError
 from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex
-from .segment import Segment, segment_name
+from .segment import Segment
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 # the earliest delete horizon of a tombstone kept in cleaned segments: a pass is due
@@ -422,7 +422,7 @@ def swap_in(directory: str, base: int, end: int) -> None:
     Idempotent, so recovery can call it after a crash at any step.
     """
     stem = os.path.join(directory, segment_name(base))
-    for ext in (".log", ".index", ".timeindex"):
+    for ext in SEGMENT_SUFFIXES:
         src = _cleaned(stem + ext)
         if os.path.exists(src):
             os.rename(src, stem + ext)
@@ -430,8 +430,8 @@ def swap_in(directory: str, base: int, end: int) -> None:
     gone = False
     for b in list_segments(directory):
         if base < b < end:
-            for ext in (".log", ".index", ".timeindex"):
-                remove(os.path.join(directory, segment_name(b) + ext))
+            for ext in SEGMENT_SUFFIXES:
+                remove(segment_path(directory, b, ext))
             gone = True
     if gone:
         fsync_dir(directory)

@@ -35,7 +35,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from . import _html, codec, recovery, repair
-from ._files import MARKER
+from ._files import MARKER, list_topics
 from .consumer_group import GROUPS_DIR, describe_group, list_groups
 from .errors import (CorruptRecordError, InvalidConfigError, LogLockedError, NotALogError,
                      OffsetOutOfRangeError, SeglogError)
@@ -45,7 +45,6 @@ from .retention import expired_prefix
 from .topic import read_partition_count
 
 EXIT_OK, EXIT_DAMAGE, EXIT_USAGE, EXIT_NOT_A_LOG, EXIT_LOCKED, EXIT_DECLINED = 0, 1, 2, 3, 4, 5
-TOPICS_DIR = "__topics"
 
 
 class _Progress:
@@ -123,8 +122,7 @@ def _partitions(root: str, topic: str | None = None) -> list[tuple[str, int, str
         raise NotALogError(_no_dir(root))
     out: list[tuple[str, int, str]] = []
     names = sorted(os.listdir(root))
-    topics = {n[:-5] for n in os.listdir(os.path.join(root, TOPICS_DIR))
-              if n.endswith(".json")} if os.path.isdir(os.path.join(root, TOPICS_DIR)) else set()
+    topics = set(list_topics(root))
     for n in names:
         t, _, num = n.rpartition("-")
         if t and num.isdigit() and _is_log(os.path.join(root, n)):

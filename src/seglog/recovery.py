@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _platform, codec
-from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, atomic_write,  # noqa: F401
+from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, SEGMENT_SUFFIXES, WRITER_SESSION, atomic_write,  # noqa: F401
                      fsync_dir, fsync_file, is_leftover, list_segments, read_checkpoint,
-                     remove, tmp_path, write_checkpoint)
+                     remove, segment_path, tmp_path, write_checkpoint)
 from ._scan import ScanResult, Survey, scan, survey, write_index_files  # noqa: F401
 from .cleaner import resolve_interrupted
 from .errors import CorruptRecordError
@@ -78,8 +78,8 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
     # a retention pass checkpoints the start offset before it deletes: finish its work
     below = [b for b, nxt in zip(bases, bases[1:]) if nxt <= start]
     for b in below:
-        for ext in (".log", ".index", ".timeindex"):
-            remove(os.path.join(directory, f"{b:020d}{ext}"))
+        for ext in SEGMENT_SUFFIXES:
+            remove(segment_path(directory, b, ext))
     if below:
         fsync_dir(directory)
         bases = bases[len(below):]
@@ -309,9 +309,6 @@ def _first_timestamp(seg: Segment) -> int | None:
     return hdr[codec.H_MAX_TS] if hdr is not None else None
 
 
-SESSION = "writer-session"
-
-
 def boot_id() -> str | None:
     """This boot's id (changes when the machine restarts), None if unknown."""
     return _platform.boot_id()
@@ -319,7 +316,7 @@ def boot_id() -> str | None:
 
 def _previous_boot(directory: str) -> str | None:
     try:
-        with open(os.path.join(directory, SESSION), "rb") as f:
+        with open(os.path.join(directory, WRITER_SESSION), "rb") as f:
             boot = json.loads(f.read()).get("boot_id")
         return boot if isinstance(boot, str) else None
     except (OSError, ValueError, AttributeError):
@@ -338,7 +335,7 @@ def writer_alive(directory: str) -> bool:
     if os.path.exists(os.path.join(directory, CLEAN_MARKER)):
         return False
     try:
-        with open(os.path.join(directory, SESSION), "rb") as f:
+        with open(os.path.join(directory, WRITER_SESSION), "rb") as f:
             session = json.loads(f.read())
         pid, boot = session["pid"], session.get("boot_id")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -375,7 +372,7 @@ def _flock_held(path: str) -> bool | None:
 
 def write_session(directory: str) -> None:
     """Record which boot this writer runs in (read by the next recovery)."""
-    atomic_write(os.path.join(directory, SESSION),
+    atomic_write(os.path.join(directory, WRITER_SESSION),
                  json.dumps({"version": 1, "boot_id": boot_id(), "pid": os.getpid()}).encode())
 
 

@@ -25,7 +25,7 @@ from typing import Callable, Generator, Iterator
 
 from . import _marker, _platform, codec
 from ._files import (CLEANED, LOCK_FILE, LOG_START, MARKER, RECOVERY_POINT, SWAP, fsync_dir,
-                     fsync_file, list_segments, read_checkpoint, remove, write_checkpoint)
+                     fsync_file, list_segments, read_checkpoint, remove, segment_path, write_checkpoint)
 from ._scan import Damage, survey, walk, zeros_to
 from .errors import CorruptRecordError, LogLockedError, NotALogError, SeglogError
 from .index import TimeIndex, entries_valid, offset_arrays
@@ -154,7 +154,7 @@ def segment_paths(directory: str) -> list[tuple[int, str]]:
     ``NotALogError`` if it has no seglog marker."""
     if not os.path.isfile(os.path.join(directory, MARKER)):
         raise NotALogError(f"{directory} is not a seglog log (no {MARKER})")
-    return [(b, os.path.join(directory, f"{b:020d}.log")) for b in list_segments(directory)]
+    return [(b, segment_path(directory, b)) for b in list_segments(directory)]
 
 
 def walk_log(directory: str, progress: Progress | None = None, decode: bool = True,

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Sequence, cast
 
 
 from . import _html, _platform, _prefault, _scan, codec
-from ._files import fsync_dir, fsync_file, remove, tmp_path
+from ._files import fsync_dir, fsync_file, remove, segment_name, tmp_path
 from .errors import CorruptRecordError, OffsetOutOfRangeError
 from .index import OffsetIndex, TimeIndex, entries_valid, next_entry_position, offset_arrays
 from .message import MessageSet
@@ -88,11 +88,6 @@ class SegmentGoneError(OffsetOutOfRangeError):
     """The segment was deleted by retention, replaced by compaction or closed with its
     log; its files are no longer this object's. Read through the ``Log``, which
     finds the current segment."""
-
-
-def segment_name(base_offset: int) -> str:
-    """The 20-digit, zero-padded file stem of a segment."""
-    return f"{base_offset:020d}"
 
 
 class Segment:

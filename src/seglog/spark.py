@@ -27,12 +27,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
-from ._files import MARKER, require_dir
+from ._files import MARKER, list_topics, require_dir
 from .consumer_group import ConsumerMessage, commit_offsets, committed_offsets
 from .errors import GroupBusyError, InvalidConfigError, OffsetOutOfRangeError
 from .log import Log
 from .message import Columns
-from .topic import TOPICS_DIR, check_name, partition_dir, read_partition_count
+from .topic import check_name, partition_dir, read_partition_count
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -126,12 +126,7 @@ class _Options:
             return out
         if self.pattern is not None:
             rx = re.compile(self.pattern)
-            try:
-                names = os.listdir(os.path.join(self.root, TOPICS_DIR))
-            except FileNotFoundError:
-                names = []
-            topics = sorted(n[:-5] for n in names
-                            if n.endswith(".json") and rx.fullmatch(n[:-5]))
+            topics = [t for t in list_topics(self.root) if rx.fullmatch(t)]
         else:
             topics = list(self.subscribe)
         out = []

@@ -50,10 +50,10 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, StrPath
 
+from ._files import WRITER_SESSION
 from .log import Log
 
 SECTOR = 512
-_SESSION = "writer-session"
 
 _OPS = {
     "open": ("open",), "write": ("write", "pwrite"), "fsync": ("fsync", "fdatasync"),
@@ -110,7 +110,7 @@ class CrashState:
             path = os.path.join(dest, name)
             with open(path, "wb") as f:
                 f.write(data)
-            if name == _SESSION:
+            if name == WRITER_SESSION:
                 _mark_rebooted(path)
 
     def _file_after_crash(self, ident: str, rng: random.Random, mode: str) -> bytes:

@@ -25,13 +25,12 @@ from typing import Any, Iterable
 import xxhash
 
 from . import _html
-from ._files import atomic_write, fsync_dir, make_dirs, path_error, require_dir
+from ._files import TOPICS_DIR, atomic_write, fsync_dir, make_dirs, path_error, require_dir, topic_file
 from .config import LogConfig
 from .errors import InvalidConfigError, LogClosedError
 from .log import Log
 from .message import Headers, Record
 
-TOPICS_DIR = "__topics"
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 MAX_PARTITIONS = 1 << 16
 
@@ -56,7 +55,7 @@ def read_partition_count(root: str, name: str) -> int | None:
     """The recorded partition count of topic ``name`` under ``root``, None if the
     topic does not exist (or its creation never finished)."""
     try:
-        with open(os.path.join(root, TOPICS_DIR, name + ".json"), "rb") as f:
+        with open(topic_file(root, name), "rb") as f:
             meta = json.loads(f.read())
         n = meta["partitions"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -126,7 +125,7 @@ class Topic:
             if create:
                 try:
                     fsync_dir(root)
-                    atomic_write(os.path.join(root, TOPICS_DIR, name + ".json"),
+                    atomic_write(topic_file(root, name),
                                  json.dumps({"version": 1, "name": name,
                                              "partitions": n}).encode())
                 except OSError as e:
