@@ -56,7 +56,7 @@ from ._files import atomic_write, fsync_dir, make_dirs, remove, require_dir
 from .errors import (CommitFailedError, GroupBusyError, InvalidConfigError, LogClosedError,
                      OffsetOutOfRangeError, SeglogError, StorageError)
 from .log import Log
-from .message import Headers, Message, _short, _tuplegetter
+from .message import Headers, Message, short_repr, field_getter
 from .topic import check_name, partition_dir, read_partition_count
 
 _log = logging.getLogger("seglog")
@@ -87,19 +87,19 @@ class ConsumerMessage(_ConsumerMessageBase):
 
     __slots__ = ()
     _fields = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
-    topic: str = _tuplegetter(0, "Topic name.")
-    partition: int = _tuplegetter(1, "Partition number.")
-    offset: int = _tuplegetter(2, "Logical offset in the partition.")
-    timestamp: int = _tuplegetter(3, "Milliseconds since the epoch.")
-    key: bytes | None = _tuplegetter(4, "Key bytes or None.")
-    value: bytes | None = _tuplegetter(5, "Value bytes; None is a tombstone.")
-    headers: Headers = _tuplegetter(6, "(str, bytes) pairs.")
+    topic: str = field_getter(0, "Topic name.")
+    partition: int = field_getter(1, "Partition number.")
+    offset: int = field_getter(2, "Logical offset in the partition.")
+    timestamp: int = field_getter(3, "Milliseconds since the epoch.")
+    key: bytes | None = field_getter(4, "Key bytes or None.")
+    value: bytes | None = field_getter(5, "Value bytes; None is a tombstone.")
+    headers: Headers = field_getter(6, "(str, bytes) pairs.")
 
     _asdict = Message._asdict        # one definition: it reads ``_fields``
 
     def __repr__(self) -> str:
         return (f"ConsumerMessage(topic={self[0]!r}, partition={self[1]}, offset={self[2]}, "
-                f"timestamp={self[3]}, key={self[4]!r}, value={_short(self[5])}, "
+                f"timestamp={self[3]}, key={self[4]!r}, value={short_repr(self[5])}, "
                 f"headers={self[6]!r})")
 
 
@@ -1011,7 +1011,7 @@ class Consumer:
                         continue
                     if not ms:
                         continue
-                    buffered = ms.next_offset, ms._iter_as(ConsumerMessage, tp)
+                    buffered = ms.next_offset, ms.iter_as(ConsumerMessage, tp)
                 out += itertools.islice(buffered[1], want)
             except Exception as e:
                 # damage (or an I/O error) in this partition: what was read before it

@@ -32,7 +32,7 @@ from ._files import LOG_START, read_checkpoint
 from .config import LogConfig
 from .errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, SeglogError
 from .index import MAX_RELATIVE_OFFSET
-from .message import (Columns, Message, MessageSet, _arrow, _check_ts, arrow_schema, as_ms,
+from .message import (Columns, Message, MessageSet, arrow_modules, check_timestamp, arrow_schema, as_ms,
                       messages_html)
 from .segment import Segment, SegmentGoneError
 
@@ -265,7 +265,7 @@ class LocalLog:
         ``OffsetOutOfRangeError`` if ``start`` is outside the log or retention
         deletes what is being read. Needs pyarrow and numpy (the ``spark`` extra).
         """
-        pa = _arrow()[0]
+        pa = arrow_modules()[0]
         self._check_readable()
         if self.readonly:
             self._refresh()
@@ -558,7 +558,7 @@ class LocalLog:
     def offset_for_time(self, timestamp: int) -> int | None:
         """The first offset whose message timestamp is >= ``timestamp``, or None."""
         self._check_readable()
-        ts = _check_ts(timestamp)
+        ts = check_timestamp(timestamp)
         return self._settled(lambda: self._offset_for_time(ts))
 
     def _offset_for_time(self, ts: int) -> int | None:

@@ -28,7 +28,7 @@ from .cleaner import CompactionStats, compact
 from .config import LogConfig
 from .errors import LogLockedError, MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
 from .local_log import NEVER, LocalLog
-from .message import (_HEADER_FRAMING, Headers, PreparedBatch, Record, _check_ts,
+from .message import (HEADER_FRAMING, Headers, PreparedBatch, Record, check_timestamp,
                       prepare_batch)
 from .retention import DelayedDeletes, expired_prefix
 from .segment import Segment
@@ -358,7 +358,7 @@ class Log(LocalLog):
             if timestamp is None:
                 ts = _time_ns() // 1_000_000
             else:
-                ts = _check_ts(timestamp)
+                ts = check_timestamp(timestamp)
                 self._check_window(ts, ts, _time_ns() // 1_000_000)
             if n <= self._fast_max:
                 if ts != self._tail_ts:
@@ -504,7 +504,7 @@ class Log(LocalLog):
                 if k:
                     sizes[i] += len(k)
                 if headers is not None:
-                    sizes[i] += sum(len(a) + len(b) + _HEADER_FRAMING for a, b in headers[i])
+                    sizes[i] += sum(len(a) + len(b) + HEADER_FRAMING for a, b in headers[i])
         limit = self._max_msg
         if sum(sizes) + _RECORD_OVERHEAD * n > limit:
             acc = 0
@@ -653,7 +653,7 @@ class Log(LocalLog):
         """
         self._check_writable()
         self._raise_background_error()
-        return self._enforce(_now_ms() if now_ms is None else _check_ts(now_ms))
+        return self._enforce(_now_ms() if now_ms is None else check_timestamp(now_ms))
 
     def _enforce(self, now_ms: int) -> list[int]:
         """The delete policy (Kafka's ``deleteOldSegments``): the new log start offset
@@ -713,7 +713,7 @@ class Log(LocalLog):
         """
         self._check_writable()
         self._raise_background_error()
-        return self._compact(None if now_ms is None else _check_ts(now_ms))
+        return self._compact(None if now_ms is None else check_timestamp(now_ms))
 
     def _compact(self, now_ms: int | None) -> CompactionStats:
         with self._maintenance, self._poisoning():

@@ -27,15 +27,15 @@ class Record(NamedTuple):
 
 if TYPE_CHECKING:
     # _collections has no stub; to mypy a field is typed by its annotation below
-    def _tuplegetter(index: int, doc: str) -> Any: ...
+    def field_getter(index: int, doc: str) -> Any: ...
     # Message is a tuple of these types (at run time a plain tuple subclass)
     _MessageBase = codec.MessageTuple
 else:
     try:
         # the C descriptor namedtuple fields use: about twice as fast as property(itemgetter)
-        from _collections import _tuplegetter
+        from _collections import _tuplegetter as field_getter
     except ImportError:  # another Python implementation
-        def _tuplegetter(index: int, doc: str) -> Any:
+        def field_getter(index: int, doc: str) -> Any:
             return property(itemgetter(index), doc=doc)
     _MessageBase = tuple
 
@@ -50,11 +50,11 @@ class Message(_MessageBase):
 
     __slots__ = ()
     _fields = ("offset", "timestamp", "key", "value", "headers")
-    offset: int = _tuplegetter(0, "Logical offset.")
-    timestamp: int = _tuplegetter(1, "Milliseconds since the epoch.")
-    key: bytes | None = _tuplegetter(2, "Key bytes or None.")
-    value: bytes | None = _tuplegetter(3, "Value bytes; None is a tombstone.")
-    headers: tuple[tuple[str, bytes], ...] = _tuplegetter(4, "(str, bytes) pairs.")
+    offset: int = field_getter(0, "Logical offset.")
+    timestamp: int = field_getter(1, "Milliseconds since the epoch.")
+    key: bytes | None = field_getter(2, "Key bytes or None.")
+    value: bytes | None = field_getter(3, "Value bytes; None is a tombstone.")
+    headers: tuple[tuple[str, bytes], ...] = field_getter(4, "(str, bytes) pairs.")
 
     def _asdict(self) -> dict[str, Any]:
         """The fields by name (as a namedtuple's ``_asdict``; pandas builds columns
@@ -63,7 +63,7 @@ class Message(_MessageBase):
 
     def __repr__(self) -> str:
         return (f"Message(offset={self[0]}, timestamp={self[1]}, key={self[2]!r}, "
-                f"value={_short(self[3])}, headers={self[4]!r})")
+                f"value={short_repr(self[3])}, headers={self[4]!r})")
 
 
 class Columns(NamedTuple):
@@ -140,7 +140,7 @@ class Columns(NamedTuple):
         """A ``pyarrow.RecordBatch`` with the fields of ``ARROW_FIELDS``; the
         timestamps, lengths and values become Arrow buffers without a copy per
         message. Needs pyarrow and numpy (the ``spark`` extra)."""
-        pa, np = _arrow()
+        pa, np = arrow_modules()
         n = len(self.offsets)
         offsets, ms, keys, values = self.arrow_arrays()
         stamps = ms.view(pa.timestamp("ms", tz="UTC"))
@@ -160,7 +160,7 @@ class Columns(NamedTuple):
         """pyarrow arrays of the offsets (int64), timestamps (int64 milliseconds),
         keys and values (binary, null where None), over the columns' buffers: the
         one conversion ``to_arrow`` and the Spark source build their batches from."""
-        pa, np = _arrow()
+        pa, np = arrow_modules()
         n = len(self.offsets)
         o = self.offsets
         if type(o) is range:
@@ -179,7 +179,7 @@ class Columns(NamedTuple):
 ARROW_FIELDS = ("offset", "timestamp", "key", "value", "headers")
 
 
-def _arrow() -> tuple[Any, Any]:
+def arrow_modules() -> tuple[Any, Any]:
     try:
         import numpy
         import pyarrow
@@ -199,7 +199,7 @@ def arrow_schema(large: bool = False) -> Any:
     timestamp[ms, UTC], key binary (null: no key), value binary (null: tombstone),
     headers list<struct<key: string, value: binary>>. Binary columns are
     ``large_binary`` (``large=True``) in a batch whose values pass 2 GiB in total."""
-    pa, _ = _arrow()
+    pa, _ = arrow_modules()
     binary = pa.large_binary() if large else pa.binary()
     return pa.schema([pa.field("offset", pa.int64(), nullable=False),
                       pa.field("timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
@@ -253,7 +253,7 @@ def _shifted(nulls: Sequence[list[int] | None], counts: list[int]) -> list[int]:
     return out
 
 
-def _short(b: bytes | None, n: int = 40) -> str:
+def short_repr(b: bytes | None, n: int = 40) -> str:
     if b is None or len(b) <= n:
         return repr(b)
     return f"{bytes(b[:n])!r}... ({len(b)} bytes)"
@@ -331,7 +331,7 @@ class MessageSet:
     def __iter__(self) -> Iterator[Message]:
         return chain.from_iterable(self._batch_iters())
 
-    def _iter_as(self, message_type: Any, lead: tuple[Any, ...]) -> Iterator[Any]:
+    def iter_as(self, message_type: Any, lead: tuple[Any, ...]) -> Iterator[Any]:
         # the consumer's messages: ``message_type((*lead, offset, ..., headers))``
         return chain.from_iterable(self._batch_iters(message_type, lead))
 
@@ -473,7 +473,7 @@ def messages_html(title: str, messages: Iterator[codec.MessageTuple],
 
 # -- input validation: every check before anything is written ---------------------
 _MAX_TS = (1 << 63) - 1
-_HEADER_FRAMING = 8       # a header's key and value lengths
+HEADER_FRAMING = 8       # a header's key and value lengths
 
 
 def as_ms(t: object, what: str = "time") -> int:
@@ -488,14 +488,14 @@ def as_ms(t: object, what: str = "time") -> int:
     if isinstance(t, dt.datetime):
         if t.tzinfo is None:
             t = t.replace(tzinfo=dt.timezone.utc)
-        return _check_ts(round(t.timestamp() * 1000))
+        return check_timestamp(round(t.timestamp() * 1000))
     if isinstance(t, int) and not isinstance(t, bool):
-        return _check_ts(t)
+        return check_timestamp(t)
     raise TypeError(f"{what} must be a datetime, an ISO 8601 string or int milliseconds, "
                     f"not {type(t).__name__}")
 
 
-def _check_ts(ts: object) -> int:
+def check_timestamp(ts: object) -> int:
     if type(ts) is not int:
         if isinstance(ts, bool) or not isinstance(ts, int):
             raise TypeError(f"timestamp must be an int (ms since the epoch), not {type(ts).__name__}")
@@ -575,7 +575,7 @@ def prepare_batch(items: Sequence[Any], now: int, max_bytes: int | None) -> Prep
             v, k, t, h = item
             v = _as_bytes(v, "value")
             k = _as_bytes(k, "key")
-            t = now if t is None else _check_ts(t)
+            t = now if t is None else check_timestamp(t)
             hs = _check_headers(h)
         elif item is None:
             v, k, t, hs = None, None, now, ()     # a null value, as append(None)
@@ -589,7 +589,7 @@ def prepare_batch(items: Sequence[Any], now: int, max_bytes: int | None) -> Prep
         if max_bytes is not None:
             # a header's framing (two lengths) counts: it takes room in the batch too
             size = ((len(v) if v else 0) + (len(k) if k else 0)
-                    + sum(len(a) + len(b) + _HEADER_FRAMING for a, b in hs))
+                    + sum(len(a) + len(b) + HEADER_FRAMING for a, b in hs))
             if size > max_bytes:
                 raise MessageTooLargeError(
                     f"record of {size} bytes exceeds max_message_bytes={max_bytes}")
