@@ -21,21 +21,40 @@ Every workload writes or reads the same 200-byte values (os.urandom), best of 3:
 
 Prints each figure and then the target ratios with ok / MISSED. Run by hand on a
 quiet machine; never as a test.
+
+    scripts/bench bench_peers.py --compare /path/to/other/checkout/src
+
+runs seglog's workloads twice more, alternating this tree's seglog and the other
+source tree's (each in its own process, best of both rounds), and prints the two
+side by side with their ratio: a change's cost, measured in one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "src"))
+OWN_SRC = os.path.abspath(os.path.join(HERE, "..", "src"))
+
+
+def _src_arg() -> str:
+    # which seglog to import is decided before the import (--src, for --compare's children)
+    for i, a in enumerate(sys.argv):
+        if a == "--src" and i + 1 < len(sys.argv):
+            return os.path.abspath(sys.argv[i + 1])
+    return OWN_SRC
+
+
+sys.path.insert(0, _src_arg())
 sys.path.insert(0, HERE)
 
 import seglog  # noqa: E402
@@ -135,36 +154,88 @@ def recovery_scan(root: str, mb: int) -> float:
     return rep.scanned_bytes / rep.scan_seconds / 1e9
 
 
+def seglog_figures(root: str, msgs: list[bytes], tail_mb: int) -> tuple[dict[str, float], int, float]:
+    """seglog's workloads: msgs/s per workload, bytes on disk of the batch-50 log, and
+    the recovery scan's GB/s."""
+    n = len(msgs)
+    r: dict[str, float] = {}
+
+    def fresh(name: str) -> str:
+        p = os.path.join(root, name)
+        shutil.rmtree(p, ignore_errors=True)
+        return p
+
+    one, fifty = os.path.join(root, "seglog1"), os.path.join(root, "seglog50")
+
+    def seg_write(path: str, batch: int) -> float:
+        return min(seglog_write(fresh(os.path.basename(path)), msgs, batch, flush_ms=None)
+                   for _ in range(REPEAT))
+
+    r["seglog append"] = n / seg_write(one, 1)
+    r["seglog append_batch(50)"] = n / seg_write(fifty, BATCH)
+    disk = dir_bytes(fifty)
+    r["seglog iter() batch-50 log"] = n / min(seglog_read(fifty, n) for _ in range(REPEAT))
+    r["seglog iter() append-1 log"] = n / min(seglog_read(one, n) for _ in range(REPEAT))
+    r["seglog read_arrow() batch-50 log"] = n / arrow_read(fifty, n)
+    return r, disk, recovery_scan(root, tail_mb)
+
+
+def compare(other_src: str, n: int, tail_mb: int, where: str | None) -> None:
+    """This tree's seglog and ``other_src``'s, alternating, each in its own process."""
+    best: dict[str, dict[str, float]] = {OWN_SRC: {}, other_src: {}}
+    for rnd in range(2):
+        for src in (other_src, OWN_SRC):
+            with tempfile.NamedTemporaryFile(suffix=".json") as out:
+                cmd = [sys.executable, os.path.abspath(__file__), "--seglog-only", "--src", src,
+                       "--n", str(n), "--tail-mb", str(tail_mb), "--json", out.name]
+                if where:
+                    cmd += ["--dir", where]
+                subprocess.run(cmd, check=True)
+                got = json.load(open(out.name))
+            for k, v in got.items():
+                best[src][k] = max(best[src].get(k, 0.0), v)
+            print(f"  round {rnd + 1}: {src} done", flush=True)
+    print(f"\n  {'seglog workload, same run':<36} {'other':>10} {'this':>10} {'this/other':>11}")
+    print(f"  {'(other = ' + other_src + ')':<36}")
+    for k in best[OWN_SRC]:
+        a, b = best[other_src][k], best[OWN_SRC][k]
+        unit, scale = ("GB/s", 1e9) if k.startswith("recovery") else ("M/s", 1e6)
+        print(f"  {k:<36} {a / scale:7.3f} {unit:<5}{b / scale:7.3f} {unit:<5} {b / a:7.3f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1_000_000, help="messages per workload")
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     ap.add_argument("--tail-mb", type=int, default=256, help="unflushed tail to recover")
+    ap.add_argument("--compare", metavar="SRC", default=None,
+                    help="also run seglog's workloads with the seglog package under SRC "
+                         "(another checkout's src/), alternating, and print both")
+    ap.add_argument("--src", default=OWN_SRC, help=argparse.SUPPRESS)
+    ap.add_argument("--seglog-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--json", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     n = args.n - args.n % BATCH
     root = tempfile.mkdtemp(prefix="seglog-peers-", dir=args.dir)
     msgs = [os.urandom(MSG) for _ in range(n)]
+    if args.seglog_only:
+        # one side of --compare: seglog's figures only, as JSON
+        try:
+            r, disk, gbs = seglog_figures(root, msgs, args.tail_mb)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        r["recovery scan"] = gbs * 1e9
+        with open(args.json, "w") as f:
+            json.dump(r, f)
+        return
     print(f"{n:,} messages of {MSG} bytes, best of {REPEAT}; {platform.machine()}, "
           f"{os.cpu_count()} cores, Python {platform.python_version()}, lmdb "
           f"{lmdb.__version__}, sqlite {sqlite3.sqlite_version}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     r: dict[str, float] = {}
     try:
-        def fresh(name: str) -> str:
-            p = os.path.join(root, name)
-            shutil.rmtree(p, ignore_errors=True)
-            return p
-
-        one, fifty = os.path.join(root, "seglog1"), os.path.join(root, "seglog50")
-
-        def seg_write(path: str, batch: int) -> float:
-            return min(seglog_write(fresh(os.path.basename(path)), msgs, batch, flush_ms=None)
-                       for _ in range(REPEAT))
-
-        r["seglog append"] = n / seg_write(one, 1)
-        r["seglog append_batch(50)"] = n / seg_write(fifty, BATCH)
-        disk = dir_bytes(fifty)
+        r, disk, gbs = seglog_figures(root, msgs, args.tail_mb)
         r["lmdb put per txn"] = n / lmdb_write(root, msgs, 1)
         r["lmdb txn of 50"] = n / lmdb_write(root, msgs, BATCH)
         r["lmdb cursor read"] = n / lmdb_read(root, n)
@@ -179,10 +250,6 @@ def main() -> None:
             r[name] = len(sub) / sqlite_write(db, sub, batch)
         t, count = sqlite_read(os.path.join(root, f"sqlite{BATCH}.db"))
         r["sqlite3 SELECT"] = count / t
-        r["seglog iter() batch-50 log"] = n / min(seglog_read(fifty, n) for _ in range(REPEAT))
-        r["seglog iter() append-1 log"] = n / min(seglog_read(one, n) for _ in range(REPEAT))
-        r["seglog read_arrow() batch-50 log"] = n / arrow_read(fifty, n)
-        gbs = recovery_scan(root, args.tail_mb)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -211,6 +278,9 @@ def main() -> None:
     arrow_vps = r["seglog read_arrow() batch-50 log"]
     print(f"  {'read_arrow() values/s (M)':<48} {arrow_vps / 1e6:7.2f} {'>= 20':>8}  "
           f"{'ok' if arrow_vps >= 20e6 else 'MISSED'}")
+    if args.compare:
+        del msgs
+        compare(os.path.abspath(args.compare), n, args.tail_mb, args.dir)
 
 
 if __name__ == "__main__":
