@@ -21,6 +21,22 @@ from .topic import check_name, partition_dir, read_partition_count
 _DEFAULT_SESSION_S = 10.0     # for member files that do not say
 
 
+def check_int(what: str, v: object) -> int:
+    """A partition or offset given by a caller: an int (``True`` is not 1)."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{what} must be an int, not {type(v).__name__}")
+    return v
+
+
+def check_ms(name: str, v: object, lo: int) -> None:
+    """A setting in milliseconds: an int (``TypeError``) of at least ``lo``
+    (``InvalidConfigError``)."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{name} must be an int")
+    if v < lo:
+        raise InvalidConfigError(f"{name} must be >= {lo}, not {v}")
+
+
 class GroupDescription(dict[str, Any]):
     """``describe_group``'s answer: a plain dict (JSON-ready) that a notebook shows
     as tables."""
@@ -125,10 +141,7 @@ def commit_offsets(root: str | os.PathLike[str], group: str,
     check_name(group, "group")
     if not isinstance(offsets, Mapping):
         raise TypeError(f"offsets must be a mapping, not {type(offsets).__name__}")
-    if isinstance(lock_timeout_ms, bool) or not isinstance(lock_timeout_ms, int):
-        raise TypeError("lock_timeout_ms must be an int")
-    if lock_timeout_ms < 0:
-        raise InvalidConfigError(f"lock_timeout_ms must be >= 0, not {lock_timeout_ms}")
+    check_ms("lock_timeout_ms", lock_timeout_ms, 0)
     root = os.path.abspath(os.fspath(root))
     require_dir(root, "topic root", create=True)      # a file there: refused untouched
     todo: dict[TP, int] = {}
@@ -143,9 +156,8 @@ def commit_offsets(root: str | os.PathLike[str], group: str,
             if n is None:
                 raise InvalidConfigError(f"topic {topic!r} does not exist under {root}")
             counts[topic] = n
-        for what, v in (("partition", p), ("offset", off)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"{what} must be an int, not {type(v).__name__}")
+        p = check_int("partition", p)
+        off = check_int("offset", off)
         if not 0 <= p < counts[topic]:
             raise InvalidConfigError(
                 f"topic {topic!r} has partitions 0 to {counts[topic] - 1}, not {p}")

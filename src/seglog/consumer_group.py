@@ -33,6 +33,11 @@ unless the owner ``seek``s back.
 ``commit_offsets`` records offsets for a reader outside the membership (a Spark
 query, a batch job): within each partition's log, under ``group.lock``, durably,
 never backwards, not fenced.
+
+This module is the consumer and the names users import; beside it, ``_assignors``
+deals partitions, ``_group_files`` reads and writes the files above,
+``_membership`` is one member's coordination (which a ``Consumer`` holds) and
+``_group_admin`` the calls made without being a member.
 """
 
 from __future__ import annotations
@@ -49,8 +54,8 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 from ._assignors import ASSIGNORS, TP, assign
 from ._files import require_dir
-from ._group_admin import GroupDescription, commit_offsets, committed_offsets, describe_group, \
-    list_groups
+from ._group_admin import GroupDescription, check_int, check_ms, commit_offsets, \
+    committed_offsets, describe_group, list_groups
 from ._group_files import GROUPS_DIR, close_fork_copies, key
 from ._membership import POLL_LOCK_WAIT_S, Callback, Membership
 from .errors import InvalidConfigError, LogClosedError, OffsetOutOfRangeError, SeglogError
@@ -96,13 +101,6 @@ class ConsumerMessage(_ConsumerMessageBase):
                 f"headers={self[6]!r})")
 
 
-def _check_partition(p: object) -> int:
-    """A partition number given by a caller: an int (``True`` is not partition 1)."""
-    if isinstance(p, bool) or not isinstance(p, int):
-        raise TypeError(f"partition must be an int, not {type(p).__name__}")
-    return p
-
-
 _CONSUMERS: "weakref.WeakSet[Consumer]" = weakref.WeakSet()
 
 
@@ -144,10 +142,7 @@ class Consumer:
                             ("lock_timeout_ms", lock_timeout_ms, 0)):
             if v is None and name == "auto_commit_ms":
                 continue
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"{name} must be an int")
-            if v < lo:
-                raise InvalidConfigError(f"{name} must be >= {lo}, not {v}")
+            check_ms(name, v, lo)
         for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke)):
             if cb is not None and not callable(cb):
                 raise TypeError(f"{name} must be callable")
@@ -411,7 +406,8 @@ class Consumer:
     def committed(self, topic: str, partition: int) -> int | None:
         """The group's committed offset of a partition (any owner), None if none."""
         self._check_open()
-        c = self._member.files.offsets().get(key((check_name(topic), _check_partition(partition))))
+        tp = (check_name(topic), check_int("partition", partition))
+        c = self._member.files.offsets().get(key(tp))
         return None if c is None else int(c[0])
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
@@ -434,7 +430,7 @@ class Consumer:
             self._pending_error = None
 
     def _owned_tp(self, topic: str, partition: int) -> TP:
-        tp = (check_name(topic), _check_partition(partition))
+        tp = (check_name(topic), check_int("partition", partition))
         if tp not in self._owned:
             raise InvalidConfigError(f"{topic}-{partition} is not owned by this consumer "
                                      f"(assignment: {sorted(self._member.assigned)})")
