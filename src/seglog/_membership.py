@@ -46,6 +46,41 @@ def _partition_counts(root: str, topics: Iterable[str]) -> dict[str, int]:
     return out
 
 
+def _rebalance(files: GroupFiles, root: str, me: str, my_topics: list[str] | None,
+               session_s: float, assignor: str) -> State:
+    """Under the group lock: the current state, or a new generation if membership
+    changed (dead and silent members out, ``me`` in, or out with ``my_topics``
+    None) or a subscribed topic appeared or went."""
+    st = files.state(assignor)
+    now = time.time()
+    live: dict[str, list[str]] = {}
+    for m in sorted(set(st.members) | set(files.member_files())):
+        if m == me:
+            continue
+        if files.probe(m, now, session_s, tidy=True) == "alive":
+            topics = st.members.get(m)
+            if topics is None:
+                info = files.member_info(m)
+                topics = None if info is None else info.topics
+            if topics is not None:
+                live[m] = list(topics)
+    if my_topics is not None:
+        live[me] = my_topics
+    counts = _partition_counts(root, sorted({t for ts in live.values() for t in ts}))
+    if live == st.members and counts == st.partitions:
+        return st
+    group_assignor = st.assignor if st.members else assignor
+    new = State(st.generation + 1, live, assign(group_assignor, live, counts, st.assignment),
+                group_assignor, counts)
+    files.write_state(new)
+    # partitions held by members no longer in the group are free at once
+    owners = files.owners()
+    kept = {k: v for k, v in owners.items() if v[0] in live}
+    if kept != owners:
+        files.write_owners(kept)
+    return new
+
+
 def _warn(messages: list[str]) -> None:
     for m in messages:
         _log.warning("seglog: %s", m)
@@ -156,38 +191,10 @@ class Membership:
         self._adopt(st)
 
     def rebalance(self, leaving: bool = False) -> State:
-        """Under the group lock: the current state, or a new generation if membership
-        changed (dead and silent members out, this member in, or out if ``leaving``)
-        or a subscribed topic appeared or went."""
-        files = self.files
-        st = files.state(self.assignor)
-        now = time.time()
-        live: dict[str, list[str]] = {}
-        for m in sorted(set(st.members) | set(files.member_files())):
-            if m == self.member_id:
-                continue
-            if files.probe(m, now, self.session_s, tidy=True) == "alive":
-                topics = st.members.get(m)
-                if topics is None:
-                    info = files.member_info(m)
-                    topics = None if info is None else info.topics
-                if topics is not None:
-                    live[m] = list(topics)
-        if not leaving:
-            live[self.member_id] = self.topics
-        counts = _partition_counts(self.root, sorted({t for ts in live.values() for t in ts}))
-        if live == st.members and counts == st.partitions:
-            return st
-        group_assignor = st.assignor if st.members else self.assignor
-        new = State(st.generation + 1, live,
-                    assign(group_assignor, live, counts, st.assignment), group_assignor, counts)
-        files.write_state(new)
-        # partitions held by members no longer in the group are free at once
-        owners = files.owners()
-        kept = {k: v for k, v in owners.items() if v[0] in live}
-        if kept != owners:
-            files.write_owners(kept)
-        return new
+        """Under the group lock: the current generation, or a new one with this member
+        in it (or out of it, ``leaving``)."""
+        return _rebalance(self.files, self.root, self.member_id,
+                          None if leaving else self.topics, self.session_s, self.assignor)
 
     def heartbeat(self) -> None:
         os.utime(self.member_fd)
