@@ -613,7 +613,7 @@ class GroupMachine(RuleBasedStateMachine):
         self.n += 1
         c = Consumer(self.dir, "g", ["ev"], auto_commit_ms=None, member_id=name,
                      session_timeout_ms=60_000)
-        c._check_s = 0.0          # look at the group on every poll: settle fast
+        c._member.check_s = 0.0         # look at the group on every poll: settle fast
         self.members[name] = c
 
     def _settle(self) -> None:
@@ -652,8 +652,8 @@ class GroupMachine(RuleBasedStateMachine):
         c = self.members.pop(name)
         for log in c._owned.values():
             log.close()
-        os.close(c._member_fd)       # the lock goes, as with a killed process
-        c._member_fd = -1
+        os.close(c._member.member_fd)     # the lock goes, as with a killed process
+        c._member.member_fd = -1
         c._closed = True
         self._settle()
 
@@ -1287,17 +1287,17 @@ def test_a_member_put_back_before_it_looked_does_not_read_on_from_its_old_positi
         got_b += drain(b, 4)
         b.commit()
         by_b = {p: b.committed("ev", p) for p in (0, 1)}
-        beat = a._heartbeat
+        beat = a._member.heartbeat
 
         def heartbeat_then_b_looks() -> None:
             beat()
-            a._heartbeat = beat
+            a._member.heartbeat = beat
             wait_for(lambda: (b.poll(timeout_ms=10),
                               "a" in describe_group(topic.root, "g")["members"])[-1],
                      10, "b to put a back")
 
-        a._heartbeat = heartbeat_then_b_looks
-        a._last_check = 0.0
+        a._member.heartbeat = heartbeat_then_b_looks
+        a._member.last_check = 0.0
         got_a = []
         wait_for(lambda: (got_a.extend(a.poll(timeout_ms=10)), b.poll(timeout_ms=10),
                           len(a._owned) == 2 and len(b._owned) == 2)[-1], 10, "a to be back")

@@ -15,7 +15,8 @@ import seglog
 LAYERS = [
     "errors", "_html", "_metrics", "_platform", "config", "_files", "codec", "_prefault", "_scheduler",
     "message", "index", "_scan", "segment", "_marker", "retention", "cleaner",
-    "recovery", "repair", "_live", "local_log", "log", "topic", "consumer_group", "spark",
+    "recovery", "repair", "_live", "local_log", "log", "topic", "_assignors",
+    "_group_files", "_group_admin", "_membership", "consumer_group", "spark",
     "testing", "cli", "__main__", "__init__",
 ]
 PKG = os.path.dirname(seglog.__file__)

@@ -1,0 +1,384 @@
+"""The files of one consumer group under ``root/__groups/<group>/`` (docs/GROUPS.md):
+their names, reading them with their shape checked, replacing them durably,
+``group.lock`` taken with a deadline, and probing member files' locks.
+
+Every read refuses a file that is not as seglog writes it, or not a regular file,
+with a ``SeglogError`` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, TypeGuard
+
+from . import _platform
+from ._assignors import ASSIGNORS, TP
+from ._files import atomic_write, make_dirs, remove
+from .errors import GroupBusyError, SeglogError, StorageError
+
+GROUPS_DIR = "__groups"
+_MEMBER_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_KEY = re.compile(r"([A-Za-z0-9._-]{1,200})/([0-9]{1,9})")
+
+
+def is_name(v: object) -> bool:
+    return isinstance(v, str) and _MEMBER_NAME.fullmatch(v) is not None and v not in (".", "..")
+
+
+def _is_count(v: object) -> TypeGuard[int]:
+    return type(v) is int and v >= 0
+
+
+def _bad(path: str, what: str) -> SeglogError:
+    return SeglogError(f"group file {path} is not as seglog writes it ({what}); move the "
+                       f"group's directory aside to start the group afresh")
+
+
+def _dict_of(path: str, raw: Any, field: str) -> dict[str, Any]:
+    v = raw.get(field)
+    if not isinstance(v, dict):
+        raise _bad(path, f"{field!r} must be an object")
+    return v
+
+
+def _top(path: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise _bad(path, f"a JSON object expected, not {type(raw).__name__}")
+    if raw.get("version", 1) != 1:
+        raise _bad(path, f"unknown version {raw.get('version')!r}")
+    return raw
+
+
+def _topics(path: str, v: object, what: str) -> list[str]:
+    if not isinstance(v, list) or not all(is_name(t) for t in v):
+        raise _bad(path, f"{what} must be a list of topic names")
+    return list(v)
+
+
+def parse_key(path: str, k: str) -> TP:
+    m = _KEY.fullmatch(k)
+    if m is None or m.group(1) in (".", ".."):
+        raise _bad(path, f"{k!r} is not 'topic/partition'")
+    return m.group(1), int(m.group(2))
+
+
+def _parse_pairs(path: str, raw: Any, field: str, first: Callable[[object], bool]
+                 ) -> dict[str, list[Any]]:
+    """``{"topic/p": [first, generation]}`` with checked keys and values."""
+    out = _dict_of(path, _top(path, raw), field)
+    for k, v in out.items():
+        parse_key(path, k)
+        if not (isinstance(v, list) and len(v) == 2 and first(v[0]) and _is_count(v[1])):
+            what = "member" if first is is_name else "offset"
+            raise _bad(path, f"{field}[{k!r}] must be a pair [{what}, generation]")
+    return out
+
+
+@dataclass
+class State:
+    generation: int
+    members: dict[str, list[str]]          # member id -> subscribed topics
+    assignment: dict[str, list[TP]]
+    assignor: str
+    # the partition counts the assignment was made from (a topic not yet created is
+    # absent); None in files written before it was recorded
+    partitions: dict[str, int] | None = None
+
+    @classmethod
+    def empty(cls, assignor: str) -> "State":
+        return cls(0, {}, {}, assignor, {})
+
+    @classmethod
+    def parse(cls, path: str, raw: Any) -> "State":
+        top = _top(path, raw)
+        gen = top.get("generation")
+        if not _is_count(gen):
+            raise _bad(path, "'generation' must be an int >= 0")
+        members = _dict_of(path, top, "members")
+        for m, ts in members.items():
+            if not is_name(m):
+                raise _bad(path, f"member id {m!r}")
+            _topics(path, ts, f"the topics of member {m!r}")
+        assignment: dict[str, list[TP]] = {}
+        for m, tps in _dict_of(path, top, "assignment").items():
+            if not isinstance(tps, list) or not all(
+                    isinstance(tp, list) and len(tp) == 2 and is_name(tp[0]) and _is_count(tp[1])
+                    for tp in tps):
+                raise _bad(path, f"the assignment of {m!r} must be a list of [topic, partition]")
+            assignment[m] = [(t, p) for t, p in tps]
+        assignor = top.get("assignor", "range")
+        if assignor not in ASSIGNORS:
+            raise _bad(path, f"assignor {assignor!r}")
+        parts = top.get("partitions")
+        if parts is not None and not (isinstance(parts, dict) and all(
+                is_name(t) and type(n) is int and n >= 1 for t, n in parts.items())):
+            raise _bad(path, "'partitions' must map topics to counts")
+        return cls(gen, members, assignment, assignor, parts)
+
+    def to_json(self) -> bytes:
+        doc: dict[str, Any] = {
+            "version": 1, "generation": self.generation, "members": self.members,
+            "assignor": self.assignor,
+            "assignment": {m: [list(tp) for tp in tps] for m, tps in self.assignment.items()}}
+        if self.partitions is not None:
+            doc["partitions"] = self.partitions
+        return json.dumps(doc, sort_keys=True).encode()
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    topics: list[str]
+    session_s: float | None      # None: a file from before members recorded it
+
+
+def _unreadable(path: str, e: Exception) -> SeglogError:
+    return SeglogError(f"unreadable group file {path}: {e}")
+
+
+def _loads(path: str, data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise _unreadable(path, e) from e
+
+
+def _parse_member(path: str, data: bytes) -> MemberInfo:
+    top = _top(path, _loads(path, data))
+    topics = _topics(path, top.get("topics"), "'topics'")
+    ms = top.get("session_timeout_ms")
+    if ms is not None and not (type(ms) is int and ms >= 1):
+        raise _bad(path, "'session_timeout_ms' must be an int >= 1")
+    return MemberInfo(topics, None if ms is None else ms / 1000.0)
+
+
+def _open_file(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """A descriptor of the group file ``path``, opened without waiting: a FIFO or a
+    device put there would block ``open`` (and a reader of it) for ever, under
+    ``group.lock`` too. Anything but a regular file is refused with a
+    ``SeglogError`` naming it; ``FileNotFoundError`` passes."""
+    fd = os.open(path, flags | os.O_NONBLOCK, mode)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _bad(path, "not a regular file")
+        # back to blocking I/O: a regular file's reads and writes never wait anyway
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_existing(path: str) -> int | None:
+    """``_open_file`` for reading: None if the file is not there, ``SeglogError``
+    naming it if it cannot be opened."""
+    try:
+        return _open_file(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise _unreadable(path, e) from e
+
+
+def _read_json(path: str) -> Any:
+    fd = _open_existing(path)
+    if fd is None:
+        return None
+    try:
+        with open(fd, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise _unreadable(path, e) from e
+    return _loads(path, data)
+
+
+def _write(path: str, data: bytes) -> None:
+    """Replace a group file durably (temp, fsync, rename, fsync dir)."""
+    try:
+        atomic_write(path, data)
+    except OSError as e:
+        raise StorageError(e.errno, f"writing group file {path} failed: {e}") from e
+
+
+# descriptors a forked child must close at once: group locks held at the fork (by
+# another thread) and member files being joined; a child never holds a group's lock
+_CHILD_CLOSES: set[int] = set()
+
+
+def close_on_fork(fd: int) -> None:
+    """A forked child closes its copy of ``fd`` at once (``close_fork_copies``)."""
+    _CHILD_CLOSES.add(fd)
+
+
+def keep_on_fork(fd: int) -> None:
+    """``fd`` is closed, or its owner now handles forks itself."""
+    _CHILD_CLOSES.discard(fd)
+
+
+def close_fork_copies() -> None:
+    """In a forked child: close the copies of the descriptors registered with
+    ``close_on_fork`` (closing a copy never releases the parent's lock)."""
+    for fd in list(_CHILD_CLOSES):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _CHILD_CLOSES.clear()
+
+
+class Flock:
+    """``group.lock``, waited for until a deadline (non-blocking tries with back-off):
+    ``GroupBusyError`` past it."""
+
+    def __init__(self, path: str, wait_s: float, what: str) -> None:
+        self.path = path
+        self.wait_s = wait_s
+        self.what = what
+        self.fd = -1
+
+    def __enter__(self) -> "Flock":
+        try:
+            fd = _open_file(self.path, os.O_RDWR | os.O_CREAT)
+        except OSError as e:
+            raise SeglogError(f"{self.what}: cannot open {self.path}: {e}") from e
+        _CHILD_CLOSES.add(fd)
+        deadline = time.monotonic() + self.wait_s
+        delay = 0.0005
+        try:
+            while True:
+                try:
+                    _platform.flock(fd, _platform.LOCK_EX_NB)
+                    break
+                except BlockingIOError:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise GroupBusyError(
+                            f"{self.what}: another process has held {self.path} for over "
+                            f"{self.wait_s:g} s (a member stopped while changing the group?); "
+                            f"nothing was written") from None
+                    time.sleep(min(delay, left))
+                    delay = min(delay * 2, 0.02)
+        except BaseException:
+            _CHILD_CLOSES.discard(fd)
+            os.close(fd)
+            raise
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _CHILD_CLOSES.discard(self.fd)
+        os.close(self.fd)          # releases the lock
+        self.fd = -1
+
+
+class GroupFiles:
+    """The files of one group (see the module docstring)."""
+
+    def __init__(self, root: str, group: str) -> None:
+        self.dir = os.path.join(root, GROUPS_DIR, group)
+        self.members_dir = os.path.join(self.dir, "members")
+        self.lock_path = os.path.join(self.dir, "group.lock")
+        self.state_path = os.path.join(self.dir, "state.json")
+        self.owners_path = os.path.join(self.dir, "owners.json")
+        self.offsets_path = os.path.join(self.dir, "offsets.json")
+        # member files never change once they appear: parsed once per file (inode)
+        self._infos: dict[str, tuple[int, MemberInfo]] = {}
+
+    def make(self) -> None:
+        make_dirs(self.members_dir)
+
+    def locked(self, wait_s: float, what: str) -> Flock:
+        return Flock(self.lock_path, wait_s, what)
+
+    def state(self, assignor: str = "range") -> State:
+        raw = _read_json(self.state_path)
+        if raw is None:
+            return State.empty(assignor)
+        return State.parse(self.state_path, raw)
+
+    def write_state(self, st: State) -> None:
+        _write(self.state_path, st.to_json())
+
+    def owners(self) -> dict[str, list[Any]]:
+        """``"topic/p"`` -> [member, generation of its claim]."""
+        raw = _read_json(self.owners_path)
+        return {} if raw is None else _parse_pairs(self.owners_path, raw, "owners", is_name)
+
+    def write_owners(self, owners: dict[str, list[Any]]) -> None:
+        _write(self.owners_path, json.dumps({"version": 1, "owners": owners},
+                                            sort_keys=True).encode())
+
+    def offsets(self) -> dict[str, list[int]]:
+        """``"topic/p"`` -> [committed offset, generation that committed it]."""
+        raw = _read_json(self.offsets_path)
+        return {} if raw is None else _parse_pairs(self.offsets_path, raw, "offsets", _is_count)
+
+    def write_offsets(self, offsets: dict[str, list[int]]) -> None:
+        _write(self.offsets_path, json.dumps({"version": 1, "offsets": offsets},
+                                             sort_keys=True).encode())
+
+    def member_path(self, member: str) -> str:
+        return os.path.join(self.members_dir, member)
+
+    def member_files(self) -> list[str]:
+        """Member ids with a file (temporary files of joins, and names seglog never
+        gives a member, are not members)."""
+        try:
+            return [n for n in os.listdir(self.members_dir) if is_name(n) and n[0] != "."]
+        except FileNotFoundError:
+            return []
+
+    def member_info(self, member: str, fd: int | None = None) -> MemberInfo | None:
+        """Its topics and session timeout, from its file (None if it is gone)."""
+        path = self.member_path(member)
+        own = fd is None
+        if fd is None:
+            fd = _open_existing(path)
+            if fd is None:
+                return None
+        try:
+            ino = os.fstat(fd).st_ino
+            cached = self._infos.get(member)
+            if cached is not None and cached[0] == ino:
+                return cached[1]
+            data = os.pread(fd, 1 << 16, 0)
+            info = _parse_member(path, data)
+            self._infos[member] = (ino, info)
+            return info
+        except OSError as e:
+            raise _unreadable(path, e) from e
+        finally:
+            if own:
+                os.close(fd)
+
+    def probe(self, member: str, now: float, default_s: float, tidy: bool = False) -> str:
+        """``"alive"``, ``"dead"`` (no process holds its lock) or ``"silent"`` (alive,
+        but no heartbeat for its own session timeout, ``default_s`` if its file does
+        not say). With ``tidy`` (group lock held) a dead member's file is removed."""
+        path = self.member_path(member)
+        fd = _open_existing(path)
+        if fd is None:
+            return "dead"
+        try:
+            try:
+                _platform.flock(fd, _platform.LOCK_EX_NB)
+            except BlockingIOError:
+                age = now - os.fstat(fd).st_mtime
+                info = self.member_info(member, fd)
+                session = default_s if info is None or info.session_s is None else info.session_s
+                return "silent" if age > session else "alive"
+            if tidy:
+                remove(path)   # nobody holds it: its process is gone
+            self._infos.pop(member, None)
+            return "dead"
+        finally:
+            os.close(fd)
+
+
+def key(tp: TP) -> str:
+    return f"{tp[0]}/{tp[1]}"
+
