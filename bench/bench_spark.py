@@ -39,6 +39,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 import seglog  # noqa: E402
 from access_log import access_log_lines  # noqa: E402
 from seglog import spark as sgs  # noqa: E402
+from seglog.spark._arrow import CHUNK_BYTES  # noqa: E402
+from seglog.spark._options import parse_options  # noqa: E402
 
 
 def write_data(d: str, n: int, parts: int, stamped: bool) -> tuple[str, str, str, int]:
@@ -108,7 +110,7 @@ def python_read(root: str, parts: int) -> dict[str, float]:
             pos, end = log.start_offset, log.end_offset
             while pos < end:
                 t0 = time.perf_counter()
-                ms = log.read(pos, sgs._CHUNK_BYTES)
+                ms = log.read(pos, CHUNK_BYTES)
                 cols = ms.columns()
                 t1 = time.perf_counter()
                 b = sgs.spark_batch(cols, "access", p)
@@ -126,7 +128,7 @@ def bench_sources(spark: object) -> None:
     and the floor of the Python Data Source API (prebuilt batches of the same shape
     and count, no reading)."""
     from pyspark.sql.datasource import DataSource
-    cls = sgs._spark_classes()
+    cls = sgs.spark_classes()
 
     class TupleReader(cls["SeglogReader"]):
         def read(self, partition):
@@ -142,7 +144,7 @@ def bench_sources(spark: object) -> None:
         def read(self, partition):
             r = partition.value
             with seglog.Log.open(self.o.directory((r.topic, r.partition)), readonly=True) as log:
-                ms = log.read(r.fromOffset, sgs._CHUNK_BYTES)
+                ms = log.read(r.fromOffset, CHUNK_BYTES)
                 b = sgs.spark_batch(ms.columns(), r.topic, r.partition)
             left = r.untilOffset - r.fromOffset
             while left > 0:
@@ -156,7 +158,7 @@ def bench_sources(spark: object) -> None:
                 return name
 
             def reader(self, schema):
-                return reader(sgs._parse_options(self.options, streaming=False))
+                return reader(parse_options(self.options, streaming=False))
         return Source
 
     assert issubclass(cls["SeglogDataSource"], DataSource)

@@ -955,6 +955,7 @@ def test_the_rdd_commit_refuses_ranges_past_the_log_end(tmp_path):
 def test_a_streams_lag_report_below_the_log_start_does_not_fail_the_query(tmp_path, caplog):
     pytest.importorskip("pyspark")
     from seglog import spark as sgs
+    from seglog.spark._options import parse_options
     root = str(tmp_path)
     with Topic.open(root, "old", partitions=1, segment_bytes=1024, retention_bytes=1,
                     retention_check_ms=None, file_delete_delay_ms=0) as t:
@@ -962,7 +963,7 @@ def test_a_streams_lag_report_below_the_log_start_does_not_fail_the_query(tmp_pa
             t.append(b"y" * 100)
         t.partition(0).enforce_retention()
         start = t.partition(0).start_offset
-    reader = sgs._StreamReader(sgs._parse_options(
+    reader = sgs.SeglogStreamReader(parse_options(
         {"path": root, "subscribe": "old", "groupId": "g", "failOnDataLoss": "false"}, True))
     with caplog.at_level(logging.WARNING, logger="seglog"):
         reader.commit({"old": {"0": 1}})         # retention went past what it reports

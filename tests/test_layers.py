@@ -3,6 +3,8 @@
 The order (lowest first) is the one docs/DESIGN.md explains. A new module must be
 placed in it; an import that points up (or sideways into a later file) fails here,
 whether it is at the top of the file, inside a function, or under TYPE_CHECKING.
+A subpackage (``spark/``) is one entry: its files may import each other and
+anything below it.
 """
 
 from __future__ import annotations
@@ -22,27 +24,60 @@ LAYERS = [
 PKG = os.path.dirname(seglog.__file__)
 
 
-def _seglog_imports(tree: ast.AST) -> list[tuple[str, int, bool]]:
-    """(module, line, at top level) for every import of a seglog module."""
+def _seglog_imports(tree: ast.AST, package: str = "") -> list[tuple[str, int, bool]]:
+    """(layer entry, line, at top level) for every import of a seglog module in a file
+    of ``package`` (dotted under seglog: "" for a file directly in it, "spark" for
+    one in seglog/spark); the entry is the imported module's first part, so an
+    import of ``spark._plan`` is one of the entry ``spark``."""
+    base = package.split(".") if package else []
     top = {id(n) for n in getattr(tree, "body", [])}
     out = []
     for node in ast.walk(tree):
-        names: list[str] = []
+        paths: list[list[str]] = []
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1:
-                names = [node.module] if node.module else [a.name for a in node.names]
-            elif node.module and (node.module == "seglog" or node.module.startswith("seglog.")):
-                rest = node.module[len("seglog."):] if "." in node.module else ""
-                names = [rest] if rest else [a.name for a in node.names]
+            if node.level:
+                if node.level - 1 > len(base):
+                    continue          # above the seglog package: not ours
+                prefix = base[:len(base) - (node.level - 1)]
+                paths = ([prefix + node.module.split(".")] if node.module
+                         else [prefix + [a.name] for a in node.names])
+            elif node.module and node.module.split(".")[0] == "seglog":
+                rest = node.module.split(".")[1:]
+                paths = [rest] if rest else [[a.name] for a in node.names]
         elif isinstance(node, ast.Import):
-            names = [a.name[len("seglog."):] for a in node.names if a.name.startswith("seglog.")]
-        for name in names:
-            out.append((name.split(".")[0], node.lineno, id(node) in top))
-    return out
+            paths = [a.name.split(".")[1:] for a in node.names if a.name.startswith("seglog.")]
+        out += [(path[0], node.lineno, id(node) in top) for path in paths if path]
+    return sorted(out, key=lambda x: x[1])
 
 
 def _modules() -> list[str]:
-    return sorted(f[:-3] for f in os.listdir(PKG) if f.endswith(".py"))
+    """The layer entries: each .py file directly in the package, and each subpackage
+    (a directory with an ``__init__.py``) as one."""
+    return sorted(f[:-3] if f.endswith(".py") else f for f in os.listdir(PKG)
+                  if f.endswith(".py") or os.path.isfile(os.path.join(PKG, f, "__init__.py")))
+
+
+def _entry_files(entry: str) -> list[tuple[str, str, str]]:
+    """(dotted module under seglog, its package under seglog, path) of the files of
+    one layer entry: the module, or every file of the subpackage."""
+    if not os.path.isdir(os.path.join(PKG, entry)):
+        return [(entry, "", os.path.join(PKG, entry + ".py"))]
+    return [(mod, mod.rpartition(".")[0], path) for mod, path in _package_files()
+            if mod.split(".")[0] == entry]
+
+
+def _upward_imports(entry: str, package: str, source: str) -> list[tuple[int, str]]:
+    """(line, imported entry) for each import in a file of ``entry`` that is not of
+    an entry below it; a subpackage's files may import each other."""
+    bad = []
+    for name, line, _ in _seglog_imports(ast.parse(source), package):
+        if name not in LAYERS:
+            continue      # a name imported from the package face, checked below
+        if package and name == entry:
+            continue      # a sibling in the same subpackage
+        if LAYERS.index(name) >= LAYERS.index(entry):
+            bad.append((line, name))
+    return bad
 
 
 def test_every_module_has_a_layer():
@@ -51,24 +86,23 @@ def test_every_module_has_a_layer():
 
 def test_imports_point_down_only():
     bad = []
-    for mod in _modules():
-        with open(os.path.join(PKG, mod + ".py"), encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-        for name, line, _ in _seglog_imports(tree):
-            if name not in LAYERS:
-                continue      # a name imported from the package face, checked below
-            if LAYERS.index(name) >= LAYERS.index(mod):
-                bad.append(f"{mod}.py:{line} imports {name} (not below it)")
+    for entry in _modules():
+        for mod, package, path in _entry_files(entry):
+            with open(path, encoding="utf-8") as f:
+                source = f.read()
+            bad += [f"{mod}.py:{line} imports {name} (not below it)"
+                    for line, name in _upward_imports(entry, package, source)]
     assert not bad, "\n".join(bad)
 
 
 def test_no_deferred_imports_of_seglog_modules():
     late = []
-    for mod in _modules():
-        with open(os.path.join(PKG, mod + ".py"), encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-        late += [f"{mod}.py:{line} imports {name} inside a function or block"
-                 for name, line, top in _seglog_imports(tree) if not top]
+    for entry in _modules():
+        for mod, package, path in _entry_files(entry):
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            late += [f"{mod}.py:{line} imports {name} inside a function or block"
+                     for name, line, top in _seglog_imports(tree, package) if not top]
     assert not late, "\n".join(late)
 
 
@@ -77,12 +111,13 @@ def test_nothing_below_log_names_the_log_or_its_privates():
     interfaces, never by naming ``Log``."""
     below = LAYERS[:LAYERS.index("log")]
     found = []
-    for mod in below:
-        with open(os.path.join(PKG, mod + ".py"), encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and node.id == "Log":
-                found.append(f"{mod}.py:{node.lineno}")
+    for entry in below:
+        for mod, _, path in _entry_files(entry):
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name) and node.id == "Log":
+                    found.append(f"{mod}.py:{node.lineno}")
     assert not found, found
 
 
@@ -92,6 +127,27 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     (name, line, top), = _seglog_imports(tree)
     assert (name, line, top) == ("log", 2, False)
     assert LAYERS.index(name) > LAYERS.index("segment")
+    assert _upward_imports("segment", "", "def f():\n    from .log import Log\n") == [(2, "log")]
+
+
+def test_the_checker_sees_a_subpackage_as_one_layer():
+    """Inside a subpackage, ``.`` is the subpackage and ``..`` seglog: its files
+    import each other and what is below it; an import pointing up is still found,
+    and a top-level module importing the subpackage's files imports the subpackage."""
+    source = ("from ._options import Options\n"
+              "from . import _plan\n"
+              "from .. import errors\n"
+              "from ..log import Log\n"
+              "import seglog.topic\n"
+              "def f():\n"
+              "    from ..cli import main\n")
+    assert _seglog_imports(ast.parse(source), "spark") == [
+        ("spark", 1, True), ("spark", 2, True), ("errors", 3, True), ("log", 4, True),
+        ("topic", 5, True), ("cli", 7, False)]
+    assert _upward_imports("spark", "spark", source) == [(7, "cli")]
+    assert _upward_imports("log", "", "from .spark._plan import plan\n") == [(1, "spark")]
+    assert ("spark", "") not in [(m, p) for m, p, _ in _entry_files("spark")]
+    assert ("spark._source", "spark") in [(m, p) for m, p, _ in _entry_files("spark")]
 
 
 # --- who may use which names, and how big a file or class may grow -----------------

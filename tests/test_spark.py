@@ -21,6 +21,7 @@ from seglog import InvalidConfigError, Log, OffsetOutOfRangeError, Record, Topic
 from seglog import spark as sgs  # noqa: E402
 from seglog.consumer_group import committed_offsets  # noqa: E402
 from seglog.spark import OffsetRange, commit, offset_ranges, rdd, split_ranges  # noqa: E402
+from seglog.spark import _arrow, _options, _plan, _rdd  # noqa: E402
 
 NOW = int(time.time() * 1000)
 
@@ -117,7 +118,7 @@ def test_import_seglog_and_seglog_spark_import_neither_pyspark_nor_pyarrow():
 def test_the_arrow_layout_is_the_one_spark_expects_of_the_kafka_schema():
     from pyspark.sql.pandas.types import to_arrow_schema
     for headers in (False, True):
-        want = to_arrow_schema(sgs._spark_schema(headers), timezone="UTC")
+        want = to_arrow_schema(_arrow.spark_schema(headers), timezone="UTC")
         assert sgs.arrow_schema(headers).equals(want)
         assert [f.nullable for f in want] == [True] * len(want)
 
@@ -185,7 +186,7 @@ def test_rate_limit_prorates_as_kafka_does():
 
 def test_options_are_checked_with_kafkas_rules(mixed):
     ok = {"path": mixed, "subscribe": "ev"}
-    parse = sgs._parse_options
+    parse = _options.parse_options
     o = parse(ok, streaming=False)
     assert (o.starting, o.ending, o.fail_on_data_loss, o.include_headers) == \
         ("earliest", "latest", True, False)
@@ -239,7 +240,7 @@ def test_a_range_whose_offsets_retention_deletes_before_the_read(tmp_path):
     with Topic.open(root, "t", partitions=1, segment_bytes=4096, retention_bytes=1) as t:
         for i in range(100):
             t.append_batch([b"x" * 100 + b"%03d" % i])
-        o = sgs._parse_options({"path": root, "subscribe": "t"}, False)
+        o = _options.parse_options({"path": root, "subscribe": "t"}, False)
         r = OffsetRange("t", 0, 10, 90)
         log = t.partition(0)
         assert log.enforce_retention()
@@ -247,19 +248,19 @@ def test_a_range_whose_offsets_retention_deletes_before_the_read(tmp_path):
         assert 10 < first < 90
         with pytest.raises(OffsetOutOfRangeError, match="failOnDataLoss=false"):
             list(sgs.read_range(o, r))
-        o2 = sgs._parse_options({"path": root, "subscribe": "t", "failOnDataLoss": "false"}, False)
+        o2 = _options.parse_options({"path": root, "subscribe": "t", "failOnDataLoss": "false"}, False)
         got = pa.Table.from_batches(list(sgs.read_range(o2, r)))
         assert got.column("offset").to_pylist() == list(range(first, 90))
         # planned after the deletion: the same two ways; a range wholly gone is dropped
-        logs = sgs._Logs()
+        logs = _plan.Logs()
         with pytest.raises(OffsetOutOfRangeError, match=f"offsets 10 to {first - 1} of t-0"):
-            sgs._plan(o, logs, {("t", 0): 10}, {("t", 0): 90})
-        assert sgs._plan(o2, logs, {("t", 0): 10}, {("t", 0): 90}) == [OffsetRange("t", 0, first, 90)]
-        assert sgs._plan(o2, logs, {("t", 0): 1}, {("t", 0): 5}) == []
+            _plan.plan(o, logs, {("t", 0): 10}, {("t", 0): 90})
+        assert _plan.plan(o2, logs, {("t", 0): 10}, {("t", 0): 90}) == [OffsetRange("t", 0, first, 90)]
+        assert _plan.plan(o2, logs, {("t", 0): 1}, {("t", 0): 5}) == []
         logs.close()
         # the RDD path fails the task: a job reads its ranges whole or not at all
         with pytest.raises(OffsetOutOfRangeError, match="deleted"):
-            list(sgs._messages(root, r))
+            list(_rdd._messages(root, r))
 
 
 def test_stream_offsets_admission_control_and_available_now_without_spark(tmp_path):
