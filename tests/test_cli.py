@@ -19,7 +19,8 @@ import pytest
 import seglog
 import seglog.repair
 from seglog import Log, Record, Topic
-from seglog.cli import _Progress
+from seglog._cli_inspect import reread_records
+from seglog._cli_output import Progress
 from seglog.testing import abandon
 
 COMMANDS = ["dump", "verify", "recover", "stats", "tail", "groups", "compact", "retention"]
@@ -345,13 +346,13 @@ def test_progress_shows_on_a_terminal_only():
         def isatty(self) -> bool:
             return True
     t = Tty()
-    prog = _Progress("verify", 10_000_000, t)
+    prog = Progress("verify", 10_000_000, t)
     prog.last -= 1
     prog(5_000_000)
     prog.close()
     assert "verify:" in t.getvalue() and "MB/s" in t.getvalue() and "ETA" in t.getvalue()
     quiet = io.StringIO()
-    prog = _Progress("verify", 10_000_000, quiet)
+    prog = Progress("verify", 10_000_000, quiet)
     prog.last -= 1
     prog(5_000_000)
     assert quiet.getvalue() == ""
@@ -592,18 +593,17 @@ def test_dump_past_the_end_says_so(log_dir):
 def test_dump_print_data_of_a_segment_deleted_or_replaced_after_the_walk(log_dir, tmp_path):
     """dump --print-data reads records again after the walk: a writer's retention or
     compaction may have deleted or replaced the file by then."""
-    from seglog.cli import _records
     batches: list = []
     seglog.repair.check(log_dir, batches=batches)
     b = batches[3]
-    assert [m[3] for m in _records(b, 0, 1 << 63)] == [b"line %d" % j for j in range(30, 40)]
+    assert [m[3] for m in reread_records(b, 0, 1 << 63)] == [b"line %d" % j for j in range(30, 40)]
     other = str(tmp_path / "other")
     with Log.open(other) as log:
         log.append_batch([b"other %d" % j for j in range(400)])
     os.replace(os.path.join(other, f"{0:020d}.log"), b.segment)     # compaction's rename
-    assert _records(b, 0, 1 << 63) is None
+    assert reread_records(b, 0, 1 << 63) is None
     os.remove(b.segment)
-    assert _records(b, 0, 1 << 63) is None
+    assert reread_records(b, 0, 1 << 63) is None
 
 
 @pytest.mark.parametrize("cmd", ["dump", "verify", "stats", "recover", "tail", "compact",

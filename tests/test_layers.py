@@ -16,7 +16,8 @@ LAYERS = [
     "errors", "_html", "_metrics", "_platform", "config", "_files", "codec", "_prefault", "_scheduler",
     "message", "index", "_scan", "segment", "_marker", "retention", "cleaner",
     "recovery", "repair", "_live", "local_log", "log", "topic", "consumer_group", "spark",
-    "testing", "cli", "__main__", "__init__",
+    "testing", "_cli_output", "_cli_paths", "_cli_inspect", "_cli_maintain", "cli", "__main__",
+    "__init__",
 ]
 PKG = os.path.dirname(seglog.__file__)
 
