@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Iterator
 
@@ -217,10 +218,15 @@ def test_tail_log_topic_time_and_follow(log_dir, root):
     later = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts / 1000 + 3600)) + "Z"
     assert run("tail", log_dir, "--from-time", later).stdout == ""
     assert run("tail", log_dir, "--from-time", "yesterday").returncode == 2
-    proc = subprocess.Popen([sys.executable, "-m", "seglog", "tail", log_dir, "-f", "-n", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "seglog", "tail", log_dir, "-f", "-n", "1"],
                             stdout=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(30, proc.kill)       # a deadline for the blocking reads
+    watchdog.start()
     try:
-        time.sleep(0.5)
+        # its first line, the last message there, shows it has found its place: what is
+        # appended from now on is past it, and only following prints it
+        first = proc.stdout.readline()
+        assert first.startswith("300 ") and "binary" in first, first
         with Log.open(log_dir) as log:
             log.append(b"fresh")
         deadline = time.monotonic() + 10
@@ -229,6 +235,7 @@ def test_tail_log_topic_time_and_follow(log_dir, root):
             line = proc.stdout.readline()
         assert "fresh" in line and line.startswith("301 ")
     finally:
+        watchdog.cancel()
         proc.kill()
         proc.wait()
 

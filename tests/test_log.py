@@ -252,12 +252,23 @@ def test_wait_wakes_on_append_and_times_out(logdir):
     with Log.open(logdir) as log:
         assert log.wait(0, timeout=0.01) is False
         got = []
-        t = threading.Thread(target=lambda: got.append(log.wait(0, timeout=10)))
+        started, done = threading.Event(), threading.Event()
+
+        def waiter():
+            started.set()
+            got.append(log.wait(0, timeout=10))
+            done.set()
+        t = threading.Thread(target=waiter)
         t.start()
-        time.sleep(0.05)
+        assert started.wait(5)
+        # nothing appended: the waiter must still be blocked, with no result
+        assert not done.wait(0.3) and t.is_alive() and got == []
         log.append(b"x")
+        assert done.wait(5)
         t.join(5)
         assert got == [True]
+        # it woke from waiting: one that reached wait() after the append never waits
+        assert log.metrics()["wait_wakeups"] == 1
         assert log.wait(0) is True
 
 
