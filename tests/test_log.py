@@ -284,7 +284,8 @@ def test_wait_raises_when_log_closes(logdir):
             errors.append(e)
     t = threading.Thread(target=waiter)
     t.start()
-    time.sleep(0.05)
+    t.join(0.3)                         # nothing appended: the waiter is still blocked
+    assert t.is_alive() and errors == []
     log.close()
     t.join(5)
     assert len(errors) == 1

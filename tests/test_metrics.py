@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
 import pytest
 
@@ -95,9 +94,13 @@ def test_recovery_retention_compaction_and_corruption(tmp_path):
 def test_wait_wakeups_and_topic_sums(tmp_path):
     with Log.open(str(tmp_path / "w"), **SYNTHETIC_CLOCK) as log:
         got = []
-        t = threading.Thread(target=lambda: got.append(log.wait(0, timeout=10)))
+        started = threading.Event()
+        t = threading.Thread(target=lambda: (started.set(),
+                                             got.append(log.wait(0, timeout=10))))
         t.start()
-        time.sleep(0.1)
+        assert started.wait(5)
+        t.join(0.3)                     # nothing appended: the waiter is still blocked
+        assert t.is_alive() and got == []
         log.append(b"wake")
         t.join(10)
         assert got == [True] and log.metrics()["wait_wakeups"] == 1
