@@ -268,7 +268,8 @@ def test_bit_flips_in_durable_data_are_reported(tmp_path):
     seed = seed_for("bit flips")
     rnd = random.Random(seed)
     base = str(tmp_path / "base")
-    log = Log.open(base, flush_ms=None, segment_bytes=64 << 10, max_message_bytes=4096, **SYNTHETIC_CLOCK)
+    log = Log.open(base, flush_ms=None, segment_bytes=64 << 10, max_message_bytes=4096,
+                   **SYNTHETIC_CLOCK)
     log.append_batch([value(i) for i in range(200)])
     for i in range(200, 260):
         log.append(value(i))
@@ -385,7 +386,8 @@ def test_io_error_loop(tmp_path, op, times):
                 if rnd.random() < 0.05:
                     log.close()
                     log = Log.open(path, segment_bytes=2048, max_message_bytes=1024,
-                                   flush_ms=None, retention_ms=None, max_index_bytes=480, **SYNTHETIC_CLOCK)
+                                   flush_ms=None, retention_ms=None, max_index_bytes=480,
+                                   **SYNTHETIC_CLOCK)
             except (seglog.StorageError, OSError) as e:
                 failures += 1
                 assert log.flushed_offset <= n
@@ -405,7 +407,8 @@ def test_io_error_loop(tmp_path, op, times):
                 fs.clear_faults()
                 try:
                     log = Log.open(path, segment_bytes=2048, max_message_bytes=1024,
-                                   flush_ms=None, retention_ms=None, max_index_bytes=480, **SYNTHETIC_CLOCK)
+                                   flush_ms=None, retention_ms=None, max_index_bytes=480,
+                                   **SYNTHETIC_CLOCK)
                 except (seglog.StorageError, OSError):
                     continue
                 n = log.end_offset
@@ -471,7 +474,8 @@ def test_rebuilt_index_too_small_for_its_entries_keeps_the_largest_timestamp(
     import errno
     from seglog import _scan, codec
     path = str(tmp_path / "log")
-    with Log.open(path, segment_bytes=4096, index_interval_bytes=64, flush_ms=None, **SYNTHETIC_CLOCK) as log:
+    with Log.open(path, segment_bytes=4096, index_interval_bytes=64, flush_ms=None,
+                  **SYNTHETIC_CLOCK) as log:
         for i in range(200):
             log.append(value(i % 10), timestamp=1000 + i)
         first = log.segments[0]
@@ -496,7 +500,8 @@ def test_segment_sealed_under_smaller_indexes_keeps_its_largest_timestamp(tmp_pa
     ``offset_for_time`` see the segment's newest record after the next open."""
     from seglog import codec
     path = str(tmp_path / "log")
-    log = Log.open(path, segment_bytes=1 << 20, index_interval_bytes=64, flush_ms=None, **SYNTHETIC_CLOCK)
+    log = Log.open(path, segment_bytes=1 << 20, index_interval_bytes=64, flush_ms=None,
+                   **SYNTHETIC_CLOCK)
     for i in range(200):
         log.append(value(i % 10), timestamp=1000 + i)
     if shutdown == "crash":
@@ -538,7 +543,8 @@ def test_clean_reopen_reads_no_segment_data(tmp_path):
 
 def test_recovery_scans_only_the_unflushed_tail(tmp_path):
     path = str(tmp_path / "log")
-    log = Log.open(path, segment_bytes=1 << 30, flush_ms=None, index_interval_bytes=4096, **SYNTHETIC_CLOCK)
+    log = Log.open(path, segment_bytes=1 << 30, flush_ms=None, index_interval_bytes=4096,
+                   **SYNTHETIC_CLOCK)
     log.append_batch([b"x" * 200 for _ in range(20000)])
     log.flush()
     log.append_batch([b"y" * 200 for _ in range(50)])

@@ -40,7 +40,8 @@ def test_empty_and_single_segment(logdir):
 
 
 def test_time_retention_deletes_old_segments_oldest_first(logdir):
-    with Log.open(logdir, segment_bytes=2048, retention_ms=1000, file_delete_delay_ms=0, **SYNTHETIC_CLOCK) as log:
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1000, file_delete_delay_ms=0,
+                  **SYNTHETIC_CLOCK) as log:
         fill(log, 100, 10_000, step=100)                        # ts 10_000 .. 19_900
         segs = log.segments
         assert len(segs) > 4
@@ -52,12 +53,14 @@ def test_time_retention_deletes_old_segments_oldest_first(logdir):
         with pytest.raises(seglog.OffsetOutOfRangeError):
             log.read(0)
         assert [m.offset for m in log.iter()][0] == log.start_offset
-    with Log.open(logdir, retention_ms=1000, **SYNTHETIC_CLOCK) as log:           # the start offset is durable
+    with Log.open(logdir, retention_ms=1000,
+                  **SYNTHETIC_CLOCK) as log:           # the start offset is durable
         assert log.start_offset == segs[3].base_offset
 
 
 def test_all_expired_keeps_the_active_segment(logdir):
-    with Log.open(logdir, segment_bytes=2048, retention_ms=10, file_delete_delay_ms=0, **SYNTHETIC_CLOCK) as log:
+    with Log.open(logdir, segment_bytes=2048, retention_ms=10, file_delete_delay_ms=0,
+                  **SYNTHETIC_CLOCK) as log:
         fill(log, 100, 1000)
         n = len(log.segments)
         assert len(log.enforce_retention(now_ms=10**12)) == n - 1
@@ -83,7 +86,8 @@ def test_size_retention(logdir):
 
 
 def test_delayed_delete_renames_aside_then_unlinks(logdir):
-    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=100, **SYNTHETIC_CLOCK) as log:
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=100,
+                  **SYNTHETIC_CLOCK) as log:
         fill(log, 60, 1000)
         first = log.segments[0]
         assert log.enforce_retention(now_ms=10**12)
@@ -105,7 +109,8 @@ def test_background_maintenance_applies_retention(logdir):
 
 
 def test_crash_between_checkpoint_and_delete(logdir, monkeypatch):
-    log = Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0, **SYNTHETIC_CLOCK)
+    log = Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0,
+                   **SYNTHETIC_CLOCK)
     fill(log, 60, 1000)
     keep = log.segments[-1].base_offset
     import seglog.retention
@@ -123,7 +128,8 @@ def test_crash_between_checkpoint_and_delete(logdir, monkeypatch):
 
 
 def test_readers_survive_retention(logdir):
-    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0, **SYNTHETIC_CLOCK) as log:
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0,
+                  **SYNTHETIC_CLOCK) as log:
         fill(log, 300, 1000)
         errors: list = []
         stop = threading.Event()
@@ -240,7 +246,8 @@ def test_crash_at_every_step_of_compaction(tmp_path, keys):
 
 
 def test_readonly_reader_that_never_opened_a_deleted_segment(logdir):
-    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0, **SYNTHETIC_CLOCK) as log:
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0,
+                  **SYNTHETIC_CLOCK) as log:
         fill(log, 200, 1000)
         r = Log.open(logdir, readonly=True)
         assert r.start_offset == 0
