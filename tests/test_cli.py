@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Iterator
 
@@ -19,7 +20,8 @@ import pytest
 import seglog
 import seglog.repair
 from seglog import Log, Record, Topic
-from seglog.cli import _Progress
+from seglog._cli_inspect import reread_records
+from seglog._cli_output import Progress
 from seglog.testing import abandon
 
 COMMANDS = ["dump", "verify", "recover", "stats", "tail", "groups", "compact", "retention"]
@@ -216,10 +218,15 @@ def test_tail_log_topic_time_and_follow(log_dir, root):
     later = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts / 1000 + 3600)) + "Z"
     assert run("tail", log_dir, "--from-time", later).stdout == ""
     assert run("tail", log_dir, "--from-time", "yesterday").returncode == 2
-    proc = subprocess.Popen([sys.executable, "-m", "seglog", "tail", log_dir, "-f", "-n", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "seglog", "tail", log_dir, "-f", "-n", "1"],
                             stdout=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(30, proc.kill)       # a deadline for the blocking reads
+    watchdog.start()
     try:
-        time.sleep(0.5)
+        # its first line, the last message there, shows it has found its place: what is
+        # appended from now on is past it, and only following prints it
+        first = proc.stdout.readline()
+        assert first.startswith("300 ") and "binary" in first, first
         with Log.open(log_dir) as log:
             log.append(b"fresh")
         deadline = time.monotonic() + 10
@@ -228,6 +235,7 @@ def test_tail_log_topic_time_and_follow(log_dir, root):
             line = proc.stdout.readline()
         assert "fresh" in line and line.startswith("301 ")
     finally:
+        watchdog.cancel()
         proc.kill()
         proc.wait()
 
@@ -345,13 +353,13 @@ def test_progress_shows_on_a_terminal_only():
         def isatty(self) -> bool:
             return True
     t = Tty()
-    prog = _Progress("verify", 10_000_000, t)
+    prog = Progress("verify", 10_000_000, t)
     prog.last -= 1
     prog(5_000_000)
     prog.close()
     assert "verify:" in t.getvalue() and "MB/s" in t.getvalue() and "ETA" in t.getvalue()
     quiet = io.StringIO()
-    prog = _Progress("verify", 10_000_000, quiet)
+    prog = Progress("verify", 10_000_000, quiet)
     prog.last -= 1
     prog(5_000_000)
     assert quiet.getvalue() == ""
@@ -592,18 +600,17 @@ def test_dump_past_the_end_says_so(log_dir):
 def test_dump_print_data_of_a_segment_deleted_or_replaced_after_the_walk(log_dir, tmp_path):
     """dump --print-data reads records again after the walk: a writer's retention or
     compaction may have deleted or replaced the file by then."""
-    from seglog.cli import _records
     batches: list = []
     seglog.repair.check(log_dir, batches=batches)
     b = batches[3]
-    assert [m[3] for m in _records(b, 0, 1 << 63)] == [b"line %d" % j for j in range(30, 40)]
+    assert [m[3] for m in reread_records(b, 0, 1 << 63)] == [b"line %d" % j for j in range(30, 40)]
     other = str(tmp_path / "other")
     with Log.open(other) as log:
         log.append_batch([b"other %d" % j for j in range(400)])
     os.replace(os.path.join(other, f"{0:020d}.log"), b.segment)     # compaction's rename
-    assert _records(b, 0, 1 << 63) is None
+    assert reread_records(b, 0, 1 << 63) is None
     os.remove(b.segment)
-    assert _records(b, 0, 1 << 63) is None
+    assert reread_records(b, 0, 1 << 63) is None
 
 
 @pytest.mark.parametrize("cmd", ["dump", "verify", "stats", "recover", "tail", "compact",

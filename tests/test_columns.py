@@ -13,9 +13,10 @@ import pytest
 import seglog
 from seglog import CorruptRecordError, Log, MessageSet, OffsetOutOfRangeError, Record
 
+from clock import SYNTHETIC_CLOCK
+
 pa = pytest.importorskip("pyarrow")
 
-pytestmark = pytest.mark.usefixtures("synthetic_clock")
 
 
 def from_columns(c: seglog.Columns) -> list[tuple]:
@@ -47,7 +48,7 @@ def mixed_log(path: str, seed: int, compact: bool = False) -> Log:
     rnd = random.Random(seed)
     log = Log.open(path, segment_bytes=1 << 14,
                    cleanup_policy="compact" if compact else "delete",
-                   compression=None)
+                   compression=None, **SYNTHETIC_CLOCK)
     for _ in range(150):
         kind = rnd.randrange(6)
         n = rnd.randrange(1, 30)
@@ -92,7 +93,7 @@ def test_columns_and_arrow_equal_iteration_for_every_kind_of_batch(tmp_path, com
 
 
 def test_plain_batches_need_no_object_per_message(tmp_path):
-    with Log.open(str(tmp_path / "l")) as log:
+    with Log.open(str(tmp_path / "l"), **SYNTHETIC_CLOCK) as log:
         for i in range(20):
             log.append_batch([b"%05d" % j for j in range(i * 50, i * 50 + 50)])
         c = log.read(0, 1 << 20).columns()
@@ -108,7 +109,7 @@ def test_plain_batches_need_no_object_per_message(tmp_path):
 
 
 def test_lz4_batches_read_as_columns(tmp_path):
-    with Log.open(str(tmp_path / "l"), compression="lz4") as log:
+    with Log.open(str(tmp_path / "l"), compression="lz4", **SYNTHETIC_CLOCK) as log:
         log.append_batch([b"abc" * 100] * 50)
         log.append_batch([Record(b"x" * 300, key=b"k")] * 50)
         everything = [tuple(m) for m in log.iter()]
@@ -117,7 +118,7 @@ def test_lz4_batches_read_as_columns(tmp_path):
 
 
 def test_empty_ranges_and_bad_input(tmp_path):
-    with Log.open(str(tmp_path / "l")) as log:
+    with Log.open(str(tmp_path / "l"), **SYNTHETIC_CLOCK) as log:
         assert log.read_arrow().num_rows == 0
         log.append_batch([b"a", b"b"])
         assert log.read_arrow(2).num_rows == 0 and log.read_arrow(1, 1).num_rows == 0
@@ -129,7 +130,7 @@ def test_empty_ranges_and_bad_input(tmp_path):
 
 
 def test_a_damaged_batch_is_refused(tmp_path):
-    with Log.open(str(tmp_path / "l"), flush_ms=None) as log:
+    with Log.open(str(tmp_path / "l"), flush_ms=None, **SYNTHETIC_CLOCK) as log:
         log.append_batch([b"v" * 100] * 10)
         data = bytearray(log.read(0).buffer())
     data[100] ^= 1
@@ -139,7 +140,7 @@ def test_a_damaged_batch_is_refused(tmp_path):
 
 def test_without_pyarrow_the_error_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)
-    with Log.open(str(tmp_path / "l")) as log:
+    with Log.open(str(tmp_path / "l"), **SYNTHETIC_CLOCK) as log:
         log.append(b"a")
         with pytest.raises(ImportError, match=r"seglog\[spark\]"):
             log.read_arrow()

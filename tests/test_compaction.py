@@ -13,8 +13,9 @@ import seglog
 from seglog import Log, cleaner, repair
 from seglog.testing import abandon
 
+from clock import SYNTHETIC_CLOCK
+
 # records here carry made-up timestamps near 0 ms
-pytestmark = pytest.mark.usefixtures("synthetic_clock")
 
 DAY = 86_400_000
 CFG = dict(segment_bytes=2048, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0,
@@ -47,7 +48,7 @@ ops = st.lists(st.tuples(st.one_of(st.none(), st.sampled_from([b"a", b"b", b"c",
 @settings(max_examples=40, deadline=None)
 def test_compaction_matches_model(tmp_path_factory, entries):
     path = str(tmp_path_factory.mktemp("c") / "log")
-    with Log.open(path, **CFG) as log:
+    with Log.open(path, **CFG, **SYNTHETIC_CLOCK) as log:
         records = []
         for k, v in entries:
             off = log.append(v, key=k, timestamp=1000 + len(records))
@@ -66,7 +67,7 @@ def test_compaction_matches_model(tmp_path_factory, entries):
         log.compact(now_ms=10_000 + 2 * DAY)
         assert [(m.offset, m.key, m.value) for m in log.iter()] == \
             model_after(records, active_base, 0, True)
-    with Log.open(path, **CFG) as again:      # the result survives a reopen
+    with Log.open(path, **CFG, **SYNTHETIC_CLOCK) as again:      # the result survives a reopen
         assert [(m.offset, m.key, m.value) for m in again.iter()] == \
             model_after(records, active_base, 0, True)
 
@@ -81,7 +82,7 @@ def fill(log: Log, n: int, keys: int = 20, start_ts: int = 1000) -> list[tuple]:
 
 
 def test_policy_delete_does_not_compact(logdir):
-    with Log.open(logdir, segment_bytes=2048) as log:
+    with Log.open(logdir, segment_bytes=2048, **SYNTHETIC_CLOCK) as log:
         fill(log, 300)
         before = [m for m in log.iter()]
         stats = log.compact()
@@ -90,7 +91,7 @@ def test_policy_delete_does_not_compact(logdir):
 
 
 def test_keyless_records_dropped_and_active_untouched(logdir):
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         for i in range(200):
             log.append(b"keyless %d" % i)
         log.append(b"keyed", key=b"k")
@@ -103,7 +104,7 @@ def test_keyless_records_dropped_and_active_untouched(logdir):
 
 def test_dirty_ratio_and_lag_are_honoured(logdir):
     with Log.open(logdir, **{**CFG, "min_cleanable_dirty_ratio": 0.5,
-                             "min_compaction_lag_ms": 5000}) as log:
+                             "min_compaction_lag_ms": 5000}, **SYNTHETIC_CLOCK) as log:
         fill(log, 400, keys=400, start_ts=100_000)
         # every segment is younger than the lag: nothing cleanable
         stats = log.compact(now_ms=100_500)
@@ -116,7 +117,7 @@ def test_dirty_ratio_and_lag_are_honoured(logdir):
 
 
 def test_small_buffer_cleans_in_several_passes(logdir):
-    with Log.open(logdir, **{**CFG, "cleaner_buffer_bytes": 1024}) as log:
+    with Log.open(logdir, **{**CFG, "cleaner_buffer_bytes": 1024}, **SYNTHETIC_CLOCK) as log:
         recs = []
         for i in range(600):
             k = b"key-%d" % i            # all distinct: the map fills quickly
@@ -142,7 +143,7 @@ def test_offset_map_memory_and_semantics():
 
 
 def test_reads_across_holes(logdir):
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         recs = fill(log, 400, keys=5)
         log.compact()
         kept = [m.offset for m in log.iter()]
@@ -154,7 +155,7 @@ def test_reads_across_holes(logdir):
 
 
 def test_interrupted_swap_rolls_forward(logdir, monkeypatch):
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         recs = fill(log, 400, keys=200)       # kept data for more than one group
         active = log.segments[-1].base_offset
         real = cleaner.swap_in
@@ -173,7 +174,7 @@ def test_interrupted_swap_rolls_forward(logdir, monkeypatch):
     names = os.listdir(logdir)
     assert (any(n.startswith(".seglog-swap.") for n in names)
             and any(n.startswith(".seglog-cleaned.") for n in names))
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         names = os.listdir(logdir)
         assert not any(n.startswith((".seglog-swap.", ".seglog-cleaned.")) for n in names)
         got = [(m.offset, m.key, m.value) for m in log.iter()]
@@ -188,20 +189,20 @@ def test_interrupted_swap_rolls_forward(logdir, monkeypatch):
 
 
 def test_uncommitted_cleaned_files_are_dropped(logdir):
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         fill(log, 300)
         before = [m for m in log.iter()]
         seg = log.segments[0]
     junk = os.path.join(os.path.dirname(seg.path), ".seglog-cleaned." + os.path.basename(seg.path))
     with open(junk, "wb") as f:
         f.write(b"partial")
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         assert not os.path.exists(junk)
         assert [m for m in log.iter()] == before
 
 
 def test_readonly_reader_during_compaction(logdir):
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         recs = fill(log, 500, keys=10)
         r = Log.open(logdir, readonly=True)
         it = r.iter()
@@ -225,7 +226,7 @@ def test_reader_thread_and_process_during_compaction(logdir):
     import subprocess
     import sys
     import threading
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         recs = fill(log, 600, keys=15)
         errors: list = []
         stop = threading.Event()
@@ -268,7 +269,7 @@ def test_compaction_of_segments_with_compressed_and_plain_batches(logdir):
     from seglog import codec
     cfg = dict(CFG, compression="lz4")
     text = b'{"path":"/api/v1/items","status":200,"user":%d,"note":"%s"}'
-    with Log.open(logdir, **cfg) as log:
+    with Log.open(logdir, **cfg, **SYNTHETIC_CLOCK) as log:
         records = []
         ts = 1000
         for round_ in range(12):
@@ -296,7 +297,7 @@ def test_compaction_of_segments_with_compressed_and_plain_batches(logdir):
                     assert h[codec.H_ATTRS] & codec.CODEC_MASK == codec.CODEC_NONE
         cleaned = [h for s in log.segments[:-1] for _, h in s.batches() if h[codec.H_COUNT] > 1]
         assert cleaned and all(h[codec.H_ATTRS] & codec.CODEC_LZ4 for h in cleaned)
-    with Log.open(logdir, **cfg) as again:
+    with Log.open(logdir, **cfg, **SYNTHETIC_CLOCK) as again:
         assert [(m.offset, m.key, m.value) for m in again.iter()] == \
             model_after(records, active_base, 10_000, False)
 
@@ -321,7 +322,7 @@ def test_compaction_leaves_no_trail_of_empty_segments(logdir):
     # 500 updates of 10 keys in 4 KiB segments: the sealed segments hold only
     # superseded values but the last's
     cfg = dict(CFG, segment_bytes=4096)
-    with Log.open(logdir, **cfg) as log:
+    with Log.open(logdir, **cfg, **SYNTHETIC_CLOCK) as log:
         for i in range(500):
             log.append(b"value-%04d" % i, key=b"key-%d" % (i % 10))
         assert len(log.segments) > 7
@@ -337,13 +338,13 @@ def test_compaction_leaves_no_trail_of_empty_segments(logdir):
         again = log.compact()
         assert again.skipped == "nothing dirty in the sealed segments"
         assert len(log.segments) == 2 and latest_per_key(log) == before
-    with Log.open(logdir, **cfg) as log:
+    with Log.open(logdir, **cfg, **SYNTHETIC_CLOCK) as log:
         assert latest_per_key(log) == before and len(log.segments) == 2
 
 
 def test_each_pass_groups_by_output_as_the_log_grows(logdir):
     cfg = dict(CFG, segment_bytes=4096)
-    with Log.open(logdir, **cfg) as log:
+    with Log.open(logdir, **cfg, **SYNTHETIC_CLOCK) as log:
         for round_ in range(6):
             for i in range(300):
                 log.append(b"r%d-%04d" % (round_, i), key=b"key-%d" % ((i * 7 + round_) % 40))
@@ -372,7 +373,7 @@ def test_compaction_groups_by_output_and_keeps_every_latest_value(
     cfg = dict(CFG, segment_bytes=segment_bytes, compression=compression)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cleaner, "_READ_CHUNK", chunk)
-        with Log.open(path, **cfg) as log:
+        with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
             for _ in range(n):
                 k = rnd.randrange(keys)
                 size = rnd.randint(1, max_value)
@@ -385,13 +386,13 @@ def test_compaction_groups_by_output_and_keeps_every_latest_value(
             assert latest_per_key(log) == before
             assert_grouped_by_output(log, segment_bytes)
         assert not [n for n in os.listdir(path) if n.startswith(".seglog-")]
-        with Log.open(path, **cfg) as log:
+        with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
             assert latest_per_key(log) == before
 
 
 def test_failure_while_grouping_removes_the_new_files_and_loses_nothing(logdir, monkeypatch):
     monkeypatch.setattr(cleaner, "_READ_CHUNK", 64)    # outputs go to their files at once
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         recs = fill(log, 600, keys=200)
         before = latest_per_key(log)
         real = cleaner._clean_segment
@@ -411,7 +412,7 @@ def test_failure_while_grouping_removes_the_new_files_and_loses_nothing(logdir, 
         assert latest_per_key(log) == before
         assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())
     monkeypatch.setattr(cleaner, "_clean_segment", real)
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         assert latest_per_key(log) == before
         assert log.compact().skipped is None
         assert latest_per_key(log) == before
@@ -420,7 +421,7 @@ def test_failure_while_grouping_removes_the_new_files_and_loses_nothing(logdir, 
 
 def test_crash_while_grouping_loses_nothing(logdir, monkeypatch):
     monkeypatch.setattr(cleaner, "_READ_CHUNK", 64)
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         recs = fill(log, 600, keys=200)
         before = latest_per_key(log)
         real = cleaner._Writer.absorb
@@ -436,7 +437,7 @@ def test_crash_while_grouping_loses_nothing(logdir, monkeypatch):
             log.compact()
         monkeypatch.setattr(cleaner._Writer, "absorb", real)
         abandon(log)
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         assert not [n for n in os.listdir(logdir) if n.startswith(".seglog-")]
         assert latest_per_key(log) == before
         assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())
@@ -445,7 +446,7 @@ def test_crash_while_grouping_loses_nothing(logdir, monkeypatch):
 def _end_with_a_gap(path: str, upto: int) -> None:
     """Close the log, then end its active segment with an empty batch holding the
     offsets up to ``upto - 1``: what compaction leaves of billions of updates."""
-    with Log.open(path, **CFG) as log:
+    with Log.open(path, **CFG, **SYNTHETIC_CLOCK) as log:
         seg, end = log.segments[-1].path, log.end_offset
     gap = seglog.codec.encode_batch(end, [], 1000, offset_deltas=[],
                                     last_offset_delta=upto - 1 - end)
@@ -459,13 +460,13 @@ def _end_with_a_gap(path: str, upto: int) -> None:
 def test_compaction_never_merges_past_the_index_relative_offsets(logdir):
     # two small sealed segments of 2**32 offsets each (rolled by the index's 32-bit
     # relative offsets): merged, their offsets would not fit one segment's index
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         fill(log, 5, keys=5)
     _end_with_a_gap(logdir, (1 << 32) - 4)
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         fill(log, 8, keys=5)
     _end_with_a_gap(logdir, (1 << 33) - 8)
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         fill(log, 8, keys=5)
         sealed = log.segments[:-1]
         assert len(sealed) == 2 and sum(s.size for s in sealed) < CFG["segment_bytes"]
@@ -474,7 +475,7 @@ def test_compaction_never_merges_past_the_index_relative_offsets(logdir):
         assert stats.skipped is None
         assert [s.base_offset for s in log.segments[:-1]] == [0, (1 << 32) - 1]
         assert latest_per_key(log) == before
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         assert latest_per_key(log) == before
         assert repair.check(logdir).ok
 
@@ -484,7 +485,7 @@ def test_compaction_merges_no_more_than_one_index_holds(logdir):
     # the writer's rule would (a full index drops the entries past it)
     from seglog import _scan
     cfg = dict(CFG, segment_bytes=1 << 16, max_index_bytes=96, index_interval_bytes=64)
-    with Log.open(logdir, **cfg) as log:
+    with Log.open(logdir, **cfg, **SYNTHETIC_CLOCK) as log:
         fill(log, 400, keys=400)        # distinct keys: compaction keeps everything
         assert len(log.segments) > 10
         before = latest_per_key(log)
@@ -517,7 +518,7 @@ def _fail_writes_to(monkeypatch, prefix: str, err: int) -> list[str]:
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names fds through /proc")
 def test_full_disk_at_the_swap_manifest_removes_the_new_files(logdir, monkeypatch):
     import errno
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         recs = fill(log, 400, keys=150)
         before = latest_per_key(log)
         failed = _fail_writes_to(monkeypatch, ".seglog-tmp..seglog-swap.", errno.ENOSPC)
@@ -529,7 +530,7 @@ def test_full_disk_at_the_swap_manifest_removes_the_new_files(logdir, monkeypatc
         # file are gone at once: the space is back while the disk is full
         assert not [n for n in os.listdir(logdir) if n.startswith(".seglog-")]
         assert latest_per_key(log) == before
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         assert latest_per_key(log) == before
         assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())
         assert log.compact().skipped is None and latest_per_key(log) == before
@@ -551,7 +552,7 @@ def test_failed_sync_of_the_swap_manifest_takes_the_swap_back(logdir, monkeypatc
             failed.append(path)
             raise OSError(5, "Input/output error")
         return real(path)
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         recs = fill(log, 400, keys=150)
         before = latest_per_key(log)
         monkeypatch.setattr(_files, "fsync_dir", fsync_dir)
@@ -568,7 +569,7 @@ def test_failed_sync_of_the_swap_manifest_takes_the_swap_back(logdir, monkeypatc
             assert [n for n in left if n.startswith(".seglog-cleaned.")]
         assert latest_per_key(log) == before
         abandon(log)
-    with Log.open(logdir, **CFG) as log:
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
         assert not [n for n in os.listdir(logdir) if n.startswith(".seglog-")]
         assert latest_per_key(log) == before
         assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())
@@ -590,14 +591,14 @@ def test_a_cleaned_segment_keeps_its_largest_timestamp_with_small_indexes(tmp_pa
     retention = 10_000
     cfg = dict(CFG, segment_bytes=4096, index_interval_bytes=64, max_index_bytes=max_index_bytes,
                cleanup_policy="compact,delete", retention_ms=retention)
-    with Log.open(path, **cfg) as log:
+    with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
         for i in range(150):
             log.append(b"v" * rnd.randint(1, 60), key=b"k%d" % rnd.randrange(120),
                        timestamp=1000 + i)
         assert log.compact(now_ms=1200).skipped is None
         kept = [(m.offset, m.timestamp) for m in log.iter()]
     r = Log.open(path, readonly=True)
-    with Log.open(path, **cfg) as log:
+    with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
         for view in (log, r):
             for seg in view.segments[:-1]:
                 newest = max(h[codec.H_MAX_TS] for _, h in seg.batches())
@@ -626,7 +627,7 @@ def test_merged_segments_hold_every_index_entry_with_small_indexes(tmp_path, max
         path = str(tmp_path / f"log{run}")
         cfg = dict(CFG, segment_bytes=4096, index_interval_bytes=rnd.choice([16, 40, 64]),
                    max_index_bytes=max_index_bytes)
-        with Log.open(path, **cfg) as log:
+        with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
             for i in range(300):
                 log.append(b"v" * rnd.randint(1, 60), key=b"k%d" % rnd.randrange(60),
                            timestamp=1000 + i)
@@ -656,13 +657,13 @@ def test_an_io_error_at_any_step_of_a_pass_leaves_no_new_files(tmp_path, monkeyp
     from seglog.testing import FaultyFS
     monkeypatch.setattr(cleaner, "_READ_CHUNK", 64)   # outputs go to their files
     src = str(tmp_path / "src")
-    with Log.open(src, **CFG) as log:
+    with Log.open(src, **CFG, **SYNTHETIC_CLOCK) as log:
         recs = fill(log, 300, keys=40)
         before = latest_per_key(log)
     for nth in range(1, 200):
         d = str(tmp_path / f"{op}{nth}")
         shutil.copytree(src, d)
-        with Log.open(d, **CFG) as log:
+        with Log.open(d, **CFG, **SYNTHETIC_CLOCK) as log:
             with FaultyFS(d) as fs:
                 fs.fail(op, nth, errno.ENOSPC if op == "write" else errno.EIO)
                 try:
@@ -674,7 +675,7 @@ def test_an_io_error_at_any_step_of_a_pass_leaves_no_new_files(tmp_path, monkeyp
             if not any(n.startswith(".seglog-swap.") for n in left):
                 assert not left, (nth, left)
             assert latest_per_key(log) == before, nth
-        with Log.open(d, **CFG) as log:
+        with Log.open(d, **CFG, **SYNTHETIC_CLOCK) as log:
             assert not [n for n in os.listdir(d) if n.startswith(".seglog-")], nth
             assert latest_per_key(log) == before, nth
             assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())
@@ -688,7 +689,7 @@ def test_outputs_of_nothing_join_a_neighbour_with_the_smallest_indexes(logdir):
     # indexes of two time entries: a merged output of nothing has one batch (the
     # empty one) and needs no more, so it still joins its neighbour
     cfg = dict(CFG, segment_bytes=1024, max_index_bytes=24, index_interval_bytes=64)
-    with Log.open(logdir, **cfg) as log:
+    with Log.open(logdir, **cfg, **SYNTHETIC_CLOCK) as log:
         for i in range(500):
             log.append(b"value-%04d" % i, key=b"key-%d" % (i % 10))
         assert len(log.segments) > 100

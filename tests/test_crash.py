@@ -20,8 +20,9 @@ import seglog
 from seglog import Log, codec
 from seglog.testing import FaultyFS, abandon
 
+from clock import SYNTHETIC_CLOCK
+
 # records here carry made-up timestamps near 0 ms
-pytestmark = pytest.mark.usefixtures("synthetic_clock")
 
 SCALE = int(os.environ.get("SEGLOG_TORTURE", "1"))
 
@@ -74,7 +75,7 @@ def child_writer(path: str, wfd: int, seed: int, make=value, max_batch: int = 8,
     try:
         log = Log.open(path, **{"segment_bytes": 4096, "max_message_bytes": 2048,
                                 "flush_ms": rnd.choice([None, 5, 50]),
-                                "index_interval_bytes": 256, **config})
+                                "index_interval_bytes": 256, **config}, **SYNTHETIC_CLOCK)
         i = log.end_offset
         while True:
             i = append_some(log, rnd, i, 0.5, max_batch, make)
@@ -95,12 +96,12 @@ def test_sigkill_at_random_instants(tmp_path):
         acked = max(acked, kill_at_random(lambda wfd: child_writer(path, wfd, seed + r),
                                           rnd.uniform(0.002, 0.08)))
         if r % 10 == 9 or r == rounds - 1:
-            with Log.open(path) as log:        # the writer's recovery
+            with Log.open(path, **SYNTHETIC_CLOCK) as log:        # the writer's recovery
                 verified = check_prefix(log, acked, f"round {r}", verified)
         else:
             with Log.open(path, readonly=True) as log:
                 verified = check_prefix(log, acked, f"round {r} (reader)", verified)
-    with Log.open(path) as log:
+    with Log.open(path, **SYNTHETIC_CLOCK) as log:
         check_prefix(log, acked, "after all rounds")
     print(f"sigkill: {rounds} rounds, {acked} messages acknowledged, 0 lost")
 
@@ -165,14 +166,14 @@ def _power_loss_round(root: str, seed: int) -> tuple[int, int]:
             if log is not None and rnd.random() < 0.5:
                 states.append(fs.capture(flushed=log.flushed_offset, appended=appended, op=op))
         fs.on_event = capture
-        log = Log.open(src, **cfg)
+        log = Log.open(src, **cfg, **SYNTHETIC_CLOCK)
         for step in range(150):
             appended = append_some(log, rnd, appended, 0.6, 6)
             if rnd.random() < 0.2:
                 log.flush()
             if rnd.random() < 0.03:
                 log.close()
-                log = Log.open(src, **cfg)
+                log = Log.open(src, **cfg, **SYNTHETIC_CLOCK)
             if rnd.random() < 0.3:
                 states.append(fs.capture(flushed=log.flushed_offset, appended=appended, op="-"))
         log.close()
@@ -184,7 +185,7 @@ def _power_loss_round(root: str, seed: int) -> tuple[int, int]:
             st.materialize(dest, random.Random(seed * 7919 + i), mode)
             where = f"seed {seed} state {i} ({st.note['op']}, mode {mode}, flushed {st.note['flushed']})"
             try:
-                with Log.open(dest) as log:
+                with Log.open(dest, **SYNTHETIC_CLOCK) as log:
                     end = check_prefix(log, st.note["flushed"], where)
                     assert end <= st.note["appended"], f"{where}: invented messages"
             except seglog.SeglogError as e:
@@ -200,7 +201,7 @@ def _written_then_abandoned(path: str, durable: int, extra_batches: int) -> list
 
     Returns the file positions (start, end) of the unflushed batches.
     """
-    log = Log.open(path, flush_ms=None, segment_bytes=1 << 20)
+    log = Log.open(path, flush_ms=None, segment_bytes=1 << 20, **SYNTHETIC_CLOCK)
     log.append_batch([value(i) for i in range(durable)])
     log.flush()
     spans = []
@@ -214,7 +215,7 @@ def _written_then_abandoned(path: str, durable: int, extra_batches: int) -> list
 
 
 def _reopen_and_check(path: str, durable: int, where: str) -> int:
-    with Log.open(path) as log:
+    with Log.open(path, **SYNTHETIC_CLOCK) as log:
         return check_prefix(log, durable, where)
 
 
@@ -267,7 +268,8 @@ def test_bit_flips_in_durable_data_are_reported(tmp_path):
     seed = seed_for("bit flips")
     rnd = random.Random(seed)
     base = str(tmp_path / "base")
-    log = Log.open(base, flush_ms=None, segment_bytes=64 << 10, max_message_bytes=4096)
+    log = Log.open(base, flush_ms=None, segment_bytes=64 << 10, max_message_bytes=4096,
+                   **SYNTHETIC_CLOCK)
     log.append_batch([value(i) for i in range(200)])
     for i in range(200, 260):
         log.append(value(i))
@@ -291,7 +293,7 @@ def test_bit_flips_in_durable_data_are_reported(tmp_path):
         # reported when the log opens (damage in the scanned tail) or, for the prefix
         # the open trusts, when that data is read: never returned as data
         try:
-            with Log.open(work) as log:
+            with Log.open(work, **SYNTHETIC_CLOCK) as log:
                 with pytest.raises(seglog.CorruptRecordError) as ei:
                     list(log.iter())
                 on_open += 0
@@ -305,7 +307,7 @@ def test_bit_flips_in_durable_data_are_reported(tmp_path):
 
 def test_bit_flip_after_clean_close_is_reported_on_read(tmp_path):
     path = str(tmp_path / "log")
-    with Log.open(path) as log:
+    with Log.open(path, **SYNTHETIC_CLOCK) as log:
         log.append_batch([value(i) for i in range(100)])
     seg = os.path.join(path, f"{0:020d}.log")
     with open(seg, "r+b") as f:
@@ -313,7 +315,7 @@ def test_bit_flip_after_clean_close_is_reported_on_read(tmp_path):
         b = f.read(1)[0]
         f.seek(300)
         f.write(bytes([b ^ 4]))
-    with Log.open(path) as log:                   # a clean open reads no data
+    with Log.open(path, **SYNTHETIC_CLOCK) as log:                   # a clean open reads no data
         with pytest.raises(seglog.CorruptRecordError):
             list(log.iter())
 
@@ -340,7 +342,7 @@ def test_damage_followed_by_valid_data_is_corruption_in_the_same_boot(tmp_path):
         f.seek(start + 30)
         f.write(b"\xff\xff")
     with pytest.raises(seglog.CorruptRecordError, match="followed by valid"):
-        Log.open(path)
+        Log.open(path, **SYNTHETIC_CLOCK)
 
 
 # -- I/O errors -------------------------------------------------------------------------
@@ -367,7 +369,7 @@ def test_io_error_loop(tmp_path, op, times):
     failures = 0
     with FaultyFS(path) as fs:
         log = Log.open(path, segment_bytes=2048, max_message_bytes=1024, flush_ms=None,
-                       retention_ms=None, max_index_bytes=480)
+                       retention_ms=None, max_index_bytes=480, **SYNTHETIC_CLOCK)
         err = rnd.choice([errno.EIO, errno.ENOSPC])
         fs.fail(op, nth=rnd.randint(1, 6), errno=err, times=times)
         n = 0
@@ -384,7 +386,8 @@ def test_io_error_loop(tmp_path, op, times):
                 if rnd.random() < 0.05:
                     log.close()
                     log = Log.open(path, segment_bytes=2048, max_message_bytes=1024,
-                                   flush_ms=None, retention_ms=None, max_index_bytes=480)
+                                   flush_ms=None, retention_ms=None, max_index_bytes=480,
+                                   **SYNTHETIC_CLOCK)
             except (seglog.StorageError, OSError) as e:
                 failures += 1
                 assert log.flushed_offset <= n
@@ -399,12 +402,13 @@ def test_io_error_loop(tmp_path, op, times):
                 # what a power loss right now would leave holds every flushed offset
                 dest = str(tmp_path / f"after{failures}")
                 durable.materialize(dest, rnd, "lose")
-                with Log.open(dest) as check:
+                with Log.open(dest, **SYNTHETIC_CLOCK) as check:
                     check_prefix(check, acked, f"{op} failure {failures}")
                 fs.clear_faults()
                 try:
                     log = Log.open(path, segment_bytes=2048, max_message_bytes=1024,
-                                   flush_ms=None, retention_ms=None, max_index_bytes=480)
+                                   flush_ms=None, retention_ms=None, max_index_bytes=480,
+                                   **SYNTHETIC_CLOCK)
                 except (seglog.StorageError, OSError):
                     continue
                 n = log.end_offset
@@ -420,7 +424,7 @@ def test_io_error_loop(tmp_path, op, times):
     # append needs (a nearly full disk still takes small appends)
     absorbed = op == "fallocate" and err == errno.ENOSPC and times == 1
     assert failures >= 1 or absorbed, "the injected fault never fired"
-    with Log.open(path) as log:
+    with Log.open(path, **SYNTHETIC_CLOCK) as log:
         check_prefix(log, acked, "final reopen")
     after = _open_fds()
     assert after == fds, f"leaked file descriptors: {sorted(after - fds)}, closed: {sorted(fds - after)}"
@@ -431,7 +435,7 @@ def test_io_error_loop(tmp_path, op, times):
 def test_damaged_indexes_are_repaired(tmp_path, damage):
     path = str(tmp_path / "log")
     cfg = dict(segment_bytes=4096, index_interval_bytes=128)
-    with Log.open(path, **cfg) as log:
+    with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
         for i in range(400):
             log.append(value(i), timestamp=1000 + i)
     rnd = random.Random(11)
@@ -449,7 +453,7 @@ def test_damaged_indexes_are_repaired(tmp_path, damage):
         else:
             with open(p, "r+b") as f:
                 f.truncate(size // 2 + 1)
-    with Log.open(path, **cfg) as log:
+    with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
         assert [m.value for m in log.iter()] == [value(i) for i in range(400)]
         for o in range(0, 400, 37):
             assert log.read(o).first_offset == o
@@ -470,7 +474,8 @@ def test_rebuilt_index_too_small_for_its_entries_keeps_the_largest_timestamp(
     import errno
     from seglog import _scan, codec
     path = str(tmp_path / "log")
-    with Log.open(path, segment_bytes=4096, index_interval_bytes=64, flush_ms=None) as log:
+    with Log.open(path, segment_bytes=4096, index_interval_bytes=64, flush_ms=None,
+                  **SYNTHETIC_CLOCK) as log:
         for i in range(200):
             log.append(value(i % 10), timestamp=1000 + i)
         first = log.segments[0]
@@ -482,7 +487,7 @@ def test_rebuilt_index_too_small_for_its_entries_keeps_the_largest_timestamp(
         def full(*args, **kwargs):
             raise OSError(errno.ENOSPC, "No space left on device")
         monkeypatch.setattr(_scan, "write_index_files", full)
-    with Log.open(path, max_index_bytes=24, index_interval_bytes=64) as log:
+    with Log.open(path, max_index_bytes=24, index_interval_bytes=64, **SYNTHETIC_CLOCK) as log:
         assert log.segments[0].max_timestamp == newest
         assert log.offset_for_time(newest) == newest_offset
 
@@ -495,7 +500,8 @@ def test_segment_sealed_under_smaller_indexes_keeps_its_largest_timestamp(tmp_pa
     ``offset_for_time`` see the segment's newest record after the next open."""
     from seglog import codec
     path = str(tmp_path / "log")
-    log = Log.open(path, segment_bytes=1 << 20, index_interval_bytes=64, flush_ms=None)
+    log = Log.open(path, segment_bytes=1 << 20, index_interval_bytes=64, flush_ms=None,
+                   **SYNTHETIC_CLOCK)
     for i in range(200):
         log.append(value(i % 10), timestamp=1000 + i)
     if shutdown == "crash":
@@ -504,10 +510,10 @@ def test_segment_sealed_under_smaller_indexes_keeps_its_largest_timestamp(tmp_pa
     else:
         log.close()
     cfg = dict(segment_bytes=1 << 20, max_index_bytes=24, index_interval_bytes=64)
-    with Log.open(path, **cfg) as log:
+    with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
         log.append(b"x", timestamp=5000)           # the index is full: a new segment
         assert [s.base_offset for s in log.segments] == [0, 200]
-    with Log.open(path, **cfg) as log:
+    with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
         first = log.segments[0]
         newest = max(h[codec.H_MAX_TS] for _, h in first.batches())
         assert newest == 1199 and first.max_timestamp == newest
@@ -517,7 +523,7 @@ def test_segment_sealed_under_smaller_indexes_keeps_its_largest_timestamp(tmp_pa
 
 def test_clean_reopen_reads_no_segment_data(tmp_path):
     path = str(tmp_path / "log")
-    with Log.open(path, segment_bytes=1024, flush_ms=None) as log:
+    with Log.open(path, segment_bytes=1024, flush_ms=None, **SYNTHETIC_CLOCK) as log:
         for i in range(2000):
             log.append(value(i))
         assert len(log.segments) > 50
@@ -526,7 +532,7 @@ def test_clean_reopen_reads_no_segment_data(tmp_path):
     real_pread = os.pread
     os.pread = lambda fd, n, off: reads.append(os.readlink(f"/proc/self/fd/{fd}")) or real_pread(fd, n, off)
     try:
-        log = Log.open(path, segment_bytes=1024, flush_ms=None)
+        log = Log.open(path, segment_bytes=1024, flush_ms=None, **SYNTHETIC_CLOCK)
     finally:
         os.pread = real_pread
     assert not [r for r in reads if r.endswith(".log")]
@@ -537,12 +543,13 @@ def test_clean_reopen_reads_no_segment_data(tmp_path):
 
 def test_recovery_scans_only_the_unflushed_tail(tmp_path):
     path = str(tmp_path / "log")
-    log = Log.open(path, segment_bytes=1 << 30, flush_ms=None, index_interval_bytes=4096)
+    log = Log.open(path, segment_bytes=1 << 30, flush_ms=None, index_interval_bytes=4096,
+                   **SYNTHETIC_CLOCK)
     log.append_batch([b"x" * 200 for _ in range(20000)])
     log.flush()
     log.append_batch([b"y" * 200 for _ in range(50)])
     abandon(log)
-    with Log.open(path, index_interval_bytes=4096) as log:
+    with Log.open(path, index_interval_bytes=4096, **SYNTHETIC_CLOCK) as log:
         rep = log.recovery
         assert rep is not None and rep.segments_scanned == 1
         assert rep.scanned_bytes < 200_000          # the tail, not the 4 MB segment
@@ -553,14 +560,14 @@ def test_recovery_starts_at_the_last_index_entry_below_the_recovery_point(tmp_pa
     """Small batches: the scan starts at the last trusted index entry, so it reads
     about one index interval plus the unflushed tail, not the flushed segment."""
     path = str(tmp_path / "log")
-    log = Log.open(path, flush_ms=None, index_interval_bytes=4096)
+    log = Log.open(path, flush_ms=None, index_interval_bytes=4096, **SYNTHETIC_CLOCK)
     for i in range(20000):
         log.append(b"%099d" % i)
     log.flush()
     for i in range(10):
         log.append(b"t" * 100)
     abandon(log)
-    with Log.open(path, index_interval_bytes=4096) as log:
+    with Log.open(path, index_interval_bytes=4096, **SYNTHETIC_CLOCK) as log:
         rep = log.recovery
         assert rep is not None and rep.scanned_bytes < 4096 + 10 * 200
         assert log.end_offset == 20010

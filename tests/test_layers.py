@@ -19,7 +19,8 @@ LAYERS = [
     "message", "index", "_scan", "segment", "_marker", "retention", "cleaner",
     "recovery", "repair", "_live", "local_log", "log", "topic", "_assignors",
     "_group_files", "_group_admin", "_membership", "consumer_group", "spark",
-    "testing", "cli", "__main__", "__init__",
+    "testing", "_cli_output", "_cli_paths", "_cli_inspect", "_cli_maintain", "cli", "__main__",
+    "__init__",
 ]
 PKG = os.path.dirname(seglog.__file__)
 

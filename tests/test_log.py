@@ -13,8 +13,9 @@ import seglog
 from seglog import Log, Record
 from seglog.testing import abandon
 
+from clock import SYNTHETIC_CLOCK
+
 # records here carry made-up timestamps near 0 ms
-pytestmark = pytest.mark.usefixtures("synthetic_clock")
 
 
 def values(log: Log, start: int | None = None, end: int | None = None) -> list:
@@ -22,7 +23,7 @@ def values(log: Log, start: int | None = None, end: int | None = None) -> list:
 
 
 def test_open_creates_directory_and_context_manager_closes(logdir):
-    with Log.open(logdir) as log:
+    with Log.open(logdir, **SYNTHETIC_CLOCK) as log:
         assert os.path.isdir(logdir)
         assert (log.start_offset, log.end_offset, log.flushed_offset) == (0, 0, 0)
         assert len(log.segments) == 1
@@ -33,7 +34,7 @@ def test_open_creates_directory_and_context_manager_closes(logdir):
 
 
 def test_append_returns_contiguous_offsets_and_reads_back(logdir):
-    with Log.open(logdir) as log:
+    with Log.open(logdir, **SYNTHETIC_CLOCK) as log:
         assert [log.append(b"m%d" % i) for i in range(5)] == list(range(5))
         r = log.append_batch([b"a", b"b", Record(b"c", key=b"k")])
         assert r == range(5, 8)
@@ -43,14 +44,14 @@ def test_append_returns_contiguous_offsets_and_reads_back(logdir):
 
 
 def test_append_batch_empty_and_generators(logdir):
-    with Log.open(logdir) as log:
+    with Log.open(logdir, **SYNTHETIC_CLOCK) as log:
         assert log.append_batch([]) == range(0, 0)
         assert log.append_batch(b"%d" % i for i in range(3)) == range(0, 3)
         assert values(log) == [b"0", b"1", b"2"]
 
 
 def test_message_fields_round_trip(logdir):
-    with Log.open(logdir) as log:
+    with Log.open(logdir, **SYNTHETIC_CLOCK) as log:
         log.append(b"v1", key=b"k1", timestamp=1234, headers=[("h", b"1"), ("h", b"2"), ("é", b"")])
         log.append(None, key=b"k1", timestamp=1235)           # tombstone
         log.append(b"", timestamp=1236)                        # empty, not None
@@ -66,7 +67,7 @@ def test_message_fields_round_trip(logdir):
 
 
 def test_default_timestamp_is_now(logdir):
-    with Log.open(logdir) as log:
+    with Log.open(logdir, **SYNTHETIC_CLOCK) as log:
         before = int(time.time() * 1000)
         log.append(b"x")
         log.append_batch([b"y", Record(b"z")])
@@ -75,7 +76,7 @@ def test_default_timestamp_is_now(logdir):
 
 
 def test_read_contract(logdir):
-    with Log.open(logdir) as log:
+    with Log.open(logdir, **SYNTHETIC_CLOCK) as log:
         log.append_batch([b"%03d" % i for i in range(100)])
         ms = log.read(0)
         assert isinstance(ms, seglog.MessageSet)
@@ -95,7 +96,7 @@ def test_read_contract(logdir):
 
 
 def test_read_returns_at_least_one_whole_message_and_respects_max_bytes(logdir):
-    with Log.open(logdir) as log:
+    with Log.open(logdir, **SYNTHETIC_CLOCK) as log:
         big = os.urandom(50_000)
         log.append(big)
         for i in range(20):
@@ -115,7 +116,7 @@ def test_read_returns_at_least_one_whole_message_and_respects_max_bytes(logdir):
 
 
 def test_iter_ranges_and_validation(logdir):
-    with Log.open(logdir, segment_bytes=2048) as log:
+    with Log.open(logdir, segment_bytes=2048, **SYNTHETIC_CLOCK) as log:
         log.append_batch([b"%d" % i for i in range(300)])
         for i in range(300, 600):
             log.append(b"%d" % i)
@@ -136,7 +137,7 @@ def test_iter_across_read_chunks_and_batches_larger_than_a_chunk(logdir):
     # batch larger than a chunk takes the careful path
     rnd = random.Random(7)
     model = []
-    with Log.open(logdir, max_message_bytes=4 << 20) as log:
+    with Log.open(logdir, max_message_bytes=4 << 20, **SYNTHETIC_CLOCK) as log:
         for i in range(60):
             if i % 20 == 19:
                 batch = [rnd.randbytes(rnd.choice((1 << 20, 3 << 19)))]
@@ -154,7 +155,7 @@ def test_iter_across_read_chunks_and_batches_larger_than_a_chunk(logdir):
 
 
 def test_roll_by_size_and_segment_names(logdir):
-    with Log.open(logdir, segment_bytes=4096) as log:
+    with Log.open(logdir, segment_bytes=4096, **SYNTHETIC_CLOCK) as log:
         for i in range(200):
             log.append(os.urandom(100))
         segs = log.segments
@@ -170,7 +171,7 @@ def test_roll_by_size_and_segment_names(logdir):
 
 
 def test_roll_by_time(logdir):
-    with Log.open(logdir, segment_ms=1000) as log:
+    with Log.open(logdir, segment_ms=1000, **SYNTHETIC_CLOCK) as log:
         log.append(b"a", timestamp=10_000)
         log.append(b"b", timestamp=10_500)
         assert len(log.segments) == 1
@@ -179,7 +180,7 @@ def test_roll_by_time(logdir):
 
 
 def test_roll_when_index_full(logdir):
-    with Log.open(logdir, index_interval_bytes=64, max_index_bytes=24) as log:
+    with Log.open(logdir, index_interval_bytes=64, max_index_bytes=24, **SYNTHETIC_CLOCK) as log:
         for i in range(40):
             log.append(os.urandom(50))
         assert len(log.segments) > 2
@@ -187,7 +188,7 @@ def test_roll_when_index_full(logdir):
 
 
 def test_append_batch_cuts_large_input_into_batches(logdir):
-    with Log.open(logdir, max_message_bytes=1000, segment_bytes=4096) as log:
+    with Log.open(logdir, max_message_bytes=1000, segment_bytes=4096, **SYNTHETIC_CLOCK) as log:
         r = log.append_batch([os.urandom(300) for _ in range(50)])
         assert r == range(0, 50)
         assert len(log.segments) > 2
@@ -195,7 +196,7 @@ def test_append_batch_cuts_large_input_into_batches(logdir):
 
 
 def test_offset_for_time(logdir):
-    with Log.open(logdir, segment_bytes=2048, index_interval_bytes=128) as log:
+    with Log.open(logdir, segment_bytes=2048, index_interval_bytes=128, **SYNTHETIC_CLOCK) as log:
         assert log.offset_for_time(0) is None
         for i in range(500):
             log.append(b"e%d" % i, timestamp=1000 + 10 * i)
@@ -212,7 +213,7 @@ def test_offset_for_time(logdir):
 
 
 def test_offset_for_time_in_batches_with_per_record_timestamps(logdir):
-    with Log.open(logdir) as log:
+    with Log.open(logdir, **SYNTHETIC_CLOCK) as log:
         log.append_batch([Record(b"a", timestamp=5), Record(b"b", timestamp=50),
                           Record(b"c", timestamp=20)])
         assert log.offset_for_time(6) == 1
@@ -221,7 +222,7 @@ def test_offset_for_time_in_batches_with_per_record_timestamps(logdir):
 
 
 def test_flush_returns_durable_offset(logdir):
-    with Log.open(logdir, flush_ms=None) as log:
+    with Log.open(logdir, flush_ms=None, **SYNTHETIC_CLOCK) as log:
         assert log.flush() == 0
         log.append_batch([b"a", b"b"])
         assert log.flushed_offset == 0
@@ -229,7 +230,7 @@ def test_flush_returns_durable_offset(logdir):
 
 
 def test_flush_messages_policy(logdir, monkeypatch):
-    with Log.open(logdir, flush_ms=None, flush_messages=3) as log:
+    with Log.open(logdir, flush_ms=None, flush_messages=3, **SYNTHETIC_CLOCK) as log:
         log.append(b"1")
         log.append(b"2")
         assert log.flushed_offset == 0
@@ -240,7 +241,7 @@ def test_flush_messages_policy(logdir, monkeypatch):
 
 
 def test_flush_ms_is_honoured_when_the_writer_goes_idle(logdir):
-    with Log.open(logdir, flush_ms=50) as log:
+    with Log.open(logdir, flush_ms=50, **SYNTHETIC_CLOCK) as log:
         log.append(b"x")
         deadline = time.monotonic() + 5
         while log.flushed_offset < 1 and time.monotonic() < deadline:
@@ -249,20 +250,31 @@ def test_flush_ms_is_honoured_when_the_writer_goes_idle(logdir):
 
 
 def test_wait_wakes_on_append_and_times_out(logdir):
-    with Log.open(logdir) as log:
+    with Log.open(logdir, **SYNTHETIC_CLOCK) as log:
         assert log.wait(0, timeout=0.01) is False
         got = []
-        t = threading.Thread(target=lambda: got.append(log.wait(0, timeout=10)))
+        started, done = threading.Event(), threading.Event()
+
+        def waiter():
+            started.set()
+            got.append(log.wait(0, timeout=10))
+            done.set()
+        t = threading.Thread(target=waiter)
         t.start()
-        time.sleep(0.05)
+        assert started.wait(5)
+        # nothing appended: the waiter must still be blocked, with no result
+        assert not done.wait(0.3) and t.is_alive() and got == []
         log.append(b"x")
+        assert done.wait(5)
         t.join(5)
         assert got == [True]
+        # it woke from waiting: one that reached wait() after the append never waits
+        assert log.metrics()["wait_wakeups"] == 1
         assert log.wait(0) is True
 
 
 def test_wait_raises_when_log_closes(logdir):
-    log = Log.open(logdir)
+    log = Log.open(logdir, **SYNTHETIC_CLOCK)
     errors = []
 
     def waiter():
@@ -272,34 +284,35 @@ def test_wait_raises_when_log_closes(logdir):
             errors.append(e)
     t = threading.Thread(target=waiter)
     t.start()
-    time.sleep(0.05)
+    t.join(0.3)                         # nothing appended: the waiter is still blocked
+    assert t.is_alive() and errors == []
     log.close()
     t.join(5)
     assert len(errors) == 1
 
 
 def test_reopen_keeps_everything_and_continues_offsets(logdir):
-    with Log.open(logdir, segment_bytes=2048) as log:
+    with Log.open(logdir, segment_bytes=2048, **SYNTHETIC_CLOCK) as log:
         log.append_batch([b"%d" % i for i in range(100)])
         log.append(b"k", key=b"key", headers=[("a", b"b")])
-    with Log.open(logdir, segment_bytes=2048) as log:
+    with Log.open(logdir, segment_bytes=2048, **SYNTHETIC_CLOCK) as log:
         assert log.end_offset == 101
         assert log.append(b"next") == 101
         assert values(log)[:3] == [b"0", b"1", b"2"] and values(log)[-2:] == [b"k", b"next"]
 
 
 def test_reopen_after_unclean_close_recovers(logdir):
-    log = Log.open(logdir, segment_bytes=2048)
+    log = Log.open(logdir, segment_bytes=2048, **SYNTHETIC_CLOCK)
     log.append_batch([b"%d" % i for i in range(100)])
     log.append(b"tail")
     abandon(log)        # drop it on the floor: no close(), as a crash would
-    with Log.open(logdir, segment_bytes=2048) as again:
+    with Log.open(logdir, segment_bytes=2048, **SYNTHETIC_CLOCK) as again:
         assert again.end_offset == 101
         assert values(again)[-1] == b"tail"
 
 
 def test_readonly_reader_sees_writer_progress(logdir):
-    with Log.open(logdir, segment_bytes=2048) as w:
+    with Log.open(logdir, segment_bytes=2048, **SYNTHETIC_CLOCK) as w:
         w.append_batch([b"a%d" % i for i in range(10)])
         r = Log.open(logdir, readonly=True)
         assert r.end_offset == 10 and values(r)[0] == b"a0"
@@ -316,7 +329,7 @@ def test_readonly_reader_sees_writer_progress(logdir):
 
 
 def test_threads_append_and_read_concurrently(logdir):
-    with Log.open(logdir, segment_bytes=8192) as log:
+    with Log.open(logdir, segment_bytes=8192, **SYNTHETIC_CLOCK) as log:
         n_threads, per = 4, 300
         stop = threading.Event()
         bad: list = []
@@ -352,7 +365,7 @@ def test_threads_append_and_read_concurrently(logdir):
 
 
 def test_segments_are_public_objects(logdir):
-    with Log.open(logdir, segment_bytes=2048) as log:
+    with Log.open(logdir, segment_bytes=2048, **SYNTHETIC_CLOCK) as log:
         for i in range(100):
             log.append(b"x" * 50, timestamp=1000 + i)
         seg = log.segments[0]
@@ -367,7 +380,7 @@ def test_segments_are_public_objects(logdir):
 
 def test_compression_lz4_round_trip(logdir):
     lines = [b'{"path":"/api/v1/items/%d","status":200}' % (i % 7) for i in range(1000)]
-    with Log.open(logdir, compression="lz4") as log:
+    with Log.open(logdir, compression="lz4", **SYNTHETIC_CLOCK) as log:
         log.append_batch(lines)
         log.append(b"single")
         log.append(b"keyed", key=b"k")
@@ -412,7 +425,7 @@ def test_lz4_appends_of_one_record_are_stored_as_without_compression(tmp_path, k
     files = {}
     for comp in (None, "lz4"):
         path = tmp_path / str(comp)
-        with Log.open(path, compression=comp, segment_bytes=16 << 10) as log:
+        with Log.open(path, compression=comp, segment_bytes=16 << 10, **SYNTHETIC_CLOCK) as log:
             for i, m in enumerate(msgs):
                 log.append(m, timestamp=1000 + i)
             log.append(b"keyed", key=b"k", timestamp=2000)      # the careful path, one record
@@ -428,7 +441,7 @@ def test_lz4_mixed_batches_in_one_segment(tmp_path):
     """Compressed and plain batches side by side: every read path gives them back."""
     lines = _access_lines(200)
     noise = [os.urandom(150) for _ in range(3)]
-    with Log.open(tmp_path / "l", compression="lz4") as log:
+    with Log.open(tmp_path / "l", compression="lz4", **SYNTHETIC_CLOCK) as log:
         log.append_batch(lines[:50])                          # compressed
         log.append(lines[50])                                 # one record: plain
         log.append_batch([lines[51]])                         # one record: plain
@@ -461,7 +474,7 @@ def test_lz4_on_disk_sizes(tmp_path):
 
     def size(comp, write):
         path = tmp_path / f"{comp}-{write.__name__}"
-        with Log.open(path, compression=comp) as log:
+        with Log.open(path, compression=comp, **SYNTHETIC_CLOCK) as log:
             write(log)
         return sum(os.path.getsize(path / n) for n in os.listdir(path) if n.endswith(".log"))
 

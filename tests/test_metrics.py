@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
 import pytest
 
 from seglog import CorruptRecordError, Log, Record, Topic
 from seglog.testing import abandon
 
-pytestmark = pytest.mark.usefixtures("synthetic_clock")
+from clock import SYNTHETIC_CLOCK
+
 
 
 def test_appends_flushes_rolls_and_fsync_latency(tmp_path):
-    with Log.open(str(tmp_path / "l"), segment_bytes=4096, flush_ms=None) as log:
+    with Log.open(str(tmp_path / "l"), segment_bytes=4096, flush_ms=None, **SYNTHETIC_CLOCK) as log:
         m0 = log.metrics()
         assert m0["messages_appended"] == m0["batches_appended"] == m0["bytes_appended"] == 0
         for i in range(100):
@@ -32,7 +32,7 @@ def test_appends_flushes_rolls_and_fsync_latency(tmp_path):
         assert m["fsync_latency"]["buckets_ms"]["+Inf"] == 1 and m["fsync_latency"]["sum_seconds"] > 0
         assert m["recovery"] is None and m["corrupt_batches_seen"] == 0
     # reopened: counts start again, bytes from the reopened active segment on
-    with Log.open(str(tmp_path / "l")) as log:
+    with Log.open(str(tmp_path / "l"), **SYNTHETIC_CLOCK) as log:
         log.append(b"again")
         m = log.metrics()
         assert m["messages_appended"] == 1 and m["bytes_appended"] == len(log.read(123).buffer())
@@ -40,7 +40,7 @@ def test_appends_flushes_rolls_and_fsync_latency(tmp_path):
 
 def test_recovery_retention_compaction_and_corruption(tmp_path):
     path = str(tmp_path / "r")
-    log = Log.open(path, segment_bytes=1024, flush_ms=None)
+    log = Log.open(path, segment_bytes=1024, flush_ms=None, **SYNTHETIC_CLOCK)
     for i in range(60):
         log.append(b"v" * 50, timestamp=1000 + i)
     log.flush()
@@ -51,18 +51,18 @@ def test_recovery_retention_compaction_and_corruption(tmp_path):
         pass
     reserved = os.path.getsize(last) - end
     os.truncate(last, os.path.getsize(last) - 3)           # a preallocated file: zeros
-    with Log.open(path, retention_ms=10, segment_bytes=1024) as log:
+    with Log.open(path, retention_ms=10, segment_bytes=1024, **SYNTHETIC_CLOCK) as log:
         m = log.metrics()
         assert m["recovery"]["segments_scanned"] >= 1
         # nothing torn: what recovery dropped was the writer's reservation, not data
         assert m["recovery"]["cut_bytes"] == m["recovery"]["cut_messages"] == 0
         assert m["recovery"]["reserved_bytes"] == reserved - 3
-    log = Log.open(path, segment_bytes=1024, flush_ms=None)
+    log = Log.open(path, segment_bytes=1024, flush_ms=None, **SYNTHETIC_CLOCK)
     log.append_batch([b"torn"] * 5)
     last, end = log.segments[-1].path, log.segments[-1].size
     abandon(log)
     os.truncate(last, end - 3)                              # tear the last batch
-    with Log.open(path, retention_ms=10, segment_bytes=1024) as log:
+    with Log.open(path, retention_ms=10, segment_bytes=1024, **SYNTHETIC_CLOCK) as log:
         m = log.metrics()
         assert m["recovery"]["cut_bytes"] > 0 and m["recovery"]["reserved_bytes"] == 0
         deleted = log.enforce_retention(now_ms=10_000)
@@ -70,7 +70,7 @@ def test_recovery_retention_compaction_and_corruption(tmp_path):
         assert m["retention_runs"] == 1 and m["retention_deleted_segments"] == len(deleted) > 0
         assert m["retention_deleted_bytes"] > 0
     kv = str(tmp_path / "kv")
-    with Log.open(kv, cleanup_policy="compact", segment_bytes=1024) as log:
+    with Log.open(kv, cleanup_policy="compact", segment_bytes=1024, **SYNTHETIC_CLOCK) as log:
         for i in range(300):
             log.append(b"v%d" % i, key=b"k%d" % (i % 3), timestamp=1000 + i)
         st = log.compact()
@@ -78,7 +78,7 @@ def test_recovery_retention_compaction_and_corruption(tmp_path):
         assert m["compaction_runs"] == 1
         assert m["compaction_bytes_saved"] == st.bytes_before - st.bytes_after > 0
     bad = str(tmp_path / "bad")
-    with Log.open(bad) as log:
+    with Log.open(bad, **SYNTHETIC_CLOCK) as log:
         log.append_batch([b"q" * 100] * 10)
         log.append_batch([b"w" * 100] * 10)
     with open(os.path.join(bad, f"{0:020d}.log"), "r+b") as f:
@@ -92,16 +92,20 @@ def test_recovery_retention_compaction_and_corruption(tmp_path):
 
 
 def test_wait_wakeups_and_topic_sums(tmp_path):
-    with Log.open(str(tmp_path / "w")) as log:
+    with Log.open(str(tmp_path / "w"), **SYNTHETIC_CLOCK) as log:
         got = []
-        t = threading.Thread(target=lambda: got.append(log.wait(0, timeout=10)))
+        started = threading.Event()
+        t = threading.Thread(target=lambda: (started.set(),
+                                             got.append(log.wait(0, timeout=10))))
         t.start()
-        time.sleep(0.1)
+        assert started.wait(5)
+        t.join(0.3)                     # nothing appended: the waiter is still blocked
+        assert t.is_alive() and got == []
         log.append(b"wake")
         t.join(10)
         assert got == [True] and log.metrics()["wait_wakeups"] == 1
         assert log.wait(0, timeout=0) and log.metrics()["wait_wakeups"] == 1   # no wait
-    with Topic.open(str(tmp_path / "t"), "t", partitions=3) as topic:
+    with Topic.open(str(tmp_path / "t"), "t", partitions=3, **SYNTHETIC_CLOCK) as topic:
         for i in range(30):
             topic.append(b"m", key=b"%d" % i)
         m = topic.metrics()

@@ -5,8 +5,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 
-import pytest
-
 import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -15,9 +13,9 @@ import seglog
 from seglog import Log, Record
 from seglog.testing import abandon
 
-# records here carry made-up timestamps near 0 ms
-pytestmark = pytest.mark.usefixtures("synthetic_clock")
+from clock import SYNTHETIC_CLOCK
 
+# records here carry made-up timestamps near 0 ms (SYNTHETIC_CLOCK)
 values = st.one_of(st.binary(max_size=300), st.none())
 keys = st.one_of(st.none(), st.binary(max_size=8))
 stamps = st.one_of(st.none(), st.integers(0, 2**45))
@@ -31,7 +29,7 @@ class LogModel(RuleBasedStateMachine):
         self.dir = tempfile.mkdtemp(prefix="seglog-model-")
         self.cfg = dict(segment_bytes=1024, index_interval_bytes=96, max_index_bytes=96,
                         flush_ms=None, max_message_bytes=4096)
-        self.log = Log.open(self.dir, **self.cfg)
+        self.log = Log.open(self.dir, **self.cfg, **SYNTHETIC_CLOCK)
         self.model: list[tuple] = []   # (key, value, headers)
         self.flushed = 0
 
@@ -68,14 +66,14 @@ class LogModel(RuleBasedStateMachine):
         # batches written with and without compression live side by side
         self.cfg["compression"] = "lz4" if lz else None
         self.log.close()
-        self.log = Log.open(self.dir, **self.cfg)
+        self.log = Log.open(self.dir, **self.cfg, **SYNTHETIC_CLOCK)
         assert self.log.end_offset == len(self.model)
 
     @rule()
     def crash(self):
         """The writer's process dies (SIGKILL): every appended message survives."""
         abandon(self.log)
-        self.log = Log.open(self.dir, **self.cfg)
+        self.log = Log.open(self.dir, **self.cfg, **SYNTHETIC_CLOCK)
         assert self.log.end_offset == len(self.model)
         assert self.log.flushed_offset == len(self.model)
 

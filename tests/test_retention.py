@@ -16,8 +16,9 @@ import seglog
 from seglog import Log
 from seglog.testing import FaultyFS
 
+from clock import SYNTHETIC_CLOCK
+
 # records here carry made-up timestamps near 0 ms
-pytestmark = pytest.mark.usefixtures("synthetic_clock")
 
 DAY = 86_400_000
 
@@ -30,7 +31,7 @@ def fill(log: Log, n: int, ts0: int, step: int = 1, size: int = 100) -> None:
 
 
 def test_empty_and_single_segment(logdir):
-    with Log.open(logdir, retention_ms=1) as log:
+    with Log.open(logdir, retention_ms=1, **SYNTHETIC_CLOCK) as log:
         assert log.enforce_retention(now_ms=10**13) == []
         fill(log, 10, 1000)
         assert len(log.segments) == 1
@@ -39,7 +40,8 @@ def test_empty_and_single_segment(logdir):
 
 
 def test_time_retention_deletes_old_segments_oldest_first(logdir):
-    with Log.open(logdir, segment_bytes=2048, retention_ms=1000, file_delete_delay_ms=0) as log:
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1000, file_delete_delay_ms=0,
+                  **SYNTHETIC_CLOCK) as log:
         fill(log, 100, 10_000, step=100)                        # ts 10_000 .. 19_900
         segs = log.segments
         assert len(segs) > 4
@@ -51,12 +53,14 @@ def test_time_retention_deletes_old_segments_oldest_first(logdir):
         with pytest.raises(seglog.OffsetOutOfRangeError):
             log.read(0)
         assert [m.offset for m in log.iter()][0] == log.start_offset
-    with Log.open(logdir, retention_ms=1000) as log:           # the start offset is durable
+    with Log.open(logdir, retention_ms=1000,
+                  **SYNTHETIC_CLOCK) as log:           # the start offset is durable
         assert log.start_offset == segs[3].base_offset
 
 
 def test_all_expired_keeps_the_active_segment(logdir):
-    with Log.open(logdir, segment_bytes=2048, retention_ms=10, file_delete_delay_ms=0) as log:
+    with Log.open(logdir, segment_bytes=2048, retention_ms=10, file_delete_delay_ms=0,
+                  **SYNTHETIC_CLOCK) as log:
         fill(log, 100, 1000)
         n = len(log.segments)
         assert len(log.enforce_retention(now_ms=10**12)) == n - 1
@@ -65,7 +69,7 @@ def test_all_expired_keeps_the_active_segment(logdir):
 
 
 def test_clock_backwards_and_future_timestamps(logdir):
-    with Log.open(logdir, segment_bytes=2048, retention_ms=1000) as log:
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1000, **SYNTHETIC_CLOCK) as log:
         fill(log, 60, 10**9 * 3)                                # timestamps in the "future"
         assert log.enforce_retention(now_ms=10**9) == []         # now before the data
         assert log.enforce_retention(now_ms=10**9 * 3 + 500) == []
@@ -73,7 +77,7 @@ def test_clock_backwards_and_future_timestamps(logdir):
 
 def test_size_retention(logdir):
     with Log.open(logdir, segment_bytes=2048, retention_ms=None, retention_bytes=5000,
-                  file_delete_delay_ms=0) as log:
+                  file_delete_delay_ms=0, **SYNTHETIC_CLOCK) as log:
         fill(log, 200, 1000)
         log.enforce_retention()
         total = sum(s.size for s in log.segments)
@@ -82,7 +86,8 @@ def test_size_retention(logdir):
 
 
 def test_delayed_delete_renames_aside_then_unlinks(logdir):
-    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=100) as log:
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=100,
+                  **SYNTHETIC_CLOCK) as log:
         fill(log, 60, 1000)
         first = log.segments[0]
         assert log.enforce_retention(now_ms=10**12)
@@ -95,7 +100,7 @@ def test_delayed_delete_renames_aside_then_unlinks(logdir):
 
 def test_background_maintenance_applies_retention(logdir):
     with Log.open(logdir, segment_bytes=2048, retention_ms=1, retention_check_ms=20,
-                  file_delete_delay_ms=0) as log:
+                  file_delete_delay_ms=0, **SYNTHETIC_CLOCK) as log:
         fill(log, 100, 1000)
         deadline = time.monotonic() + 10
         while len(log.segments) > 1 and time.monotonic() < deadline:
@@ -104,7 +109,8 @@ def test_background_maintenance_applies_retention(logdir):
 
 
 def test_crash_between_checkpoint_and_delete(logdir, monkeypatch):
-    log = Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0)
+    log = Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0,
+                   **SYNTHETIC_CLOCK)
     fill(log, 60, 1000)
     keep = log.segments[-1].base_offset
     import seglog.retention
@@ -115,14 +121,15 @@ def test_crash_between_checkpoint_and_delete(logdir, monkeypatch):
     monkeypatch.undo()
     from seglog.testing import abandon
     abandon(log)
-    with Log.open(logdir, segment_bytes=2048) as log:
+    with Log.open(logdir, segment_bytes=2048, **SYNTHETIC_CLOCK) as log:
         assert log.start_offset == keep
         assert [s.base_offset for s in log.segments] == [keep]   # leftovers removed
         assert [m.offset for m in log.iter()] == list(range(keep, 60))
 
 
 def test_readers_survive_retention(logdir):
-    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0) as log:
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0,
+                  **SYNTHETIC_CLOCK) as log:
         fill(log, 300, 1000)
         errors: list = []
         stop = threading.Event()
@@ -181,7 +188,7 @@ def _recovered_logs(states, tmp_path, seed: int, cfg: dict):
         for mode in ("random", "lose", "keep"):
             dest = str(tmp_path / f"c{i}{mode}")
             st.materialize(dest, random.Random(seed + i), mode)
-            with Log.open(dest, **cfg) as log:
+            with Log.open(dest, **cfg, **SYNTHETIC_CLOCK) as log:
                 yield i, mode, st, log
             shutil.rmtree(dest)
 
@@ -194,7 +201,7 @@ def test_crash_at_every_step_of_retention(tmp_path):
                max_index_bytes=240, index_interval_bytes=200)
 
     def build():
-        log = Log.open(src, **cfg)
+        log = Log.open(src, **cfg, **SYNTHETIC_CLOCK)
         fill(log, 120, 1000)
         log.flush()
         return log
@@ -216,7 +223,7 @@ def test_crash_at_every_step_of_compaction(tmp_path, keys):
     written = {}
 
     def build():
-        log = Log.open(src, **cfg)
+        log = Log.open(src, **cfg, **SYNTHETIC_CLOCK)
         for i in range(150):
             k = b"k%d" % (i % keys)
             v = b"%06d" % i
@@ -239,7 +246,8 @@ def test_crash_at_every_step_of_compaction(tmp_path, keys):
 
 
 def test_readonly_reader_that_never_opened_a_deleted_segment(logdir):
-    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0) as log:
+    with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0,
+                  **SYNTHETIC_CLOCK) as log:
         fill(log, 200, 1000)
         r = Log.open(logdir, readonly=True)
         assert r.start_offset == 0
