@@ -120,7 +120,11 @@ def test_unreferenced_writer_releases_its_lock(tmp_path):
     def use() -> None:
         log = seglog.Log.open(path, flush_ms=10, retention_check_ms=10)
         log.append(b"x")
-        time.sleep(0.05)            # the background threads have run
+        # the background threads have run: the timed flush and a retention check
+        deadline = time.monotonic() + 10
+        while not (log.flushed_offset == 1 and log.metrics()["retention_runs"] >= 1):
+            assert time.monotonic() < deadline, "the background passes never ran"
+            time.sleep(0.005)
 
     use()
     deadline = time.monotonic() + 10

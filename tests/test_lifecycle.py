@@ -224,13 +224,17 @@ def test_close_waits_for_compaction_in_another_thread(tmp_path):
     t = threading.Thread(target=compact)
     t.start()
     assert started.wait(10)
-    time.sleep(0.01)
+    # close only once the compaction is under way: its first output file is there
+    deadline = time.monotonic() + 30
+    while not any(n.startswith(".seglog-cleaned.") for n in os.listdir(tmp_path / "l")):
+        assert t.is_alive(), "the compaction ended before close() could overlap it"
+        assert time.monotonic() < deadline, "the compaction never started writing"
     log.close()
     listing = sorted(os.listdir(tmp_path / "l"))
     t.join(30)
     assert not t.is_alive()
     assert not errors, errors
-    time.sleep(0.2)
+    time.sleep(0.2)     # not a synchronisation: a window in which nothing may happen
     assert sorted(os.listdir(tmp_path / "l")) == listing, "files changed after close() returned"
     with seglog.Log.open(tmp_path / "l") as again:
         assert again.recovery is None, "close() left a clean shutdown"

@@ -34,6 +34,7 @@ READER = r"""
 import sys, hashlib, seglog
 path, n = sys.argv[1], int(sys.argv[2])
 log = seglog.Log.open(path, readonly=True)
+print("ready", flush=True)     # open and about to wait: the writer may start
 nxt = 0
 h = hashlib.sha256()
 while nxt < n:
@@ -58,7 +59,8 @@ def test_reader_process_tails_writer_process(logdir):
     Log.open(logdir).close()          # the directory exists before the reader starts
     reader = subprocess.Popen([sys.executable, "-c", READER, logdir, str(n)],
                               stdout=subprocess.PIPE, text=True)
-    time.sleep(0.2)
+    assert reader.stdout is not None
+    assert reader.stdout.readline() == "ready\n"      # the reader tails from before the first append
     writer = subprocess.Popen([sys.executable, "-c", WRITER, logdir, str(n)])
     assert writer.wait(120) == 0
     out, _ = reader.communicate(timeout=120)

@@ -154,7 +154,7 @@ def test_delay_renames_aside_then_purge_removes_only_due(tmp_path):
                      for p in (f.path, f.index_path, f.timeindex_path)}
     assert all(n.startswith(".seglog-deleted.") for n in names)
     assert len(dd) == 2
-    time.sleep(0.01)
+    time.sleep(0.01)                       # a's 1 ms delay passes: time is what is tested
     assert dd.purge() == 1
     assert set(os.listdir(d)) == {_files.DELETED + os.path.basename(p)
                                   for p in (b.path, b.index_path, b.timeindex_path)}
