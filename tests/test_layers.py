@@ -14,7 +14,7 @@ import seglog
 
 LAYERS = [
     "errors", "_html", "_metrics", "_platform", "config", "_files", "codec", "_prefault", "_scheduler",
-    "message", "index", "_scan", "segment", "_marker", "retention", "cleaner",
+    "message", "_notebook", "index", "_scan", "segment", "_marker", "retention", "cleaner",
     "recovery", "repair", "_live", "local_log", "log", "topic", "consumer_group", "spark",
     "testing", "cli", "__main__", "__init__",
 ]

@@ -116,9 +116,8 @@ class LocalLog:
         readers that meet them re-find their place; their files close once no read
         is in flight."""
         for seg in segs:
-            if seg._gone is None:
-                seg._gone = why     # before the close: a reader between steps re-finds
-            self._dispose(partial(seg._retire, why))
+            # marked at once (a reader between steps re-finds), closed once no read is
+            self._dispose(seg.retire(why))
 
     @property
     def start_offset(self) -> int:
@@ -144,44 +143,17 @@ class LocalLog:
     def _set_segments(self, segs: Sequence[Segment]) -> None:
         self._segs = tuple(segs)
 
-    def _watch(self, seg: Segment) -> None:
-        """Roll at the next append once the segment's index is full."""
-        ref = weakref.ref(self)     # no cycle: an unreferenced writer is freed at once
-
-        def full() -> None:
-            log = ref()
-            if log is not None:
-                log._roll_size = 0
-        seg._on_index_full = full  # type: ignore[method-assign]
-
     def _roll_segment(self, old: Segment) -> Segment:
         """Seal the active segment and start a new one at the end offset (lock held).
         The caller makes the new segment's base offset the recovery point."""
         old.next_offset = self._end
-        old._seal()
-        new = Segment._create(self.path, self._end, self._capacity,
-                              self.config.index_interval_bytes, self.config.max_index_bytes)
+        old.seal()
+        cfg = self.config
+        new = Segment.create(self.path, self._end, self._capacity, cfg.index_interval_bytes,
+                             cfg.max_index_bytes)
+        new.set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
         self._set_segments(self._segs + (new,))
-        self._watch(new)
-        self._set_roll_limits(new)
         return new
-
-    def _set_roll_limits(self, seg: Segment) -> None:
-        """Precompute when the active segment must roll, so appends compare three ints.
-
-        Kafka's conditions: the next batch would pass ``segment_bytes``; its
-        timestamp is ``segment_ms`` past the segment's first; an offset would not fit
-        the index's 32-bit relative offset; an index is full. An empty segment never
-        rolls.
-        """
-        if not seg._size:
-            self._roll_size = self._roll_ts = self._roll_off = NEVER
-            return
-        self._roll_size = 0 if seg.index_full else self.config.segment_bytes
-        ms = self.config.segment_ms
-        self._roll_ts = (seg.first_timestamp + ms if ms is not None and seg.first_timestamp is not None
-                         else NEVER)
-        self._roll_off = seg.base_offset + _MAX_DELTA
 
     def _check_readable(self) -> None:
         if self._closed:
@@ -511,7 +483,7 @@ class LocalLog:
         for _ in range(_RELOCATIONS):
             try:
                 seg: Segment | None = st[0]
-                if seg is None or seg._gone is not None:
+                if seg is None or seg.retired:
                     if offset < self._start:
                         raise OffsetOutOfRangeError(
                             f"offset {offset} was deleted by retention while iterating "
@@ -527,7 +499,7 @@ class LocalLog:
                     seg_end = seg.size
                     if pos >= seg_end and self.readonly:
                         self._refresh()
-                        if seg._gone is not None:
+                        if seg.retired:
                             raise SegmentGoneError("re-listed")
                         seg_end = seg.size
                     if pos < seg_end:

@@ -171,8 +171,7 @@ class Log(LocalLog):
         log._end_at_open = loaded.end_offset
         log._active_bytes_at_open = loaded.segments[-1].size
         log._update_flush_at()
-        log._watch(loaded.segments[-1])
-        log._set_roll_limits(loaded.segments[-1])
+        loaded.segments[-1].set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
         # one flusher and one maintenance thread per process serve every log; their
         # jobs hold the log weakly: a writer nobody references is closed (and its lock
         # released) by the garbage collector, not kept alive by a thread
@@ -229,7 +228,7 @@ class Log(LocalLog):
             try:
                 if not self.readonly and self._failed is None:
                     active = self._segs[-1]
-                    active._seal()
+                    active.seal()
                     write_checkpoint(self.path, RECOVERY_POINT, self._end)
                     recovery.write_marker(self.path, active, self._end)
                     self._flushed = self._end
@@ -240,7 +239,7 @@ class Log(LocalLog):
             finally:
                 for seg in self._segs:
                     try:
-                        seg._close(seal=False)    # sealed above, unless it failed
+                        seg.close(seal=False)    # sealed above, unless it failed
                     except OSError:
                         pass
                 for close in self._graveyard:
@@ -274,7 +273,7 @@ class Log(LocalLog):
             self._closed = True
             self._ok = False
             for seg in self._segs:
-                seg._abandon()
+                seg.abandon()
             for close in self._graveyard:      # retired segments' descriptors
                 close()
             self._graveyard.clear()
@@ -301,8 +300,7 @@ class Log(LocalLog):
         self._inflight = 0
         self._waiters = 0
         for seg in self._segs:
-            seg._open_lock = threading.RLock()
-            seg._map_lock = threading.Lock()
+            seg.reset_locks()
         if self.readonly:
             return
         self._forked_from = self._pid
@@ -379,12 +377,12 @@ class Log(LocalLog):
                         self._check_writable()
                     off = self._end
                     seg = self._segs[-1]
-                    if (seg._size + size > self._roll_size or ts > self._roll_ts
-                            or off > self._roll_off):
-                        seg = self._roll(seg)
                     try:
-                        if not seg._append_one(off, ts, check, value, size):
-                            self._set_roll_limits(seg)      # the first batch of a segment
+                        pos = seg.append_one(off, ts, check, value, size)
+                        if pos < 0:
+                            pos = self._roll(seg).append_one(off, ts, check, value, size)
+                    except StorageError:
+                        raise                   # a roll failed, and poisoned the log
                     except OSError as e:
                         raise self._fail(e) from e
                     self._end = off + 1
@@ -447,16 +445,13 @@ class Log(LocalLog):
             first = off = self._end
             for data, n, max_ts, size in batches:
                 seg = self._segs[-1]
-                if (seg._size + size > self._roll_size or max_ts > self._roll_ts
-                        or off + n - 1 > self._roll_off):
-                    seg = self._roll(seg)
-                fresh = not seg._size
                 try:
-                    seg._append(data, off, off + n, max_ts, size)
+                    if seg.append(data, off, off + n, max_ts, size) < 0:
+                        self._roll(seg).append(data, off, off + n, max_ts, size)
+                except StorageError:
+                    raise                       # a roll failed, and poisoned the log
                 except OSError as e:
                     raise self._fail(e) from e
-                if fresh:
-                    self._set_roll_limits(seg)
                 off += n
                 self._end = off
             self._batches_appended += len(batches)
@@ -555,7 +550,7 @@ class Log(LocalLog):
                 self._enter()
                 t0 = time.perf_counter()
                 try:
-                    seg._fsync_with_indexes()
+                    seg.flush()
                 except (OSError, ValueError) as e:
                     raise self._fail(e) from e
                 finally:
@@ -691,8 +686,6 @@ class Log(LocalLog):
         try:
             yield
         except OSError as e:
-            if isinstance(e, SeglogError):
-                raise
             raise self._fail(e) from e
 
     def _replace_segments(self, old: list[Segment], new: Segment) -> None:
