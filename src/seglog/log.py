@@ -27,7 +27,7 @@ from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, list_dir, make_dirs, 
 from .cleaner import CompactionStats, compact
 from .config import LogConfig
 from .errors import LogLockedError, MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
-from .local_log import NEVER, LocalLog
+from .local_log import LocalLog
 from .message import (HEADER_FRAMING, Headers, PreparedBatch, Record, check_timestamp,
                       prepare_batch)
 from .retention import DelayedDeletes, expired_prefix
@@ -82,7 +82,7 @@ class Log(LocalLog):
         # for the current millisecond (the hot path then packs nothing to checksum)
         self._tail_ts = -1
         self._tails: dict[int, bytes] = {}
-        self._flush_at = NEVER if config.flush_messages is None else config.flush_messages - 1
+        self._flush_at = codec.NEVER if config.flush_messages is None else config.flush_messages - 1
         self._background_error: BaseException | None = None
         # metrics that cost the append path nothing: messages and bytes appended come
         # from the end offset and the segments' sizes against these
@@ -265,8 +265,9 @@ class Log(LocalLog):
             except Exception:
                 pass
 
-    def _abandon(self) -> None:
-        """``seglog.testing.abandon``: leave the files as a killed process would."""
+    def abandon(self) -> None:
+        """Drop the writer as a killed process would (``seglog.testing.abandon``, for
+        crash tests): no flush, no seal, no marker; the lock is released."""
         for job in self._jobs:
             job.cancel()
         with self._flush_lock, self._lock:
@@ -314,7 +315,6 @@ class Log(LocalLog):
                 pass
             self._lock_fd = -1
 
-    # -- reads in flight and retired segments --------------------------------------
     # -- state ----------------------------------------------------------------------
     @property
     def flushed_offset(self) -> int:
@@ -325,7 +325,9 @@ class Log(LocalLog):
     def closed(self) -> bool:
         return self._closed
 
-    def _check_writable(self) -> None:
+    def check_writable(self) -> None:
+        """Raise what an append would raise now: ``LogClosedError``, ``ReadOnlyError``,
+        or ``StorageError`` after an I/O error poisoned the log."""
         if self._closed:
             raise self._closed_error()
         if self.readonly:
@@ -374,7 +376,7 @@ class Log(LocalLog):
                 lock.acquire()
                 try:
                     if not self._ok:
-                        self._check_writable()
+                        self.check_writable()
                     off = self._end
                     seg = self._segs[-1]
                     try:
@@ -409,13 +411,14 @@ class Log(LocalLog):
         items = items if isinstance(items, (list, tuple)) else list(items)
         if not items:
             with self._lock:
-                self._check_writable()
+                self.check_writable()
                 return range(self._end, self._end)
-        return self._append_encoded(self._encoded(items, _time_ns() // 1_000_000))
+        return self.append_encoded(self.encode(items, _time_ns() // 1_000_000))
 
-    def _encoded(self, items: Sequence[Any], now: int) -> list[tuple[Any, int, int, int]]:
-        """Every input check of ``append_batch(items)`` and its batches, encoded;
-        writes nothing (a topic encodes every partition's part before writing any)."""
+    def encode(self, items: Sequence[Any], now: int) -> list[tuple[Any, int, int, int]]:
+        """Every input check of ``append_batch(items)`` (``now``: the writer's clock in
+        ms) and its batches, encoded for ``append_encoded``; writes nothing (a topic
+        encodes every partition's part before writing any)."""
         batches = None
         try:
             # bytes-like values only (Records, str, None make join raise): the join is
@@ -436,12 +439,13 @@ class Log(LocalLog):
             batches = self._encode(values, keys, stamps, headers)
         return batches
 
-    def _append_encoded(self, batches: list[tuple[Any, int, int, int]]) -> range:
+    def append_encoded(self, batches: list[tuple[Any, int, int, int]]) -> range:
+        """Append what ``encode`` returned, atomically per batch; the range of offsets."""
         lock = self._lock
         lock.acquire()
         try:
             if not self._ok:
-                self._check_writable()
+                self.check_writable()
             first = off = self._end
             for data, n, max_ts, size in batches:
                 seg = self._segs[-1]
@@ -541,7 +545,7 @@ class Log(LocalLog):
         """fsync what was appended; return the offset below which all survives power loss."""
         with self._flush_lock:
             with self._lock:
-                self._check_writable()
+                self.check_writable()
                 target = self._end
                 seg = self._segs[-1]
             if target > self._flushed:
@@ -634,7 +638,6 @@ class Log(LocalLog):
         with self._cond:
             self._cond.notify_all()
 
-    # -- readers in other processes --------------------------------------------
     # -- retention ---------------------------------------------------------------
     def enforce_retention(self, now_ms: int | None = None) -> list[int]:
         """Delete whole segments past ``retention_ms`` or ``retention_bytes``.
@@ -646,7 +649,7 @@ class Log(LocalLog):
         the background pass is logged and raised by the next call of this method
         or of ``compact``.
         """
-        self._check_writable()
+        self.check_writable()
         self._raise_background_error()
         return self._enforce(_now_ms() if now_ms is None else check_timestamp(now_ms))
 
@@ -659,7 +662,7 @@ class Log(LocalLog):
         if not cfg.deletes:
             return []
         with self._maintenance, self._poisoning():
-            self._check_writable()
+            self.check_writable()
             self._deletes.purge()
             segs = self._segs
             self._metrics.retention_runs += 1
@@ -704,13 +707,13 @@ class Log(LocalLog):
         go on meanwhile. Returns ``CompactionStats`` (``skipped`` says why a pass did
         nothing). See ``seglog.cleaner``.
         """
-        self._check_writable()
+        self.check_writable()
         self._raise_background_error()
         return self._compact(None if now_ms is None else check_timestamp(now_ms))
 
     def _compact(self, now_ms: int | None) -> CompactionStats:
         with self._maintenance, self._poisoning():
-            self._check_writable()
+            self.check_writable()
             st = compact(self.path, self._segs[:-1], self._start, self.config,
                          self._replace_segments, now_ms)
             if st.skipped is None:
@@ -808,7 +811,7 @@ def _maintain(log: Log) -> None:
         return
     try:
         with log._maintenance:
-            log._check_writable()
+            log.check_writable()
             if log.config.deletes:
                 log._enforce(_now_ms())
             if log.config.compacted:
