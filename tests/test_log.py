@@ -10,7 +10,7 @@ import time
 import pytest
 
 import seglog
-from seglog import Log, Record
+from seglog import InvalidConfigError, Log, LogConfig, Record
 from seglog.testing import abandon
 
 from clock import SYNTHETIC_CLOCK
@@ -487,3 +487,16 @@ def test_lz4_on_disk_sizes(tmp_path):
             log.append_batch(lines[i:i + 50])
     assert size("lz4", singles) <= size(None, singles)
     assert size("lz4", fifties) <= 0.5 * size(None, fifties)
+
+
+def test_a_config_built_directly_is_checked_as_open_checks_it(tmp_path):
+    """``LogConfig`` validates in its constructor: the same typed error as ``Log.open``."""
+    with pytest.raises(InvalidConfigError) as built:
+        LogConfig(segment_bytes=-1)
+    with pytest.raises(InvalidConfigError) as opened:
+        Log.open(str(tmp_path / "log"), segment_bytes=-1)
+    assert str(built.value) == str(opened.value)
+    assert not (tmp_path / "log").exists()          # refused before anything was made
+    with pytest.raises(InvalidConfigError):
+        LogConfig(cleanup_policy="keep")
+    assert LogConfig(segment_bytes=4096).segment_bytes == 4096

@@ -299,14 +299,14 @@ def test_html_of_a_reader_when_retention_deletes_the_last_messages_meanwhile(tmp
             w.append(b"x" * 60)
         assert [s.base_offset for s in w.segments] == [0, 9, 18]
         with Log.open(path, readonly=True) as r:
-            real = Log.stats
+            real = Log._html_stats
 
             def stats_then_retention(self):
                 st = real(self)
-                monkeypatch.setattr(Log, "stats", real)
+                monkeypatch.setattr(Log, "_html_stats", real)
                 w.enforce_retention(T0 * 10)   # all but the active segment is due
                 return st
-            monkeypatch.setattr(Log, "stats", stats_then_retention)
+            monkeypatch.setattr(Log, "_html_stats", stats_then_retention)
             h = r._repr_html_()
             assert r.start_offset == 18
     assert "<td>18</td>" in h and "<td>19</td>" in h and "<td>15</td>" not in h
@@ -334,3 +334,21 @@ def test_to_pandas_of_a_reader_when_retention_deletes_the_first_messages_meanwhi
             assert list(df["offset"]) == [18, 19]
             with pytest.raises(seglog.OffsetOutOfRangeError):
                 r.to_pandas(start=0)
+
+
+def test_html_of_a_compacted_log_reads_only_what_it_shows(tmp_path, monkeypatch):
+    """The view shows offsets, segments and the last messages, never a message count:
+    a compacted log is not read from its start to count its records."""
+    with Log.open(str(tmp_path / "l"), cleanup_policy="compact", segment_bytes=1024,
+                  retention_check_ms=None) as log:
+        for i in range(200):
+            log.append(b"v%d" % i, key=b"k%d" % (i % 7))
+        starts = []
+        real = Log.iter
+
+        def iter_spy(self, start=None, end=None):
+            starts.append(start)
+            return real(self, start, end)
+        monkeypatch.setattr(Log, "iter", iter_spy)
+        h = log._repr_html_()
+        assert "<td>199</td>" in h and starts == [195]

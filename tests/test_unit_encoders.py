@@ -3,8 +3,8 @@
 ``encode_batch`` is the reference encoder (the one docs/FORMAT.md describes). The
 write path has faster ones for its common cases: ``encode_values_parts`` (keyless
 records sharing a timestamp; ``append_batch``'s fast path, the base offset stamped
-by ``Segment._append``) and ``Log.append``'s one-record path
-(``Segment._append_one``), which packs the header straight into the segment's map. Each must agree with the reference byte for
+by ``Segment.append``) and ``Log.append``'s one-record path
+(``Segment.append_one``), which packs the header straight into the segment's map. Each must agree with the reference byte for
 byte, in the short (16-bit lengths) and the wide (``F_WIDE``) layout, with and
 without lz4; the end-to-end tests compare the segment files themselves.
 """
@@ -56,7 +56,7 @@ values_st = st.one_of(small_values, small_values, small_values, big_values)
 CODECS = st.sampled_from([codec.CODEC_NONE, codec.CODEC_LZ4])
 
 
-# -- Segment._append_one ----------------------------------------------------------------
+# -- Segment.append_one ----------------------------------------------------------------
 
 _TAIL_1H = struct.Struct("<HIIqqH")
 
@@ -70,18 +70,18 @@ def test_append_one_writes_what_encode_batch_makes(records, base):
     """The one-record path as Log.append calls it (the checksum of the tail and the
     value), against the reference, read back from the segment's file."""
     with tempfile.TemporaryDirectory() as d:
-        seg = Segment._create(d, base, 1 << 24, 4096, 1 << 16)
+        seg = Segment.create(d, base, 1 << 24, 4096, 1 << 16)
         try:
             off = base
             for value, ts in records:
                 check = codec.CHECKSUM(_TAIL_1H.pack(0, 0, 1, ts, ts, len(value)) + value)
                 size = codec.HEADER_SIZE + 2 + len(value)
-                pos = seg._append_one(off, ts, check, value, size)
+                pos = seg.append_one(off, ts, check, value, size)
                 assert seg.next_offset == off + 1 and seg.size == pos + size
                 assert seg.pread(size, pos) == codec.encode_batch(off, [value], ts)
                 off += 1
         finally:
-            seg._close(seal=False)
+            seg.close(seal=False)
 
 
 # -- encode_values / encode_values_parts ------------------------------------------------
@@ -93,7 +93,7 @@ def _parts_batch(base: int, values: list[bytes], ts: int, c: int) -> bytes:
     size, parts = codec.encode_values_parts(body, lens, ts, c)
     data = b"".join(parts)
     assert size == len(data)
-    assert data[:8] == bytes(8)         # left at 0 for Segment._append to stamp
+    assert data[:8] == bytes(8)         # left at 0 for Segment.append to stamp
     return base.to_bytes(8, "little", signed=True) + data[8:]
 
 

@@ -45,7 +45,7 @@ def _load(d: str) -> recovery.Loaded:
 
 def _close(loaded: recovery.Loaded) -> None:
     for s in loaded.segments:
-        s._close(seal=False)
+        s.close(seal=False)
 
 
 def _offsets(seg: Segment, start: int) -> list[int]:
@@ -115,7 +115,7 @@ def test_torn_tail_is_cut(d, torn):
         assert _offsets(seg, 0) == list(range(12))
         # the next append goes right after the last whole batch
         b = codec.encode_batch(0, [b"new"], 300)
-        seg._append(b, 12, 13, 300)
+        seg.append(b, 12, 13, 300)
         assert _offsets(seg, 12) == [12]
     finally:
         _close(loaded)
@@ -133,6 +133,29 @@ def test_torn_tail_in_last_segment_keeps_earlier_segments(d):
         assert loaded.segments[0].size == pos0[-1]
         assert loaded.end_offset == 16
         assert loaded.report.truncated == [(_name(d, 10), pos1[3], 10, "partial")]
+    finally:
+        _close(loaded)
+
+
+def test_damage_in_an_earlier_segment_is_never_a_torn_tail(d):
+    """Only the last segment is scanned at open, and no segment is ever deleted by
+    recovery: every segment with a successor was sealed and fsynced before the
+    successor was created, so the recovery point is always in the last one (even
+    with the checkpoint lost). Damage at the end of an earlier segment (which a
+    crash cannot leave) is corruption, reported by the read that meets it."""
+    pos0 = _write_segment(d, 0, 5)
+    _write_segment(d, 10, 5)
+    with open(_name(d, 0), "ab") as f:
+        f.write(b"\xff" * 40)                   # garbage after segment 0's batches
+    loaded = _load(d)
+    try:
+        assert [s.base_offset for s in loaded.segments] == [0, 10]
+        assert loaded.report.segments_scanned == 1 and loaded.report.deleted_segments == []
+        assert loaded.report.truncated == [] and loaded.end_offset == 20
+        assert loaded.segments[0].size == pos0[-1] + 40
+        with pytest.raises(CorruptRecordError):
+            list(loaded.segments[0].batches())   # the walk a read takes past the data
+        assert _offsets(loaded.segments[1], 10) == list(range(10, 20))
     finally:
         _close(loaded)
 
@@ -209,14 +232,14 @@ def test_segments_wholly_below_the_start_checkpoint_are_deleted(d):
 
 def _clean_shutdown_dir(d: str) -> tuple[Segment, int, list[int]]:
     """A segment written by a writer and sealed, then a clean-shutdown marker."""
-    seg = Segment._create(d, 0, CAP, INTERVAL, MAX_IX)
+    seg = Segment.create(d, 0, CAP, INTERVAL, MAX_IX)
     positions = []
     for i in range(20):
         positions.append(seg.size)
-        seg._append(codec.encode_batch(0, [b"v%d" % i] * 2, 100 + i), 2 * i, 2 * i + 2, 100 + i)
+        seg.append(codec.encode_batch(0, [b"v%d" % i] * 2, 100 + i), 2 * i, 2 * i + 2, 100 + i)
     recovery.write_marker(d, seg, seg.next_offset)     # as Log.close does, before the seal
     marker = recovery.read_marker(d)
-    seg._close()
+    seg.close()
     marker["active_size"] = os.path.getsize(seg.path)  # the sealed size
     with open(os.path.join(d, recovery.CLEAN_MARKER), "w") as f:
         json.dump(marker, f)
@@ -271,9 +294,9 @@ def test_reopen_after_recovery_reads_the_same(d):
     _write_segment(d, 0, 50)
     loaded = _load(d)
     before = _offsets(loaded.segments[-1], 0)
-    loaded.segments[-1]._close()            # seal
+    loaded.segments[-1].close()            # seal
     for s in loaded.segments[:-1]:
-        s._close(seal=False)
+        s.close(seal=False)
     again = _load(d)
     try:
         assert again.end_offset == 100

@@ -261,7 +261,7 @@ def test_scan_stops_with_reason_and_end(tmp_path, damage, stop):
         assert res.batches == good
         assert res.max_timestamp == 100 + good - 1
     finally:
-        seg._close()
+        seg.close()
 
 
 def test_scan_never_raises_and_first_batch_sets_offset(tmp_path):
@@ -270,7 +270,7 @@ def test_scan_never_raises_and_first_batch_sets_offset(tmp_path):
         res = _scan.scan(seg, 0, 500, None)
         assert (res.stop, res.end, res.next_offset, res.batches) == ("framing", 0, 3, 0)
     finally:
-        seg._close()
+        seg.close()
 
 
 def test_scan_index_entries_follow_the_interval(tmp_path):
@@ -285,7 +285,7 @@ def test_scan_index_entries_follow_the_interval(tmp_path):
         # no interval: no entries
         assert _scan.scan(seg, 0, seg.size, 0).index == []
     finally:
-        seg._close()
+        seg.close()
 
 
 # -- codec.batches_in ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 
 from seglog import _scan, codec
 from seglog.errors import CorruptRecordError
-from seglog.segment import Segment
+from seglog.segment import Segment, WriterState
 
 CAP = 1 << 20
 MAX_IX = 1 << 16
@@ -24,7 +24,7 @@ def segdir(tmp_path):
 
 
 def _one_args(offset: int, ts: int, value: bytes) -> tuple[int, int, int, bytes, int]:
-    """What ``Log.append`` computes for ``Segment._append_one`` (log.py's hot path)."""
+    """What ``Log.append`` computes for ``Segment.append_one`` (log.py's hot path)."""
     n = len(value)
     check = codec.CHECKSUM(codec.ONE_TAIL.pack(0, 0, 1, ts, ts, n) + value)
     return offset, ts, check, value, codec.HEADER_SIZE + 2 + n
@@ -33,7 +33,7 @@ def _one_args(offset: int, ts: int, value: bytes) -> tuple[int, int, int, bytes,
 def _append_batch(seg: Segment, values: list[bytes], ts: int) -> bytes:
     base = seg.next_offset
     data = codec.encode_batch(0, values, ts)
-    seg._append(data, base, base + len(values), ts)
+    seg.append(data, base, base + len(values), ts)
     return data
 
 
@@ -42,7 +42,7 @@ def _messages(seg: Segment, offset: int, max_bytes: int = 1 << 20):
 
 
 def test_append_tracks_size_next_offset_and_max_timestamp(segdir):
-    seg = Segment._create(segdir, 100, CAP, 4096, MAX_IX)
+    seg = Segment.create(segdir, 100, CAP, 4096, MAX_IX)
     try:
         assert (seg.size, seg.next_offset, seg.max_timestamp) == (0, 100, -1)
         expect_size = 0
@@ -60,19 +60,19 @@ def test_append_tracks_size_next_offset_and_max_timestamp(segdir):
             (0, 100, 3), (codec.batch_size(next(seg.batches())[1]), 103, 1),
             (expect_size - len(d), 104, 2)]
     finally:
-        seg._close()
+        seg.close()
 
 
 def test_append_one_updates_next_offset_on_every_path(segdir):
     """Regression: the one-record fast path (no index entry, no new max timestamp)
     once left ``next_offset`` stale."""
-    seg = Segment._create(segdir, 0, CAP, 1 << 30, MAX_IX)   # no index entries at all
+    seg = Segment.create(segdir, 0, CAP, 1 << 30, MAX_IX)   # no index entries at all
     try:
         size = 0
         for off in range(20):
             ts = 1000 if off else 1000     # same timestamp: the fast path after the first
             args = _one_args(off, ts, b"v%d" % off)
-            pos = seg._append_one(*args)
+            pos = seg.append_one(*args)
             assert pos == size
             size += args[4]
             assert seg.size == size
@@ -80,15 +80,15 @@ def test_append_one_updates_next_offset_on_every_path(segdir):
         assert seg.max_timestamp == 1000
         assert _messages(seg, 0) == [(o, 1000, b"v%d" % o) for o in range(20)]
     finally:
-        seg._close()
+        seg.close()
 
 
 def test_append_one_writes_what_encode_batch_makes(segdir):
-    seg = Segment._create(segdir, 7, CAP, 4096, MAX_IX)
+    seg = Segment.create(segdir, 7, CAP, 4096, MAX_IX)
     try:
-        seg._append_one(*_one_args(7, 5, b"hello"))
-        seg._append_one(*_one_args(8, 9, b""))
-        seg._append_one(*_one_args(9, 3, b"x" * 300))
+        seg.append_one(*_one_args(7, 5, b"hello"))
+        seg.append_one(*_one_args(8, 9, b""))
+        seg.append_one(*_one_args(9, 3, b"x" * 300))
         want = (codec.encode_batch(7, [b"hello"], 5) + codec.encode_batch(8, [b""], 9)
                 + codec.encode_batch(9, [b"x" * 300], 3))
         assert seg.pread(seg.size, 0) == want
@@ -98,11 +98,11 @@ def test_append_one_writes_what_encode_batch_makes(segdir):
         ms.validate()
         assert [m.value for m in ms] == [b"hello", b"", b"x" * 300]
     finally:
-        seg._close()
+        seg.close()
 
 
 def test_mixed_append_paths_read_back(segdir):
-    seg = Segment._create(segdir, 0, CAP, 256, MAX_IX)
+    seg = Segment.create(segdir, 0, CAP, 256, MAX_IX)
     expected = []
     try:
         off = 0
@@ -113,7 +113,7 @@ def test_mixed_append_paths_read_back(segdir):
                 expected += [(off + j, 10 + i, v) for j, v in enumerate(vals)]
                 off += 4
             else:
-                seg._append_one(*_one_args(off, 10 + i, b"one%d" % i))
+                seg.append_one(*_one_args(off, 10 + i, b"one%d" % i))
                 expected.append((off, 10 + i, b"one%d" % i))
                 off += 1
             assert seg.next_offset == off
@@ -124,11 +124,11 @@ def test_mixed_append_paths_read_back(segdir):
         # past the end: nothing
         assert _messages(seg, off) == []
     finally:
-        seg._close()
+        seg.close()
 
 
 def test_find_position_lands_on_the_batch_holding_the_offset(segdir):
-    seg = Segment._create(segdir, 1000, CAP, 128, MAX_IX)
+    seg = Segment.create(segdir, 1000, CAP, 128, MAX_IX)
     try:
         starts = []
         for i in range(40):
@@ -144,11 +144,11 @@ def test_find_position_lands_on_the_batch_holding_the_offset(segdir):
         # below the base offset: the first batch
         assert seg.find_position(0)[0] == 0
     finally:
-        seg._close()
+        seg.close()
 
 
 def test_read_at_respects_max_bytes_but_returns_one_whole_batch(segdir):
-    seg = Segment._create(segdir, 0, CAP, 4096, MAX_IX)
+    seg = Segment.create(segdir, 0, CAP, 4096, MAX_IX)
     try:
         big = _append_batch(seg, [b"y" * 5000], 1)
         small = _append_batch(seg, [b"s"], 2)
@@ -160,20 +160,20 @@ def test_read_at_respects_max_bytes_but_returns_one_whole_batch(segdir):
         ms = seg.read_at(len(big), 1, 1 << 20, seg.size, expect=1)
         assert [(m.offset, m.value) for m in ms] == [(1, b"s")]
     finally:
-        seg._close()
+        seg.close()
 
 
 @pytest.mark.parametrize("interval", [1, 100, 1000, 4096])
 def test_writer_index_equals_scan_index(segdir, interval):
     """The writer's index rule (``Segment._appended``) and the scan's
     (``ScanResult.add``) must make the same offset and time index entries."""
-    seg = Segment._create(segdir, 500, CAP, interval, MAX_IX)
+    seg = Segment.create(segdir, 500, CAP, interval, MAX_IX)
     try:
         off = 500
         for i in range(120):
             ts = (i * 7919) % 500                              # up and down
             if i % 2:
-                seg._append_one(*_one_args(off, ts, b"v" * (i % 50)))
+                seg.append_one(*_one_args(off, ts, b"v" * (i % 50)))
                 off += 1
             else:
                 n = 1 + i % 5
@@ -192,13 +192,13 @@ def test_writer_index_equals_scan_index(segdir, interval):
         positions = [0] + [p for _, p in writer_ix]
         assert all(b - a >= interval for a, b in zip(positions, positions[1:]))
     finally:
-        seg._close()
+        seg.close()
 
 
 def test_index_entries_every_interval_bytes(segdir):
     """With equal-sized batches, an entry lands on the first batch at least an
     interval past the last one."""
-    seg = Segment._create(segdir, 0, CAP, 1000, MAX_IX)
+    seg = Segment.create(segdir, 0, CAP, 1000, MAX_IX)
     try:
         data = b""
         for i in range(50):
@@ -208,24 +208,24 @@ def test_index_entries_every_interval_bytes(segdir):
         want = [(p // bs, p) for p in range(step, seg.size, step)]
         assert [(r, p) for r, p in seg.index.entries()] == want
     finally:
-        seg._close()
+        seg.close()
 
 
 def test_seal_cuts_file_back_and_reopen_reads_the_same(segdir):
-    seg = Segment._create(segdir, 42, CAP, 200, MAX_IX)
+    seg = Segment.create(segdir, 42, CAP, 200, MAX_IX)
     for i in range(30):
         _append_batch(seg, [b"m%d" % i, b"n%d" % i], 100 + i)
     size, nxt, mts = seg.size, seg.next_offset, seg.max_timestamp
     before = _messages(seg, 42)
     ix_entries = seg.index.entries()
     assert os.path.getsize(seg.path) == CAP          # preallocated while active
-    seg._seal()
+    seg.seal()
     assert not seg.is_active
     assert os.path.getsize(seg.path) == size
     assert os.path.getsize(seg.index_path) == 8 * len(ix_entries)
     # the sealed time index ends with the segment's largest timestamp
     assert seg.time_index.last_entry() == (mts, nxt - 2)
-    seg._close()
+    seg.close()
 
     again = Segment(segdir, 42, next_offset=nxt)
     try:
@@ -236,17 +236,17 @@ def test_seal_cuts_file_back_and_reopen_reads_the_same(segdir):
         assert _messages(again, 42) == before
         assert _messages(again, 60) == [m for m in before if m[0] >= 60]
     finally:
-        again._close()
+        again.close()
 
 
 def _sealed(segdir: str, n: int = 10) -> tuple[int, list[int]]:
-    seg = Segment._create(segdir, 0, CAP, 4096, MAX_IX)
+    seg = Segment.create(segdir, 0, CAP, 4096, MAX_IX)
     positions = []
     for i in range(n):
         positions.append(seg.size)
         _append_batch(seg, [b"value-%d" % i] * 3, i)
     size = seg.size
-    seg._close()
+    seg.close()
     return size, positions
 
 
@@ -272,7 +272,7 @@ def test_corrupt_record_byte_fails_crc_on_read_with_path(segdir):
         assert ei.value.path == seg.path
         assert ei.value.position == positions[4]
     finally:
-        seg._close()
+        seg.close()
 
 
 def test_corrupt_framing_raises_from_batches_and_read_with_path(segdir):
@@ -289,7 +289,7 @@ def test_corrupt_framing_raises_from_batches_and_read_with_path(segdir):
         assert ei.value.path == seg.path
         assert ei.value.position == positions[6]
     finally:
-        seg._close()
+        seg.close()
 
 
 def test_truncated_file_is_reported_not_misread(segdir):
@@ -302,4 +302,61 @@ def test_truncated_file_is_reported_not_misread(segdir):
             list(seg.batches())
         assert ei.value.path == path
     finally:
-        seg._close()
+        seg.close()
+
+
+# -- the writer's state --------------------------------------------------------------
+def test_writer_state_saves_compares_and_reloads_into_a_fresh_segment(segdir):
+    seg = Segment.create(segdir, 0, CAP, 128, MAX_IX)
+    try:
+        empty = seg.writer_state()
+        assert empty == WriterState(0, 0, 0, 0, 0, 128, -1, 0, -1)
+        for i in range(40):
+            seg.append_one(*_one_args(i, 1000 + i, b"v%03d" % i))
+        state = seg.writer_state()
+        assert state != empty and state.size == seg.size and state.next_offset == 40
+        assert state.index_entries > 0 and state.max_timestamp == 1039
+        assert state.max_ts_offset == 39 and state.first_timestamp == 1000
+        assert state == seg.writer_state()                # plain values: compared by ==
+    finally:
+        seg.abandon()                                      # as a killed writer leaves it
+    again = Segment(segdir, 0, max_index_bytes=MAX_IX, writer=True, index_interval_bytes=128)
+    again.activate(CAP, state)
+    try:
+        assert again.writer_state() == state
+        for i in range(40, 50):                            # both go on alike
+            again.append_one(*_one_args(i, 1000 + i, b"v%03d" % i))
+        assert [m.offset for m in again.read(0, 1 << 20)] == list(range(50))
+        later = again.writer_state()
+        assert later.next_offset == 50 and later != state
+        again.reload(state)                                # back to the saved tail
+        assert again.writer_state() == state
+    finally:
+        again.close(seal=False)
+
+
+def test_writer_state_follows_appends_and_rolls(segdir):
+    seg = Segment.create(segdir, 0, CAP, 64, MAX_IX)
+    seg.set_roll_policy(1024, None)
+    states = [seg.writer_state()]
+    off = 0
+    while True:
+        pos = seg.append_one(*_one_args(off, 500, b"x" * 100))
+        if pos < 0:
+            break                                          # past segment_bytes: roll
+        off += 1
+        states.append(seg.writer_state())
+    assert len(set(states)) == len(states) and states[-1].size <= 1024 + 200
+    assert seg.writer_state() == states[-1]               # a refused append changes nothing
+    seg.next_offset = off
+    seg.seal()
+    sealed_state = seg.writer_state()
+    assert sealed_state.size == states[-1].size and sealed_state.next_offset == off
+    seg.close(seal=False)
+    new = Segment.create(segdir, off, CAP, 64, MAX_IX)
+    try:
+        assert new.writer_state() == WriterState(off, 0, off, 0, 0, 64, -1, off, -1)
+        assert new.append_one(*_one_args(off, 600, b"y")) == 0
+        assert new.writer_state().next_offset == off + 1
+    finally:
+        new.close(seal=False)

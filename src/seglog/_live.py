@@ -57,7 +57,7 @@ def relist(directory: str, segs: tuple[Segment, ...], max_index_bytes: int
         if s.live:
             # it has a successor now, so its writer sealed it: finish it as a file
             refresh_live(s)
-            closers.extend(s._end_live())
+            closers.extend(s.end_live())
     if new and new[-1] is not (segs[-1] if segs else None):
         new[-1] = live_segment(new[-1], max_index_bytes)
     kept = set(map(id, new))
@@ -81,9 +81,7 @@ def live_segment(seg: Segment, max_index_bytes: int) -> Segment:
             off, pos, last_ts = seg.base_offset, 0, None
     except FileNotFoundError:
         off, pos, last_ts = seg.base_offset, 0, None
-    live._size = pos
-    live.next_offset = off
-    live._max_ts = last_ts[0] if last_ts is not None else -1
+    live.set_measured(pos, off, last_ts[0] if last_ts is not None else -1)
     return live
 
 
@@ -110,7 +108,7 @@ def refresh_live(seg: Segment) -> None:
     in progress (valid data follows it, or the writer shut down cleanly past it)
     is recorded in ``seg.corruption`` and raised to whoever reads that far.
     """
-    start = seg._size or 0
+    start = seg.size           # a live segment's, always measured
     file_size = os.fstat(seg.fileno()).st_size
     if file_size <= start:
         return
@@ -122,11 +120,9 @@ def refresh_live(seg: Segment) -> None:
     # the writer stamps a batch's base offset (outside the checksum) as it copies it in,
     # so a reader can catch a whole batch whose offset still reads 0
     res = scan(seg, start, file_size, seg.next_offset if start else seg.base_offset,
-               max_timestamp=seg._max_ts if seg._max_ts is not None else -1)
+               max_timestamp=seg.max_timestamp)
     if res.end > start:
-        seg._size = res.end
-        seg.next_offset = res.next_offset
-        seg._max_ts = res.max_timestamp
+        seg.set_measured(res.end, res.next_offset, res.max_timestamp)
         seg.corruption = None
     elif seg.corruption is not None:
         return
@@ -145,8 +141,6 @@ def refresh_live(seg: Segment) -> None:
                 again = scan(seg, res.end, os.fstat(seg.fileno()).st_size, res.next_offset,
                              max_timestamp=res.max_timestamp)
                 if again.end > res.end:
-                    seg._size = again.end
-                    seg.next_offset = again.next_offset
-                    seg._max_ts = again.max_timestamp
+                    seg.set_measured(again.end, again.next_offset, again.max_timestamp)
                     return
             seg.corruption = _corruption_error(seg, res)

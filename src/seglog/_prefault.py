@@ -7,7 +7,7 @@ fifth of the cost of ``append_batch``. Here one daemon thread per process does i
 instead, through ``ctypes`` (which releases the GIL), so it overlaps with the
 writer's encoding and CRCs.
 
-The thread only touches pages that ``Segment.allocate`` has already reserved with
+The thread only touches pages that the segment's allocation has already reserved with
 ``posix_fallocate`` (so it can never meet a full disk), and it holds the segment's
 map lock while it works, so the mapping cannot be unmapped under it (rule R8). It
 changes no data: if it is late or missing, the writer's copies take the page faults
@@ -31,7 +31,7 @@ POPULATE: int | None = _platform.POPULATE
 
 
 class Prefaulter:
-    """A daemon thread that runs ``segment._prefault(madvise)`` for queued segments."""
+    """A daemon thread that runs ``segment.prefault(self)`` for queued segments."""
 
     def __init__(self, madvise: Callable[..., int]) -> None:
         self.madvise = madvise
@@ -56,7 +56,7 @@ class Prefaulter:
 
     def _work(self, segment: Any) -> None:
         try:
-            segment._prefault(self)
+            segment.prefault(self)
         except Exception:   # noqa: BLE001 - only a hint failed: the writer's copies fault instead
             return
 

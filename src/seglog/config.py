@@ -67,16 +67,16 @@ class LogConfig:
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> "LogConfig":
-        """Build a validated config; unknown names raise InvalidConfigError."""
+        """A config from keyword options; unknown names raise InvalidConfigError."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
             raise InvalidConfigError(f"unknown option(s): {', '.join(unknown)}")
-        cfg = cls(**kwargs)
-        cfg._validate()
-        return cfg
+        return cls(**kwargs)
 
-    def _validate(self) -> None:
+    def __post_init__(self) -> None:
+        """Every option checked once, however the config is built
+        (``InvalidConfigError``)."""
         _int("segment_bytes", self.segment_bytes, 1024, _INT32_MAX)
         _int("segment_ms", self.segment_ms, 1, None, optional=True)
         _int("flush_messages", self.flush_messages, 1, None, optional=True)

@@ -4,7 +4,7 @@ An index is a hint, never the truth: every entry points at the start of a batch 
 the segment's ``.log`` file, lookups are floor lookups that the caller finishes by
 scanning, and an index can always be rebuilt from the log.
 
-Three ways to hold one, chosen by the segment:
+Four ways to hold one, chosen by the segment:
 
 * ``writable``: the writer's index of its active segment, a sparse file of
   ``max_index_bytes`` mapped read-write; the entry count lives in memory. Disk
@@ -166,6 +166,25 @@ class _Index:
     def is_full(self) -> bool:
         return self._entries >= self._slots
 
+    @property
+    def slots(self) -> int:
+        """The most entries the index can hold (``max_index_bytes`` / entry size)."""
+        return self._slots
+
+    def raw_entries(self) -> bytes:
+        """The packed bytes of the valid entries."""
+        if self._mm is not None:
+            return self._mm[:self._entries * self.SIZE]
+        return b"".join(self.ENTRY.pack(*e) for e in self.entries())
+
+    def set_entries(self, n: int) -> None:
+        """The writer's count of valid entries, as a writer of this file recorded it
+        (``Segment.reload``): the slots past it are free."""
+        if not self._writable:
+            raise ValueError(f"index {self.path} is not writable")
+        self._entries = min(n, self._slots)
+        self._room = max(self._room, self._entries)
+
     @classmethod
     def in_memory(cls, base_offset: int, entries: list[tuple[int, int]],
                   max_bytes: int = 10 << 20) -> Self:
@@ -252,14 +271,6 @@ class _Index:
         os.close(self._fd)
         self._fd = -1
 
-    def sanity_check(self, data_size: int = 1 << 62) -> bool:
-        """Cheap check (``entries_valid``) of the entries against a segment of
-        ``data_size`` bytes."""
-        es = self.entries()
-        if isinstance(self, TimeIndex):
-            return entries_valid((), (), [e[0] for e in es], data_size)
-        return entries_valid([e[0] for e in es], [e[1] for e in es], (), data_size)
-
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path} entries={self._entries}>"
 
@@ -319,6 +330,10 @@ class TimeIndex(_Index):
     SIZE = 12
 
     _last_ts: int | None = None
+
+    def set_entries(self, n: int) -> None:
+        super().set_entries(n)
+        self._last_ts = None        # read again from the new last entry
 
     def append(self, timestamp: int, offset: int) -> None:
         """Add (timestamp, offset) if ``timestamp`` is above the last entry's."""

@@ -19,31 +19,26 @@ from __future__ import annotations
 import os
 import threading
 import time
-import weakref
 from bisect import bisect_right
-from functools import partial
 from itertools import chain
 from operator import attrgetter
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
-from . import _html, _live, codec
+from . import _live, _notebook, codec
 from ._metrics import Metrics
 from ._files import LOG_START, read_checkpoint
 from .config import LogConfig
 from .errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, SeglogError
-from .index import MAX_RELATIVE_OFFSET
-from .message import (Columns, Message, MessageSet, arrow_modules, check_timestamp, arrow_schema, as_ms,
-                      messages_html)
+from .message import (Columns, Message, MessageSet, arrow_modules, arrow_schema, as_ms,
+                      check_timestamp)
 from .segment import Segment, SegmentGoneError
 
 _BASE = attrgetter("base_offset")
-_MAX_DELTA = MAX_RELATIVE_OFFSET
 _ARROW_BATCH_BYTES = 16 << 20    # one RecordBatch per about this many bytes of values
 _RACY_NS = 3_000_000_000  # a directory listing this close to its mtime is not trusted
 _RELOCATIONS = 64         # a reader re-finds its place at most this often per step
 _T = TypeVar("_T")
 _ITER_CHUNK = 1 << 20
-NEVER = 1 << 63
 
 
 class LocalLog:
@@ -62,7 +57,6 @@ class LocalLog:
         self._closed = False
         self._closing = False
         self._capacity = config.segment_bytes + config.max_message_bytes + 65536
-        self._roll_size = self._roll_ts = self._roll_off = NEVER
         # reads in flight (every pread, index lookup and fsync of a segment happens inside
         # one): a retired segment's descriptors close only when none is, so no number
         # is closed (and reused by another open) under a reader
@@ -116,9 +110,8 @@ class LocalLog:
         readers that meet them re-find their place; their files close once no read
         is in flight."""
         for seg in segs:
-            if seg._gone is None:
-                seg._gone = why     # before the close: a reader between steps re-finds
-            self._dispose(partial(seg._retire, why))
+            # marked at once (a reader between steps re-finds), closed once no read is
+            self._dispose(seg.retire(why))
 
     @property
     def start_offset(self) -> int:
@@ -144,44 +137,17 @@ class LocalLog:
     def _set_segments(self, segs: Sequence[Segment]) -> None:
         self._segs = tuple(segs)
 
-    def _watch(self, seg: Segment) -> None:
-        """Roll at the next append once the segment's index is full."""
-        ref = weakref.ref(self)     # no cycle: an unreferenced writer is freed at once
-
-        def full() -> None:
-            log = ref()
-            if log is not None:
-                log._roll_size = 0
-        seg._on_index_full = full  # type: ignore[method-assign]
-
     def _roll_segment(self, old: Segment) -> Segment:
         """Seal the active segment and start a new one at the end offset (lock held).
         The caller makes the new segment's base offset the recovery point."""
         old.next_offset = self._end
-        old._seal()
-        new = Segment._create(self.path, self._end, self._capacity,
-                              self.config.index_interval_bytes, self.config.max_index_bytes)
+        old.seal()
+        cfg = self.config
+        new = Segment.create(self.path, self._end, self._capacity, cfg.index_interval_bytes,
+                             cfg.max_index_bytes)
+        new.set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
         self._set_segments(self._segs + (new,))
-        self._watch(new)
-        self._set_roll_limits(new)
         return new
-
-    def _set_roll_limits(self, seg: Segment) -> None:
-        """Precompute when the active segment must roll, so appends compare three ints.
-
-        Kafka's conditions: the next batch would pass ``segment_bytes``; its
-        timestamp is ``segment_ms`` past the segment's first; an offset would not fit
-        the index's 32-bit relative offset; an index is full. An empty segment never
-        rolls.
-        """
-        if not seg._size:
-            self._roll_size = self._roll_ts = self._roll_off = NEVER
-            return
-        self._roll_size = 0 if seg.index_full else self.config.segment_bytes
-        ms = self.config.segment_ms
-        self._roll_ts = (seg.first_timestamp + ms if ms is not None and seg.first_timestamp is not None
-                         else NEVER)
-        self._roll_off = seg.base_offset + _MAX_DELTA
 
     def _check_readable(self) -> None:
         if self._closed:
@@ -369,24 +335,14 @@ class LocalLog:
         finally:
             self._leave()
 
-    def _stats(self) -> dict[str, Any]:
-        if "compact" in self.config.cleanup_policy:
+    def _stats(self, count: bool = True) -> dict[str, Any]:
+        if count and "compact" in self.config.cleanup_policy:
             start, end, n = self._count()
         else:
             start, end = self._start, self._end
             n = end - start
-        segs = self._segs
-        first_ts = None
-        for seg in segs:
-            hdr = seg.first_header()
-            if hdr is not None:
-                first_ts = hdr[codec.H_BASE_TS]
-                break
-        newest = max((s.max_timestamp for s in segs if s.size), default=-1)
-        return {"path": self.path, "start_offset": start, "end_offset": end,
-                "messages": n, "segments": len(segs), "bytes": sum(s.size for s in segs),
-                "oldest_timestamp": first_ts, "newest_timestamp": newest if newest >= 0 else None,
-                "readonly": self.readonly}
+        return _notebook.log_stats(self.path, start, end, n if count else None, self._segs,
+                                   self.readonly)
 
     def _window(self, start: int | None, end: int | None, since: object,
                 until: object) -> tuple[int, int, int | None, int | None]:
@@ -417,32 +373,24 @@ class LocalLog:
         for _ in range(_RELOCATIONS):
             lo, hi, t0, t1 = self._window(start, end, since, until)
             try:
-                return _frame(self.read_arrow(lo, hi), t0, t1)
+                return _notebook.frame(self.read_arrow(lo, hi), t0, t1)
             except OffsetOutOfRangeError:
                 if start is not None or self._start <= lo:
                     raise
         raise self._unsettled()
 
+    def _html_stats(self) -> dict[str, Any]:
+        """``stats()`` without the message count, which the view does not show (in a
+        compacted log it would read every record)."""
+        self._check_readable()
+        return self._settled(lambda: self._stats(count=False))
+
     def _repr_html_(self) -> str:
         if self._closed:
-            return _html.fields("seglog.Log (closed)", [("path", self.path)])
-        st = self.stats()
-        segs = self._segs
-        head = _html.fields(f"seglog.Log{' (readonly)' if self.readonly else ''}", [
-            ("path", self.path),
-            ("offsets", f"[{st['start_offset']:,}, {st['end_offset']:,})"),
-            ("segments", st["segments"]), ("bytes", _html.size(st["bytes"])),
-            ("time span", f"{_html.when(st['oldest_timestamp'])} .. "
-                          f"{_html.when(st['newest_timestamp'])}"),
-            ("cleanup policy", self.config.cleanup_policy),
-            ("compression", self.config.compression or "none")])
-        shown = segs if len(segs) <= 10 else list(segs[:5]) + list(segs[-5:])
-        table = _html.grid("segments", ("base offset", "bytes", "newest record", "state"),
-                           [(s.base_offset, _html.size(s.size), _html.when(s.max_timestamp),
-                             "active" if s is segs[-1] else "sealed") for s in shown],
-                           f"{len(segs) - 10} more in between" if len(segs) > 10 else "")
-        tail = messages_html("the last messages", iter(self._last(5, st["end_offset"])))
-        return head + table + tail
+            return _notebook.closed_html("seglog.Log", [("path", self.path)])
+        st = self._html_stats()
+        last = self._last(5, st["end_offset"])
+        return _notebook.log_html(st, self._segs, self.config, last)
 
     def _last(self, n: int, end: int) -> list[Message]:
         """The messages of the ``n`` offsets before ``end``; if retention deletes
@@ -511,7 +459,7 @@ class LocalLog:
         for _ in range(_RELOCATIONS):
             try:
                 seg: Segment | None = st[0]
-                if seg is None or seg._gone is not None:
+                if seg is None or seg.retired:
                     if offset < self._start:
                         raise OffsetOutOfRangeError(
                             f"offset {offset} was deleted by retention while iterating "
@@ -527,7 +475,7 @@ class LocalLog:
                     seg_end = seg.size
                     if pos >= seg_end and self.readonly:
                         self._refresh()
-                        if seg._gone is not None:
+                        if seg.retired:
                             raise SegmentGoneError("re-listed")
                         seg_end = seg.size
                     if pos < seg_end:
@@ -634,25 +582,6 @@ class LocalLog:
                 return
             self._end = last.next_offset if last.next_offset is not None else last.base_offset
 
-
-
-def _frame(table: Any, t0: int | None, t1: int | None) -> Any:
-    """A pandas DataFrame from ``read_arrow``'s table, rows outside ``[t0, t1)``
-    dropped (timestamps need not ascend, so the offset window is not enough)."""
-    try:
-        import pandas  # noqa: F401  (to_pandas below needs it; say so plainly)
-        import pyarrow as pa
-        import pyarrow.compute as pc
-    except ImportError as e:
-        raise ImportError(f"to_pandas needs pandas and pyarrow: pip install 'seglog[spark]' "
-                          f"({e})") from e
-    if t0 is not None or t1 is not None:
-        ms = table.column("timestamp").cast(pa.int64())
-        keep = pc.greater_equal(ms, t0 if t0 is not None else 0)
-        if t1 is not None:
-            keep = pc.and_(keep, pc.less(ms, t1))
-        table = table.filter(keep)
-    return table.to_pandas()
 
 
 def _end_offset(seg: Segment) -> int:

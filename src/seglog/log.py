@@ -27,7 +27,7 @@ from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, list_dir, make_dirs, 
 from .cleaner import CompactionStats, compact
 from .config import LogConfig
 from .errors import LogLockedError, MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
-from .local_log import NEVER, LocalLog
+from .local_log import LocalLog
 from .message import (HEADER_FRAMING, Headers, PreparedBatch, Record, check_timestamp,
                       prepare_batch)
 from .retention import DelayedDeletes, expired_prefix
@@ -82,7 +82,7 @@ class Log(LocalLog):
         # for the current millisecond (the hot path then packs nothing to checksum)
         self._tail_ts = -1
         self._tails: dict[int, bytes] = {}
-        self._flush_at = NEVER if config.flush_messages is None else config.flush_messages - 1
+        self._flush_at = codec.NEVER if config.flush_messages is None else config.flush_messages - 1
         self._background_error: BaseException | None = None
         # metrics that cost the append path nothing: messages and bytes appended come
         # from the end offset and the segments' sizes against these
@@ -171,8 +171,7 @@ class Log(LocalLog):
         log._end_at_open = loaded.end_offset
         log._active_bytes_at_open = loaded.segments[-1].size
         log._update_flush_at()
-        log._watch(loaded.segments[-1])
-        log._set_roll_limits(loaded.segments[-1])
+        loaded.segments[-1].set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
         # one flusher and one maintenance thread per process serve every log; their
         # jobs hold the log weakly: a writer nobody references is closed (and its lock
         # released) by the garbage collector, not kept alive by a thread
@@ -229,7 +228,7 @@ class Log(LocalLog):
             try:
                 if not self.readonly and self._failed is None:
                     active = self._segs[-1]
-                    active._seal()
+                    active.seal()
                     write_checkpoint(self.path, RECOVERY_POINT, self._end)
                     recovery.write_marker(self.path, active, self._end)
                     self._flushed = self._end
@@ -240,7 +239,7 @@ class Log(LocalLog):
             finally:
                 for seg in self._segs:
                     try:
-                        seg._close(seal=False)    # sealed above, unless it failed
+                        seg.close(seal=False)    # sealed above, unless it failed
                     except OSError:
                         pass
                 for close in self._graveyard:
@@ -266,15 +265,16 @@ class Log(LocalLog):
             except Exception:
                 pass
 
-    def _abandon(self) -> None:
-        """``seglog.testing.abandon``: leave the files as a killed process would."""
+    def abandon(self) -> None:
+        """Drop the writer as a killed process would (``seglog.testing.abandon``, for
+        crash tests): no flush, no seal, no marker; the lock is released."""
         for job in self._jobs:
             job.cancel()
         with self._flush_lock, self._lock:
             self._closed = True
             self._ok = False
             for seg in self._segs:
-                seg._abandon()
+                seg.abandon()
             for close in self._graveyard:      # retired segments' descriptors
                 close()
             self._graveyard.clear()
@@ -301,8 +301,7 @@ class Log(LocalLog):
         self._inflight = 0
         self._waiters = 0
         for seg in self._segs:
-            seg._open_lock = threading.RLock()
-            seg._map_lock = threading.Lock()
+            seg.reset_locks()
         if self.readonly:
             return
         self._forked_from = self._pid
@@ -316,7 +315,6 @@ class Log(LocalLog):
                 pass
             self._lock_fd = -1
 
-    # -- reads in flight and retired segments --------------------------------------
     # -- state ----------------------------------------------------------------------
     @property
     def flushed_offset(self) -> int:
@@ -327,7 +325,9 @@ class Log(LocalLog):
     def closed(self) -> bool:
         return self._closed
 
-    def _check_writable(self) -> None:
+    def check_writable(self) -> None:
+        """Raise what an append would raise now: ``LogClosedError``, ``ReadOnlyError``,
+        or ``StorageError`` after an I/O error poisoned the log."""
         if self._closed:
             raise self._closed_error()
         if self.readonly:
@@ -376,15 +376,15 @@ class Log(LocalLog):
                 lock.acquire()
                 try:
                     if not self._ok:
-                        self._check_writable()
+                        self.check_writable()
                     off = self._end
                     seg = self._segs[-1]
-                    if (seg._size + size > self._roll_size or ts > self._roll_ts
-                            or off > self._roll_off):
-                        seg = self._roll(seg)
                     try:
-                        if not seg._append_one(off, ts, check, value, size):
-                            self._set_roll_limits(seg)      # the first batch of a segment
+                        pos = seg.append_one(off, ts, check, value, size)
+                        if pos < 0:
+                            pos = self._roll(seg).append_one(off, ts, check, value, size)
+                    except StorageError:
+                        raise                   # a roll failed, and poisoned the log
                     except OSError as e:
                         raise self._fail(e) from e
                     self._end = off + 1
@@ -411,13 +411,14 @@ class Log(LocalLog):
         items = items if isinstance(items, (list, tuple)) else list(items)
         if not items:
             with self._lock:
-                self._check_writable()
+                self.check_writable()
                 return range(self._end, self._end)
-        return self._append_encoded(self._encoded(items, _time_ns() // 1_000_000))
+        return self.append_encoded(self.encode(items, _time_ns() // 1_000_000))
 
-    def _encoded(self, items: Sequence[Any], now: int) -> list[tuple[Any, int, int, int]]:
-        """Every input check of ``append_batch(items)`` and its batches, encoded;
-        writes nothing (a topic encodes every partition's part before writing any)."""
+    def encode(self, items: Sequence[Any], now: int) -> list[tuple[Any, int, int, int]]:
+        """Every input check of ``append_batch(items)`` (``now``: the writer's clock in
+        ms) and its batches, encoded for ``append_encoded``; writes nothing (a topic
+        encodes every partition's part before writing any)."""
         batches = None
         try:
             # bytes-like values only (Records, str, None make join raise): the join is
@@ -438,25 +439,23 @@ class Log(LocalLog):
             batches = self._encode(values, keys, stamps, headers)
         return batches
 
-    def _append_encoded(self, batches: list[tuple[Any, int, int, int]]) -> range:
+    def append_encoded(self, batches: list[tuple[Any, int, int, int]]) -> range:
+        """Append what ``encode`` returned, atomically per batch; the range of offsets."""
         lock = self._lock
         lock.acquire()
         try:
             if not self._ok:
-                self._check_writable()
+                self.check_writable()
             first = off = self._end
             for data, n, max_ts, size in batches:
                 seg = self._segs[-1]
-                if (seg._size + size > self._roll_size or max_ts > self._roll_ts
-                        or off + n - 1 > self._roll_off):
-                    seg = self._roll(seg)
-                fresh = not seg._size
                 try:
-                    seg._append(data, off, off + n, max_ts, size)
+                    if seg.append(data, off, off + n, max_ts, size) < 0:
+                        self._roll(seg).append(data, off, off + n, max_ts, size)
+                except StorageError:
+                    raise                       # a roll failed, and poisoned the log
                 except OSError as e:
                     raise self._fail(e) from e
-                if fresh:
-                    self._set_roll_limits(seg)
                 off += n
                 self._end = off
             self._batches_appended += len(batches)
@@ -546,7 +545,7 @@ class Log(LocalLog):
         """fsync what was appended; return the offset below which all survives power loss."""
         with self._flush_lock:
             with self._lock:
-                self._check_writable()
+                self.check_writable()
                 target = self._end
                 seg = self._segs[-1]
             if target > self._flushed:
@@ -555,7 +554,7 @@ class Log(LocalLog):
                 self._enter()
                 t0 = time.perf_counter()
                 try:
-                    seg._fsync_with_indexes()
+                    seg.flush()
                 except (OSError, ValueError) as e:
                     raise self._fail(e) from e
                 finally:
@@ -639,7 +638,6 @@ class Log(LocalLog):
         with self._cond:
             self._cond.notify_all()
 
-    # -- readers in other processes --------------------------------------------
     # -- retention ---------------------------------------------------------------
     def enforce_retention(self, now_ms: int | None = None) -> list[int]:
         """Delete whole segments past ``retention_ms`` or ``retention_bytes``.
@@ -651,7 +649,7 @@ class Log(LocalLog):
         the background pass is logged and raised by the next call of this method
         or of ``compact``.
         """
-        self._check_writable()
+        self.check_writable()
         self._raise_background_error()
         return self._enforce(_now_ms() if now_ms is None else check_timestamp(now_ms))
 
@@ -664,7 +662,7 @@ class Log(LocalLog):
         if not cfg.deletes:
             return []
         with self._maintenance, self._poisoning():
-            self._check_writable()
+            self.check_writable()
             self._deletes.purge()
             segs = self._segs
             self._metrics.retention_runs += 1
@@ -691,8 +689,6 @@ class Log(LocalLog):
         try:
             yield
         except OSError as e:
-            if isinstance(e, SeglogError):
-                raise
             raise self._fail(e) from e
 
     def _replace_segments(self, old: list[Segment], new: Segment) -> None:
@@ -711,13 +707,13 @@ class Log(LocalLog):
         go on meanwhile. Returns ``CompactionStats`` (``skipped`` says why a pass did
         nothing). See ``seglog.cleaner``.
         """
-        self._check_writable()
+        self.check_writable()
         self._raise_background_error()
         return self._compact(None if now_ms is None else check_timestamp(now_ms))
 
     def _compact(self, now_ms: int | None) -> CompactionStats:
         with self._maintenance, self._poisoning():
-            self._check_writable()
+            self.check_writable()
             st = compact(self.path, self._segs[:-1], self._start, self.config,
                          self._replace_segments, now_ms)
             if st.skipped is None:
@@ -815,7 +811,7 @@ def _maintain(log: Log) -> None:
         return
     try:
         with log._maintenance:
-            log._check_writable()
+            log.check_writable()
             if log.config.deletes:
                 log._enforce(_now_ms())
             if log.config.compacted:

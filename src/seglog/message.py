@@ -429,7 +429,7 @@ class MessageSet:
         if self._file is not None and self._file_pos is not None:
             try:
                 while sent < total:
-                    n = self._file._sendfile(out, self._file_pos + sent, total - sent)
+                    n = self._file.sendfile(out, self._file_pos + sent, total - sent)
                     if n == 0:
                         break
                     sent += n

@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _platform, codec
-from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, SEGMENT_SUFFIXES, WRITER_SESSION, atomic_write,  # noqa: F401
-                     fsync_dir, fsync_file, is_leftover, list_segments, read_checkpoint,
-                     remove, segment_path, tmp_path, write_checkpoint)
-from ._scan import ScanResult, Survey, scan, survey, write_index_files  # noqa: F401
+from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, SEGMENT_SUFFIXES, WRITER_SESSION,
+                     atomic_write, fsync_dir, fsync_file, is_leftover, list_segments,
+                     read_checkpoint, remove, segment_path, write_checkpoint)
+from ._scan import ScanResult, Survey, scan, survey
 from .cleaner import resolve_interrupted
 from .errors import CorruptRecordError
 from .index import TimeIndex, entries_valid, offset_arrays
 from .retention import remove_leftovers
-from .segment import Segment
+from .segment import NO_TIMESTAMP, Segment, WriterState
 
 CLEAN_MARKER = ".clean-shutdown"
 
@@ -48,7 +48,7 @@ def load_for_writer(directory: str, capacity: int, interval: int, max_index_byte
     except BaseException:
         for seg in opened:
             try:
-                seg._close(seal=False)
+                seg.close(seal=False)
             except OSError:
                 pass
         raise
@@ -68,7 +68,7 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
     marker = read_marker(directory)
     if not bases:
         base = start or 0
-        seg = Segment._create(directory, base, capacity, interval, max_index_bytes)
+        seg = Segment.create(directory, base, capacity, interval, max_index_bytes)
         opened.append(seg)
         _remove_marker(directory, marker)
         write_session(directory)
@@ -83,95 +83,82 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
     if below:
         fsync_dir(directory)
         bases = bases[len(below):]
-    segs = [Segment(directory, b, max_index_bytes=max_index_bytes) for b in bases]
+    segs = [Segment(directory, b, max_index_bytes=max_index_bytes, writer=True,
+                    index_interval_bytes=interval) for b in bases]
     opened.extend(segs)
-    for s in segs:
-        s.writer = True
-        s._interval = interval
     for prev, nxt in zip(segs, segs[1:]):
-        prev.next_offset = nxt.base_offset
+        prev.next_offset = nxt.base_offset     # a sealed segment covers up to the next
     active = segs[-1]
     if marker is not None and _marker_matches(marker, active):
         _remove_marker(directory, marker)
-        active.next_offset = marker["end_offset"]
-        active._make_active(capacity, interval, None, marker["max_timestamp"],
-                           marker["max_ts_offset"], marker.get("first_timestamp"))
+        active.activate(capacity, active.checked_state(
+            marker["end_offset"], marker["max_timestamp"], marker["max_ts_offset"],
+            marker.get("first_timestamp")))
         write_session(directory)
         return Loaded(segs, start, marker["end_offset"], marker["end_offset"])
     _remove_marker(directory, marker)
     # a segment with a successor was sealed and fsynced before the successor was
     # created (and compaction output is fsynced before it is swapped in): everything
-    # below the last segment is durable, whatever the checkpoint says or if it is lost
+    # below the last segment is durable, whatever the checkpoint says or if it is lost.
+    # So the recovery point is in the last segment, and only that one is scanned: a
+    # torn tail is always the log's end, never followed by a segment (damage in an
+    # earlier segment is corruption, which reads report where they meet it)
     rp = max(read_checkpoint(directory, RECOVERY_POINT) or 0, bases[-1])
     same_boot = _previous_boot(directory) == boot_id() is not None
     report = RecoveryReport(recovery_point=rp, same_boot=same_boot)
-    first = 0
-    for i, s in enumerate(segs):
-        if s.base_offset <= rp:
-            first = i
-    keep = len(segs)
-    for i in range(first, len(segs)):
-        seg = segs[i]
-        last = i == len(segs) - 1
-        file_size = os.stat(seg.path).st_size
-        start_pos, start_off, trusted = (0, seg.base_offset, None)
-        if i == first and rp > seg.base_offset:
-            start_pos, start_off, trusted = _trusted_prefix(seg, rp, max_index_bytes)
-        tmax, tmax_off = (trusted[1][-1] if trusted and trusted[1] else (-1, seg.base_offset))
-        t0 = time.perf_counter()
-        res = scan(seg, start_pos, file_size, start_off, interval, max_timestamp=tmax)
-        report.scan_seconds += time.perf_counter() - t0
-        if res.max_timestamp == tmax:
-            res.max_ts_offset = tmax_off
-        report.scanned_bytes += res.end - start_pos
-        report.segments_scanned += 1
-        sv = None
-        if res.end < file_size:
-            sv = survey(seg.fileno(), res.end, file_size, res.next_offset)
-        if res.stop != "end":
-            why = _damage_is_corruption(res, sv, rp, same_boot)
-            if why:
-                raise CorruptRecordError(f"bad batch ({res.stop}) {why}", seg.path, res.end,
-                                         res.next_offset)
-        if trusted is not None:
-            res.index[:0] = trusted[0]
-            res.time_index[:0] = trusted[1]
-            res.first_timestamp = _first_timestamp(seg)
-        if res.end < file_size:
-            # cut the torn tail (and the old preallocation) off first, which also frees
-            # its blocks for the index rebuild on a nearly full disk; make_active
-            # extends the file again with fresh zeros. Nothing maps it yet (rule R8).
-            _truncate_durably(seg.path, res.end)
-        _rebuild_indexes(seg, res, max_index_bytes, keep_writable=last or res.stop != "end")
-        seg._size = res.end
-        seg.next_offset = res.next_offset
-        seg._max_ts = res.max_timestamp
-        if sv is not None:
-            report.truncated.append((seg.path, res.end, file_size - res.end, res.stop))
-            report.cuts.append(Cut(seg.path, res.end, res.stop, file_size - res.end,
-                                   sv.data_bytes, sv.good_messages))
-        if res.stop != "end" or last:
-            # the torn tail ends the log: later segments hold only data never flushed
-            for later in segs[i + 1:]:
-                report.cuts.append(_whole_segment_cut(later))
-                later._delete()
-                report.deleted_segments.append(later.base_offset)
-            if len(segs) > i + 1:
-                fsync_dir(directory)
-            keep = i + 1
-            seg._make_active(capacity, interval, (len(res.index), len(res.time_index)),
-                            res.max_timestamp, res.max_ts_offset, res.first_timestamp)
-            break
-        seg.next_offset = segs[i + 1].base_offset   # a sealed segment covers up to the next
-    segs = segs[:keep]
-    end = segs[-1].next_offset
+    _recover_tail(active, rp, same_boot, capacity, interval, max_index_bytes, report)
+    end = active.next_offset
     assert end is not None
     # what recovery kept may still be only in the page cache: make it durable, so
     # that flushed_offset == end_offset is true after an unclean open
-    segs[-1]._fsync_with_indexes()
+    active.flush()
     write_checkpoint(directory, RECOVERY_POINT, end)
     write_session(directory)
     return Loaded(segs, start, end, end, report=report)
+
+
+def _recover_tail(seg: Segment, rp: int, same_boot: bool, capacity: int, interval: int,
+                  max_index_bytes: int, report: "RecoveryReport") -> None:
+    """Scan the last segment from the recovery point (checksums included), cut a
+    torn tail, rebuild its indexes and open it for appends."""
+    file_size = os.stat(seg.path).st_size
+    start_pos, start_off, trusted = (0, seg.base_offset, None)
+    if rp > seg.base_offset:
+        start_pos, start_off, trusted = _trusted_prefix(seg, rp, max_index_bytes)
+    tmax, tmax_off = (trusted[1][-1] if trusted and trusted[1] else (-1, seg.base_offset))
+    t0 = time.perf_counter()
+    res = scan(seg, start_pos, file_size, start_off, interval, max_timestamp=tmax)
+    report.scan_seconds += time.perf_counter() - t0
+    if res.max_timestamp == tmax:
+        res.max_ts_offset = tmax_off
+    report.scanned_bytes += res.end - start_pos
+    report.segments_scanned += 1
+    sv = None
+    if res.end < file_size:
+        sv = survey(seg.fileno(), res.end, file_size, res.next_offset)
+    if res.stop != "end":
+        why = _damage_is_corruption(res, sv, rp, same_boot)
+        if why:
+            raise CorruptRecordError(f"bad batch ({res.stop}) {why}", seg.path, res.end,
+                                     res.next_offset)
+    if trusted is not None:
+        res.index[:0] = trusted[0]
+        res.time_index[:0] = trusted[1]
+        res.first_timestamp = _first_timestamp(seg)
+    if res.end < file_size:
+        # cut the torn tail (and the old preallocation) off first, which also frees
+        # its blocks for the index rebuild on a nearly full disk; activate extends
+        # the file again with fresh zeros. Nothing maps it yet (rule R8).
+        _truncate_durably(seg.path, res.end)
+    seg.write_indexes(res, final=False)
+    if sv is not None:
+        report.truncated.append((seg.path, res.end, file_size - res.end, res.stop))
+        report.cuts.append(Cut(seg.path, res.end, res.stop, file_size - res.end,
+                               sv.data_bytes, sv.good_messages))
+    first = res.first_timestamp
+    seg.activate(capacity, WriterState(
+        seg.base_offset, res.end, res.next_offset, len(res.index), len(res.time_index), -1,
+        res.max_timestamp, res.max_ts_offset, NO_TIMESTAMP if first is None else first))
 
 
 def _truncate_durably(path: str, size: int) -> None:
@@ -186,8 +173,7 @@ def _truncate_durably(path: str, size: int) -> None:
 @dataclass
 class Cut:
     """What recovery removed from one segment file: the bytes after ``position``
-    (``reason``: why the scan stopped there; ``"deleted"``: the whole segment, which
-    came after a torn tail). Of the ``file_bytes`` removed, ``data_bytes`` were data
+    (``reason``: why the scan stopped there). Of the ``file_bytes`` removed, ``data_bytes`` were data
     (a torn batch and anything written after it; with ``messages`` in batches whose
     checksum was good) and ``reserved_bytes`` zeros the writer had preallocated."""
 
@@ -207,7 +193,8 @@ class Cut:
 class RecoveryReport:
     """What an unclean open found and did (``Log.recovery``). ``truncated`` lists
     the files cut (path, position, bytes the file lost, why); ``cuts`` says what
-    those bytes were, and what the deleted segments held."""
+    those bytes were. ``deleted_segments`` stays empty: recovery cuts only the last
+    segment's tail, and never deletes a segment."""
 
     recovery_point: int
     same_boot: bool
@@ -232,15 +219,6 @@ class RecoveryReport:
     def reserved_bytes(self) -> int:
         """Bytes of the writer's zero-filled reservation dropped."""
         return sum(c.reserved_bytes for c in self.cuts)
-
-
-def _whole_segment_cut(seg: Segment) -> Cut:
-    """What deleting the segment removes (read through a descriptor of its own: the
-    object is about to be dropped unopened)."""
-    with open(seg.path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        sv = survey(f.fileno(), 0, size, seg.base_offset)
-    return Cut(seg.path, 0, "deleted", size, sv.data_bytes, sv.good_messages)
 
 
 def _damage_is_corruption(res: ScanResult, sv: Survey | None, rp: int,
@@ -376,15 +354,6 @@ def write_session(directory: str) -> None:
                  json.dumps({"version": 1, "boot_id": boot_id(), "pid": os.getpid()}).encode())
 
 
-def _rebuild_indexes(seg: Segment, res: ScanResult, max_index_bytes: int, keep_writable: bool) -> None:
-    tmp_ix, tmp_tix = tmp_path(seg.index_path), tmp_path(seg.timeindex_path)
-    write_index_files(seg.base_offset, res, max_index_bytes, not keep_writable, tmp_ix, tmp_tix)
-    os.rename(tmp_ix, seg.index_path)
-    os.rename(tmp_tix, seg.timeindex_path)
-    seg._index = seg._timeindex = None
-    fsync_dir(seg.directory)
-
-
 def read_marker(directory: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(directory, CLEAN_MARKER), "rb") as f:
@@ -414,9 +383,11 @@ def _remove_marker(directory: str, marker: dict[str, Any] | None) -> None:
 
 def write_marker(directory: str, active: Segment, end_offset: int) -> None:
     """Record a clean shutdown: the state a clean open needs without reading data."""
+    st = active.writer_state()
     data = {"version": 1, "end_offset": end_offset, "active_base": active.base_offset,
-            "active_size": active.size, "max_timestamp": active.max_timestamp,
-            "max_ts_offset": active._max_ts_offset, "first_timestamp": active.first_timestamp}
+            "active_size": st.size, "max_timestamp": st.max_timestamp,
+            "max_ts_offset": st.max_ts_offset,
+            "first_timestamp": st.first_timestamp if st.first_timestamp >= 0 else None}
     atomic_write(os.path.join(directory, CLEAN_MARKER), json.dumps(data).encode())
 
 

@@ -22,15 +22,15 @@ import io
 import mmap
 import os
 import threading
+from dataclasses import dataclass
 from struct import Struct
 from typing import Any, Callable, Iterator, Sequence, cast
 
-
-
-from . import _html, _platform, _prefault, _scan, codec
+from . import _notebook, _platform, _prefault, _scan, codec
 from ._files import fsync_dir, fsync_file, remove, segment_name, tmp_path
 from .errors import CorruptRecordError, OffsetOutOfRangeError
-from .index import OffsetIndex, TimeIndex, entries_valid, next_entry_position, offset_arrays
+from .index import (MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, entries_valid,
+                    next_entry_position, offset_arrays)
 from .message import MessageSet
 
 _ALLOC_CHUNK = 8 << 20
@@ -50,9 +50,38 @@ _MAGIC = codec.MAGIC
 _ONE_SIZE = _ONE.size
 _SCAN_CHUNK = 1 << 16
 NO_TIMESTAMP = -1
+NEVER = codec.NEVER
+# the largest offset - base offset a segment may hold (the index's 32-bit relative offsets)
+_MAX_DELTA = MAX_RELATIVE_OFFSET
 
 
-def _index_ok(ix: OffsetIndex, tix: TimeIndex, size: int, path: str, sealed: bool = True) -> bool:
+@dataclass(frozen=True, slots=True)
+class WriterState:
+    """The writer's mutable tail of its active segment, as plain ints: what a writer
+    must know to go on appending where another left off. Equal states mean the same
+    tail; ``Segment.writer_state()`` takes it, ``Segment.activate`` and
+    ``Segment.reload`` set it.
+
+    ``size``: bytes of whole batches (the next write position); ``next_offset``: the
+    offset after the last batch; ``index_entries`` / ``time_entries``: the valid
+    entries of the offset and time index; ``next_index_pos``: the position from which
+    the next batch gets an index entry; ``max_timestamp`` (-1: none) and the offset
+    of its batch; ``first_timestamp``: the first batch's largest timestamp (-1: not
+    known), which ``segment_ms`` counts from.
+    """
+
+    base_offset: int
+    size: int
+    next_offset: int
+    index_entries: int
+    time_entries: int
+    next_index_pos: int
+    max_timestamp: int
+    max_ts_offset: int
+    first_timestamp: int
+
+
+def _index_ok(ix: OffsetIndex, tix: TimeIndex, size: int, sealed: bool = True) -> bool:
     """Cheap sanity check of a segment's indexes (``index.entries_valid``)."""
     if os.path.getsize(ix.path) % ix.SIZE or os.path.getsize(tix.path) % tix.SIZE:
         return False
@@ -61,9 +90,7 @@ def _index_ok(ix: OffsetIndex, tix: TimeIndex, size: int, path: str, sealed: boo
     rel: Sequence[int] = ()
     pos: Sequence[int] = ()
     if len(ix):
-        mm = ix._mm
-        assert mm is not None
-        rel, pos = offset_arrays(mm[:len(ix) * ix.SIZE])
+        rel, pos = offset_arrays(ix.raw_entries())
     stamps = [e[0] for e in tix.entries()] if len(tix) else []
     return entries_valid(rel, pos, stamps, size)
 
@@ -96,11 +123,20 @@ class Segment:
     ``size`` is the number of bytes of whole batches; ``next_offset`` the offset
     after its last batch (None until known); ``max_timestamp`` its largest record
     timestamp (-1 when empty).
+
+    The writer interface (used by ``LocalLog`` and the loader, nothing else): ``create``
+    a new active segment or ``activate`` a loaded one at a ``WriterState``; ``append``
+    and ``append_one`` copy batches in (-1: the segment must roll first, by
+    ``segment_bytes``, ``segment_ms``, its offset range or a full index, set with
+    ``set_roll_policy``); ``writer_state`` and ``reload``; ``flush``, ``seal``,
+    ``close``, ``abandon``, ``retire``, ``delete``. The loader interface:
+    ``set_measured`` (what a scan found) and ``write_indexes``.
     """
 
     def __init__(self, directory: str, base_offset: int, *, size: int | None = None,
                  next_offset: int | None = None, max_index_bytes: int = 10 << 20,
-                 live: bool = False) -> None:
+                 live: bool = False, writer: bool = False,
+                 index_interval_bytes: int = 4096) -> None:
         self.directory = directory
         self.base_offset = base_offset
         stem = os.path.join(directory, segment_name(base_offset))
@@ -117,7 +153,7 @@ class Segment:
         self._index: OffsetIndex | None = None
         self._timeindex: TimeIndex | None = None
         self._max_ts: int = None  # type: ignore[assignment]
-        # writer state, set by make_active()
+        # writer state, set by activate()
         self._mm: mmap.mmap = None  # type: ignore[assignment]  # the writer's active map
         self._capacity = 0
         # appends ending at or below _alloc_end need no allocate() call; blocks are
@@ -127,39 +163,43 @@ class Segment:
         self._populated = 0
         self._address = 0
         self._map_lock = threading.Lock()   # the prefaulter works only while mapped
-        self._interval = 4096
+        self._interval = index_interval_bytes
         self._next_index_pos = 1 << 62
         self._max_ts_offset = base_offset
         self.first_timestamp: int | None = None
+        # the roll limits appends compare with (NEVER while empty: set_roll_policy)
+        self._roll_bytes = self._roll_ms = None  # type: int | None
+        self._roll_size = self._roll_ts = self._roll_off = NEVER
         # guards lazy opens and the final close: two threads opening at once must not
         # both open (one descriptor would be closed under the other)
         self._open_lock = threading.RLock()
         # why this object no longer reads its files (retired by its log), or None
         self._gone: str | None = None
-        self.writer = False         # this process owns the directory: it may repair files
+        self.writer = writer        # this process owns the directory: it may repair files
         self.index_repairs = 0      # indexes found damaged and rebuilt
         # set by a reader's scan that found damage which cannot be a torn tail
         self.corruption: CorruptRecordError | None = None
 
-    # -- creation and activation (writer) ---------------------------------------
+    # -- the writer interface: creation, activation, state ------------------------------
     @classmethod
-    def _create(cls, directory: str, base_offset: int, capacity: int,
+    def create(cls, directory: str, base_offset: int, capacity: int,
                index_interval_bytes: int, max_index_bytes: int) -> "Segment":
         """Create a new empty active segment; files and directory entry made durable (R2)."""
         seg = cls(directory, base_offset, size=0, next_offset=base_offset,
-                  max_index_bytes=max_index_bytes)
-        seg.writer = True
+                  max_index_bytes=max_index_bytes, writer=True,
+                  index_interval_bytes=index_interval_bytes)
         fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         os.close(fd)
         for p in (seg.index_path, seg.timeindex_path):
             os.close(os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
         try:
-            seg._make_active(capacity, index_interval_bytes, index_entries=(0, 0), max_timestamp=-1,
-                            max_ts_offset=base_offset, first_timestamp=None)
-            seg._fsync_all()
+            seg.activate(capacity, WriterState(base_offset, 0, base_offset, 0, 0,
+                                               index_interval_bytes, NO_TIMESTAMP, base_offset,
+                                               NO_TIMESTAMP))
+            seg.flush()
             fsync_dir(directory)
         except BaseException:
-            seg._close(seal=False)
+            seg.close(seal=False)
             raise
         return seg
 
@@ -169,45 +209,94 @@ class Segment:
                 ) -> "Segment":
         """The writer's object for a sealed segment compaction just swapped in."""
         seg = cls(directory, base_offset, size=size, next_offset=next_offset,
-                  max_index_bytes=max_index_bytes)
+                  max_index_bytes=max_index_bytes, writer=True,
+                  index_interval_bytes=index_interval_bytes)
         seg._max_ts = max_timestamp
-        seg.writer = True
-        seg._interval = index_interval_bytes
         return seg
 
-    def _make_active(self, capacity: int, index_interval_bytes: int,
-                    index_entries: tuple[int, int] | None, max_timestamp: int,
-                    max_ts_offset: int, first_timestamp: int | None) -> None:
-        """Open this segment for appends at ``size`` (known) with its indexes.
+    def set_measured(self, size: int, next_offset: int | None, max_timestamp: int) -> None:
+        """The loader's (or a live reader's) measurement of the segment's data: whole
+        batches up to ``size``, the offset after them and their largest timestamp."""
+        self._size = size
+        self.next_offset = next_offset
+        self._max_ts = max_timestamp
 
-        ``index_entries`` gives the valid entry counts of (offset, time) index,
-        None to take them from the file sizes (a clean segment).
-        """
-        self._size = self.size
+    def checked_state(self, next_offset: int, max_timestamp: int, max_ts_offset: int,
+                      first_timestamp: int | None) -> WriterState:
+        """The ``WriterState`` of a cleanly closed segment reopened for appends (a
+        clean shutdown recorded the rest): index entry counts from its index files,
+        rebuilt first if they fail the check."""
+        ie, te = self._checked_active_entries()
+        return WriterState(self.base_offset, self.size, next_offset, ie, te, -1,
+                           max_timestamp, max_ts_offset,
+                           NO_TIMESTAMP if first_timestamp is None else first_timestamp)
+
+    def activate(self, capacity: int, state: WriterState) -> None:
+        """Open this segment for appends at ``state`` (its files hold what it says;
+        ``next_index_pos`` -1: from the last index entry, by Kafka's rule)."""
+        self._size = state.size
+        if self._file is not None:
+            self._file.close()         # opened read-only to check the indexes
         self._file = io.FileIO(self.path, "r+")
         fd = self._file.fileno()
         self._capacity = max(capacity, self._size)
-        self._interval = index_interval_bytes
-        if index_entries is None:
-            index_entries = self._checked_active_entries()
         if os.fstat(fd).st_size != self._capacity:
             os.ftruncate(fd, self._capacity)
         self._alloc_end = self._reserved = self._size
         self._populated = self._size - self._size % mmap.PAGESIZE
         self._mm = mmap.mmap(fd, self._capacity)
-        ie, te = index_entries if index_entries is not None else (None, None)
         self._index = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes,
-                                  writable=True, entries=ie)
+                                  writable=True, entries=state.index_entries)
         self._timeindex = TimeIndex(self.timeindex_path, self.base_offset,
-                                    self._max_index_bytes, writable=True, entries=te)
-        self._interval = index_interval_bytes
-        # Kafka's rule: an entry for the first batch at least an interval past the last
-        self._next_index_pos = next_entry_position(self._index.last_entry()[1],
-                                                   index_interval_bytes)
-        self._max_ts = max_timestamp
-        self._max_ts_offset = max_ts_offset
-        self.first_timestamp = first_timestamp
+                                    self._max_index_bytes, writable=True,
+                                    entries=state.time_entries)
         self._live = False
+        self.reload(state)
+
+    def reload(self, state: WriterState) -> None:
+        """Take ``state`` as this active segment's tail (another writer of the same
+        files moved it): size, offsets, timestamps, index entry counts."""
+        assert state.base_offset == self.base_offset and self._index is not None
+        assert self._timeindex is not None
+        self._index.set_entries(state.index_entries)
+        self._timeindex.set_entries(state.time_entries)
+        self._size = state.size
+        self.next_offset = state.next_offset
+        # Kafka's rule: an entry for the first batch at least an interval past the last
+        self._next_index_pos = (state.next_index_pos if state.next_index_pos >= 0 else
+                                next_entry_position(self._index.last_entry()[1],
+                                                    self._interval))
+        self._max_ts = state.max_timestamp
+        self._max_ts_offset = state.max_ts_offset
+        self.first_timestamp = None if state.first_timestamp < 0 else state.first_timestamp
+        self._set_roll_limits()
+
+    def writer_state(self) -> WriterState:
+        """The active segment's tail now (``WriterState``)."""
+        ix, tix = self._index, self._timeindex
+        assert ix is not None and tix is not None      # active, or sealed and open
+        first = self.first_timestamp
+        return WriterState(self.base_offset, self._size, cast(int, self.next_offset), len(ix),
+                           len(tix), self._next_index_pos, self._max_ts, self._max_ts_offset,
+                           NO_TIMESTAMP if first is None else first)
+
+    def set_roll_policy(self, segment_bytes: int, segment_ms: int | None) -> None:
+        """When appends must roll (``append`` returns -1): Kafka's conditions, the next
+        batch would pass ``segment_bytes``, its timestamp is ``segment_ms`` past the
+        segment's first, an offset would not fit the index's 32-bit relative offset,
+        or an index is full. An empty segment never rolls."""
+        self._roll_bytes, self._roll_ms = segment_bytes, segment_ms
+        self._set_roll_limits()
+
+    def _set_roll_limits(self) -> None:
+        # precomputed, so that an append compares three ints
+        if not self._size or self._roll_bytes is None:
+            self._roll_size = self._roll_ts = self._roll_off = NEVER
+            return
+        self._roll_size = 0 if self.index_full else self._roll_bytes
+        ms, first = self._roll_ms, self.first_timestamp
+        self._roll_ts = first + ms if ms is not None and first is not None else NEVER
+        self._roll_off = self.base_offset + _MAX_DELTA
 
     @property
     def live(self) -> bool:
@@ -224,7 +313,7 @@ class Segment:
         """True once its ``.log`` file is open in this object."""
         return self._file is not None
 
-    def _end_live(self) -> list[Callable[[], None]]:
+    def end_live(self) -> list[Callable[[], None]]:
         """Its writer sealed it: read it as a file from now on. Returns the closers of
         the live index views, to run once no read uses them."""
         with self._open_lock:
@@ -300,7 +389,7 @@ class Segment:
         try:
             ix = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes)
             tix = TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes)
-            ok = _index_ok(ix, tix, self.size, self.path) and self._entry_fits(ix)
+            ok = _index_ok(ix, tix, self.size) and self._entry_fits(ix)
         except (OSError, ValueError, CorruptRecordError):
             ok = False
         if not ok:
@@ -330,7 +419,7 @@ class Segment:
         try:
             ix = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes)
             tix = TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes)
-            if _index_ok(ix, tix, self.size, self.path, sealed=False):
+            if _index_ok(ix, tix, self.size, sealed=False):
                 counts = len(ix), len(tix)
                 ix.close()
                 tix.close()
@@ -349,23 +438,36 @@ class Segment:
     def _rebuilt_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
         res = _scan.scan(self, 0, self.size, None, self._interval)
         if self.writer:
-            tmp_ix, tmp_tix = tmp_path(self.index_path), tmp_path(self.timeindex_path)
             try:
-                _scan.write_index_files(self.base_offset, res, self._max_index_bytes, True,
-                                           tmp_ix, tmp_tix)
-                os.rename(tmp_ix, self.index_path)
-                os.rename(tmp_tix, self.timeindex_path)
-                fsync_dir(self.directory)
+                self.write_indexes(res, final=True)
                 return (OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes),
                         TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes))
             except OSError:
-                # a full disk must not fail a read: the next open rebuilds it on disk
-                for p in (tmp_ix, tmp_tix):
-                    try:
-                        os.unlink(p)
-                    except OSError:
-                        pass
+                pass        # a full disk must not fail a read: the next open rebuilds it
         return _memory_indexes(self, res)
+
+    def write_indexes(self, res: "_scan.ScanResult", final: bool) -> None:
+        """Replace both index files by the entries of a scan (``final``: trimmed, as a
+        sealed segment's), through temp files renamed in and a directory fsync; the
+        index objects held are dropped (the next use opens the new files)."""
+        tmp_ix, tmp_tix = tmp_path(self.index_path), tmp_path(self.timeindex_path)
+        try:
+            _scan.write_index_files(self.base_offset, res, self._max_index_bytes, final,
+                                    tmp_ix, tmp_tix)
+            os.rename(tmp_ix, self.index_path)
+            os.rename(tmp_tix, self.timeindex_path)
+        except OSError:
+            for p in (tmp_ix, tmp_tix):
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+            raise
+        for ix in (self._index, self._timeindex):
+            if ix is not None:
+                ix.release()
+        self._index = self._timeindex = None
+        fsync_dir(self.directory)
 
     def fileno(self) -> int:
         return self.file.fileno()
@@ -382,9 +484,11 @@ class Segment:
         return f
 
     # -- writing --------------------------------------------------------------------
-    def _append(self, data: bytes | list[bytes], base_offset: int, next_offset: int,
-               max_timestamp: int, size: int | None = None) -> None:
-        """Copy one encoded batch (bytes, or its two parts: header, records) to the end.
+    def append(self, data: bytes | list[bytes], base_offset: int, next_offset: int,
+               max_timestamp: int, size: int | None = None) -> int:
+        """Copy one encoded batch (bytes, or its two parts: header, records) to the end;
+        return the position written at, or -1 (nothing written) if the segment must
+        roll first (``set_roll_policy``).
 
         Stamps the batch's base offset field: the checksum does not cover it, so a batch
         can be encoded before its offset is known (outside the log's lock).
@@ -392,8 +496,13 @@ class Segment:
         mm = self._mm
         assert mm is not None and self._size is not None
         pos = self._size
+        if size is None:
+            size = len(data) if isinstance(data, bytes) else sum(map(len, data))
+        if (pos + size > self._roll_size or max_timestamp > self._roll_ts
+                or next_offset - 1 > self._roll_off):
+            return -1
         if type(data) is list:
-            end = pos + (size if size is not None else sum(map(len, data)))
+            end = pos + size
             if end > self._alloc_end:
                 self._allocate(end)
             # the base offset is stamped before the records go in: a reader in another
@@ -416,15 +525,18 @@ class Segment:
                 mm[pos + 8:h] = view[8:codec.HEADER_SIZE]
                 mm[h:end] = view[codec.HEADER_SIZE:]
         self._appended(pos, end, base_offset, next_offset, max_timestamp)
+        return pos
 
-    def _append_one(self, offset: int, timestamp: int, check: int, value: bytes, size: int) -> int:
+    def append_one(self, offset: int, timestamp: int, check: int, value: bytes, size: int) -> int:
         """``Log.append``'s hot path: one short keyless record, its header packed
         straight into the map (``check`` is the batch's checksum, computed outside
-        the lock).
-        Returns the position written at. Byte for byte what ``codec.encode_batch``
-        makes (tested)."""
+        the lock). Returns the position written at, or -1 (nothing written) if the
+        segment must roll first. Byte for byte what ``codec.encode_batch`` makes
+        (tested)."""
         pos = self._size
         end = pos + size
+        if end > self._roll_size or timestamp > self._roll_ts or offset > self._roll_off:
+            return -1
         mm = self._mm
         if end > self._alloc_end:
             self._allocate(end)
@@ -456,23 +568,22 @@ class Segment:
             self.first_timestamp = max_timestamp
         self._size = end
         self.next_offset = next_offset
+        if not pos:
+            self._set_roll_limits()      # the first batch: the segment may roll from now
 
     def _add_index_entry(self, offset: int, pos: int) -> None:
         ix, tix = self._index, self._timeindex
         assert ix is not None and tix is not None
         # room is reserved ahead by allocate(); a full index takes no more entries
         # (one time-index slot stays free for the entry seal adds)
-        if ix._entries >= ix._slots or tix._entries >= tix._slots - 1:
+        if len(ix) >= ix.slots or len(tix) >= tix.slots - 1:
             self._next_index_pos = 1 << 62
             return
         ix.append(offset, pos)
         tix.append(self._max_ts, self._max_ts_offset)
         self._next_index_pos = next_entry_position(pos, self._interval)
-        if ix._entries >= ix._slots or tix._entries >= tix._slots - 1:
-            self._on_index_full()
-
-    def _on_index_full(self) -> None:
-        """Called when an index fills; the log sets this to roll at the next append."""
+        if (len(ix) >= ix.slots or len(tix) >= tix.slots - 1) and self._roll_bytes is not None:
+            self._roll_size = 0         # an index filled: roll at the next append
 
     def _allocate(self, end: int) -> None:
         """Reserve disk blocks up to ``end`` and a chunk beyond, and fault the pages in.
@@ -526,7 +637,7 @@ class Segment:
             _disable_populate()
         self._alloc_end = reserved
 
-    def _prefault(self, prefaulter: "_prefault.Prefaulter") -> None:
+    def prefault(self, prefaulter: "_prefault.Prefaulter") -> None:
         """Fault in the reserved pages not yet faulted in (the prefaulter thread)."""
         with self._map_lock:
             lo, hi = self._populated, self._reserved
@@ -545,7 +656,7 @@ class Segment:
         if self._file is not None:
             fsync_file(self._file.fileno())
 
-    def _fsync_with_indexes(self) -> None:
+    def flush(self) -> None:
         """fsync data and indexes: recovery then trusts index entries below the
         recovery point and scans only the tail."""
         self._fsync()
@@ -553,12 +664,7 @@ class Segment:
             if ix is not None:
                 ix.flush()
 
-    def _fsync_all(self) -> None:
-        self._fsync()
-        self.index.flush()
-        self.time_index.flush()
-
-    def _seal(self) -> None:
+    def seal(self) -> None:
         """Stop appending: cut the file back to its data, trim the indexes, fsync all."""
         if self._mm is None:
             return
@@ -566,55 +672,58 @@ class Segment:
         if self._size:
             self._timeindex.append_last(self._max_ts, self._max_ts_offset)
         self._unmap()
+        self._roll_size = self._roll_ts = self._roll_off = NEVER
         os.ftruncate(self.file.fileno(), self._size)
         fsync_file(self.file.fileno())
         self._index.trim()
         self._timeindex.trim()
 
-    def _close(self, seal: bool = True) -> None:
+    def close(self, seal: bool = True) -> None:
         """Seal (if active and ``seal``) and release files, even if sealing fails."""
         try:
             if seal:
-                self._seal()
+                self.seal()
         finally:
             self._release_files()
 
-    def _release_files(self) -> None:
+    def _release_files(self, trim: bool = True) -> None:
         with self._open_lock:
             self._unmap()
             for ix in (self._index, self._timeindex):
-                if ix is not None:
+                if ix is None:
+                    continue
+                if trim:
                     try:
                         ix.close()
+                        continue
                     except OSError:
-                        ix.release()
+                        pass
+                ix.release()
             self._index = self._timeindex = None
             if self._file is not None:
                 self._file.close()
                 self._file = None
 
-    def _abandon(self) -> None:
+    def abandon(self) -> None:
         """Close everything without sealing, trimming or syncing (a simulated kill):
         unmapping loses nothing, the pages are in the cache."""
-        with self._open_lock:
-            self._unmap()
-            for ix in (self._index, self._timeindex):
-                if ix is not None:
-                    ix.release()
-            self._index = self._timeindex = None
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+        self._release_files(trim=False)
 
-    def _retire(self, why: str) -> None:
-        """Close the files for good: later uses raise ``SegmentGoneError``. The log
-        calls this when no read is in flight, so no descriptor closes under one."""
-        with self._open_lock:
-            if self._gone is None:
-                self._gone = why
-            self._release_files()
+    def retire(self, why: str) -> Callable[[], None]:
+        """Leave the log: from now on uses raise ``SegmentGoneError`` (a reader between
+        steps re-finds its place). Returns the closer of its files, which the log runs
+        once no read is in flight, so no descriptor closes under one."""
+        if self._gone is None:
+            self._gone = why
+        return self._release_files
 
-    def _sendfile(self, out: int, pos: int, count: int) -> int:
+    def reset_locks(self) -> None:
+        """In a forked child: new locks (another thread of the parent may have held one
+        at the fork)."""
+        self._open_lock = threading.RLock()
+        self._map_lock = threading.Lock()
+
+    def sendfile(self, out: int, pos: int, count: int) -> int:
         """``os.sendfile`` from this segment's file; the descriptor cannot be closed
         (and its number reused) meanwhile."""
         with self._open_lock:
@@ -628,7 +737,7 @@ class Segment:
                 self._mm = None  # type: ignore[assignment]
             self._address = 0
 
-    def _delete(self) -> None:
+    def delete(self) -> None:
         """Unlink the files (the caller retires the object and fsyncs the directory)."""
         for p in (self.path, self.index_path, self.timeindex_path):
             remove(p)
@@ -761,7 +870,4 @@ class Segment:
                 f"{'active' if self.is_active else 'sealed'}>")
 
     def _repr_html_(self) -> str:
-        return _html.fields(f"seglog.Segment {self.path}", [
-            ("base offset", self.base_offset), ("bytes", _html.size(self.size)),
-            ("newest record", _html.when(self.max_timestamp)),
-            ("state", "active" if self.is_active else "sealed")])
+        return _notebook.segment_html(self)

@@ -384,4 +384,4 @@ def abandon(log: Log) -> None:
     The page cache keeps what was appended (as after SIGKILL); the lock is
     released, so the directory can be opened again, which then recovers.
     """
-    log._abandon()
+    log.abandon()

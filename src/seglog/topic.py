@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 import xxhash
 
-from . import _html
+from . import _notebook
 from ._files import TOPICS_DIR, atomic_write, fsync_dir, make_dirs, path_error, require_dir, topic_file
 from .config import LogConfig
 from .errors import InvalidConfigError, LogClosedError
@@ -202,10 +202,10 @@ class Topic:
                 raise TypeError(f"items must be bytes or Record, not {type(item).__name__}")
             keyed.setdefault(p, []).append(item)
         now = time.time_ns() // 1_000_000
-        encoded = {p: self._logs[p]._encoded(keyed[p], now) for p in sorted(keyed)}
+        encoded = {p: self._logs[p].encode(keyed[p], now) for p in sorted(keyed)}
         for p in encoded:
-            self._logs[p]._check_writable()
-        return {p: self._logs[p]._append_encoded(b) for p, b in encoded.items()}
+            self._logs[p].check_writable()
+        return {p: self._logs[p].append_encoded(b) for p, b in encoded.items()}
 
     def flush(self) -> dict[int, int]:
         """fsync every partition; ``{partition: flushed offset}``."""
@@ -289,24 +289,13 @@ class Topic:
         self._check_open()
         frames = [log.to_pandas((start or {}).get(p), (end or {}).get(p), since=since,
                                 until=until) for p, log in enumerate(self._logs)]
-        for p, df in enumerate(frames):
-            df.insert(0, "partition", p)
-        import pandas as pd
-        return pd.concat(frames, ignore_index=True)
+        return _notebook.concat_partitions(frames)
 
     def _repr_html_(self) -> str:
         if self._closed:
-            return _html.fields(f"seglog.Topic {self.name!r} (closed)", [("root", self.root)])
-        rows = []
-        for p, log in enumerate(self._logs):
-            st = log.stats()
-            rows.append((p, st["start_offset"], st["end_offset"], st["messages"],
-                         st["segments"], _html.size(st["bytes"]),
-                         _html.when(st["newest_timestamp"])))
-        return _html.grid(f"seglog.Topic {self.name!r} at {self.root}"
-                          f"{' (readonly)' if self.readonly else ''}",
-                          ("partition", "start", "end", "messages", "segments", "bytes",
-                           "newest record"), rows)
+            return _notebook.closed_html(f"seglog.Topic {self.name!r}", [("root", self.root)])
+        return _notebook.topic_html(self.name, self.root, self.readonly,
+                                    [log.stats() for log in self._logs])
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("readonly" if self.readonly else "writer")
