@@ -13,7 +13,8 @@ import os
 import seglog
 
 LAYERS = [
-    "errors", "_html", "_metrics", "_platform", "config", "_files", "codec", "_prefault", "_scheduler",
+    "errors", "_html", "_metrics", "_platform", "config", "_files", "_format", "_encode",
+    "_decode", "codec", "_prefault", "_scheduler", "_records", "_columns", "_messageset",
     "message", "index", "_scan", "segment", "_marker", "retention", "cleaner",
     "recovery", "repair", "_live", "local_log", "log", "topic", "consumer_group", "spark",
     "testing", "cli", "__main__", "__init__",
