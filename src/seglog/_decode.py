@@ -73,8 +73,7 @@ class ColumnPart(NamedTuple):
 
 # a ColumnPart from a tuple of its fields with one C-level call (no Python __new__):
 # one per batch on the bulk read path
-_new_part = cast("Callable[[tuple[Any, ...]], ColumnPart]",
-                 functools.partial(tuple.__new__, ColumnPart))
+_tuple_new = cast("Callable[[type[ColumnPart], tuple[Any, ...]], ColumnPart]", tuple.__new__)
 
 
 def _walk(data: bytes, start: int, end: int, min_offset: int, stop: int,
@@ -207,20 +206,12 @@ def iter_messages(data: bytes, start: int, end: int, min_offset: int = 0,
     stop = NEVER if max_offset is None else max_offset
 
     def batch(pos: int, hdr: BatchHeader) -> Iterator[Any]:
-        base, length, _, _, attrs, last_delta, count, base_ts, _ = hdr
+        base, _, _, _, attrs, last_delta, count, base_ts, _ = hdr
         if (attrs & ~F_WIDE) or bio is None or count != last_delta + 1:
             return decode_batch(data, pos, hdr, min_offset, max_offset, max_uncompressed,
                                 message_type, lead)
-        nxt = pos + LENGTH_END + length
-        p = pos + HEADER_SIZE
-        q = p + (4 if attrs else 2) * count
-        if q > nxt:
-            raise CorruptRecordError("length array runs past the batch", position=pos,
-                                     offset=base)
-        lens = _array("I" if attrs else "H", mv[p:q])
-        if q + sum(lens) != nxt:
-            raise CorruptRecordError("record lengths do not add up", position=pos, offset=base)
-        bio.seek(q)
+        lens = _plain_lengths(mv, pos, hdr)
+        bio.seek(pos + HEADER_SIZE + (4 if attrs else 2) * count)
         it = _plain(message_type, leads, base, count, repeat(base_ts), map(bio.read, lens))
         if min_offset > base or stop <= base + last_delta:
             lo = max(0, min_offset - base)
@@ -248,12 +239,14 @@ def iter_column_parts(data: bytes, start: int, end: int, min_offset: int = 0,
     one per batch, or one for a run of one-record batches. Returns a ``WalkEnd``."""
 
     def run(first: int, n: int, stamps: list[int], values: list[bytes]) -> ColumnPart:
-        return _new_part((range(first, first + n), stamps[0], stamps,
-                          array("I", map(len, values)), b"".join(values), None, None, None,
-                          None, None, first + n - 1))
+        return _tuple_new(ColumnPart, (range(first, first + n), stamps[0], stamps,
+                                       array("I", map(len, values)), b"".join(values), None,
+                                       None, None, None, None, first + n - 1))
+
+    mv = memoryview(data)
 
     def batch(pos: int, hdr: BatchHeader) -> ColumnPart:
-        return column_part(data, pos, hdr, min_offset, max_offset, max_uncompressed)
+        return _column_part(data, mv, pos, hdr, min_offset, max_offset, max_uncompressed)
 
     return _walk(data, start, end, min_offset, NEVER if max_offset is None else max_offset,
                  expect, partial, run, batch)
@@ -433,21 +426,24 @@ def column_part(data: bytes, pos: int, hdr: BatchHeader, min_offset: int = 0,
 
     Raises CorruptRecordError if the records do not add up.
     """
+    with memoryview(data) as mv:
+        return _column_part(data, mv, pos, hdr, min_offset, max_offset, max_uncompressed)
+
+
+def _column_part(data: bytes, mv: memoryview, pos: int, hdr: BatchHeader, min_offset: int,
+                 max_offset: int | None, max_uncompressed: int) -> ColumnPart:
+    """``column_part``, given a view of ``data`` (the walk holds one for all batches)."""
     base, length, _, _, attrs, last_delta, count, base_ts, _ = hdr
     last = base + last_delta
     part: ColumnPart
     try:
         if not attrs & ~F_WIDE and count == last_delta + 1:
             # a plain batch: lengths, then the values, nothing else
-            p = pos + HEADER_SIZE
-            q = p + (4 if attrs else 2) * count
-            nxt = pos + LENGTH_END + length
-            with memoryview(data) as mv:
-                lens = _array("I" if attrs else "H", mv[p:q])
-                if q > nxt or q + sum(lens) != nxt:
-                    raise _Bad("record lengths do not add up")
-                part = _new_part((range(base, last + 1), base_ts, None, lens, mv[q:nxt], None,
-                                  None, None, None, None, last))
+            lens = _plain_lengths(mv, pos, hdr)
+            part = _tuple_new(ColumnPart, (
+                range(base, last + 1), base_ts, None, lens,
+                mv[pos + HEADER_SIZE + (4 if attrs else 2) * count:pos + LENGTH_END + length],
+                None, None, None, None, None, last))
         else:
             lay = _Layout(data, pos, hdr, max_uncompressed)
             kend = lay.body + lay.key_bytes
@@ -457,11 +453,12 @@ def column_part(data: bytes, pos: int, hdr: BatchHeader, min_offset: int = 0,
                 bio = BytesIO(lay.data)
                 bio.seek(vend)
                 headers = lay.headers(bio.read)
-            with memoryview(lay.data) as mv:
-                part = _new_part((lay.offsets, base_ts, lay.timestamps, lay.vlens, mv[kend:vend],
-                                  lay.vnulls or None, lay.klens,
-                                  mv[lay.body:kend] if lay.klens is not None else None,
-                                  lay.knulls or None, headers, last))
+            with memoryview(lay.data) as lmv:
+                part = _tuple_new(ColumnPart, (
+                    lay.offsets, base_ts, lay.timestamps, lay.vlens, lmv[kend:vend],
+                    lay.vnulls or None, lay.klens,
+                    lmv[lay.body:kend] if lay.klens is not None else None,
+                    lay.knulls or None, headers, last))
     except (_Bad, *_UNDECODABLE) as e:
         raise CorruptRecordError(f"undecodable batch: {e}", position=pos, offset=base) from None
     if min_offset > base or (max_offset is not None and max_offset <= last):
@@ -469,6 +466,22 @@ def column_part(data: bytes, pos: int, hdr: BatchHeader, min_offset: int = 0,
         return _clip(part, bisect_left(offsets, min_offset),
                      len(offsets) if max_offset is None else bisect_left(offsets, max_offset))
     return part
+
+
+def _plain_lengths(mv: memoryview, pos: int, hdr: BatchHeader) -> array[int]:
+    """The value lengths of a plain batch (attributes ``F_WIDE`` at most, offsets
+    without holes): its records section is the lengths, then the values, nothing else.
+    Raises CorruptRecordError where they do not add up to the batch."""
+    base, length, _, _, attrs, _, count, _, _ = hdr
+    nxt = pos + LENGTH_END + length
+    p = pos + HEADER_SIZE
+    q = p + (4 if attrs else 2) * count
+    if q > nxt:
+        raise CorruptRecordError("length array runs past the batch", position=pos, offset=base)
+    lens = _array("I" if attrs else "H", mv[p:q])
+    if q + sum(lens) != nxt:
+        raise CorruptRecordError("record lengths do not add up", position=pos, offset=base)
+    return lens
 
 
 def _clip(part: ColumnPart, lo: int, hi: int) -> ColumnPart:
