@@ -16,9 +16,20 @@ from seglog.errors import CorruptRecordError
 
 def decode_all(data: bytes, **kw) -> list[tuple]:
     out = []
-    for it in codec.iter_batches(data, 0, len(data), **kw):
+    for it in codec.iter_messages(data, 0, len(data), **kw):
         out.extend(it)
     return out
+
+
+def walk_chunk(data: bytes, pos: int, end: int, expect: int) -> tuple[list[tuple], codec.WalkEnd]:
+    """The messages of the whole batches in a chunk, and where the walk ended."""
+    out: list[tuple] = []
+    walk = codec.iter_messages(data, pos, end, expect=expect, partial=True)
+    while True:
+        try:
+            out.extend(next(walk))
+        except StopIteration as stop:
+            return out, stop.value
 
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=64))
@@ -155,6 +166,33 @@ def test_read_header_partial_and_framing():
         codec.read_header(bytes(100), 0, 100)
 
 
+def test_a_header_alone():
+    """Without ``end`` a header is read from a buffer that may hold only it;
+    ``sane_header`` says None where ``read_header`` raises."""
+    data = codec.encode_batch(5, [b"abc"], 1)
+    head = data[:codec.HEADER_SIZE]
+    assert codec.read_header(head, 0) == codec.read_header(data, 0, len(data))
+    assert codec.sane_header(head) == codec.read_header(data, 0, len(data))
+    assert codec.read_header(head[:-1], 0) is None and codec.sane_header(head[:-1]) is None
+    assert codec.sane_header(bytes(100)) is None
+    with pytest.raises(CorruptRecordError):
+        codec.read_header(bytes(100), 0)
+
+
+def test_offsets_continue_exactly_or_above_in_a_compacted_batch():
+    assert codec.continues(10, 10, 0) and codec.continues(10, 10, codec.F_OFFSETS)
+    assert not codec.continues(10, 11, 0) and codec.continues(10, 11, codec.F_OFFSETS)
+    assert not codec.continues(10, 9, 0) and not codec.continues(10, 9, codec.F_OFFSETS)
+
+
+def test_delete_horizon():
+    plain = codec.encode_batch(5, [b"abc"], 1)
+    assert codec.delete_horizon(plain, 0, codec.read_header(plain, 0)) is None
+    data = b"xy" + codec.encode_batch(5, [None], 1, keys=[b"k"], offset_deltas=[0],
+                                      delete_horizon=1234567)
+    assert codec.delete_horizon(data, 2, codec.read_header(data, 2)) == 1234567
+
+
 @given(st.binary(min_size=0, max_size=400), st.integers(0, 2**32 - 1))
 @settings(max_examples=400, deadline=None)
 def test_fuzz_decoding_garbage_raises_only_corrupt_record(junk, seed):
@@ -261,7 +299,7 @@ def test_format_1_batch_is_refused_naming_its_format(values):
     with pytest.raises(CorruptRecordError, match=clear):
         decode_all(old)
     with pytest.raises(CorruptRecordError, match=clear):      # a file's chunk, too
-        decode_all(old, progress=[0, 0])
+        decode_all(old, partial=True)
     with pytest.raises(CorruptRecordError, match=clear):      # after a format-2 batch
         decode_all(codec.encode_batch(0, [b"x"], 1) + _as_format_1(codec.encode_batch(1, values, 1)))
     with pytest.raises(CorruptRecordError, match=clear):
@@ -331,30 +369,45 @@ def test_runs_of_one_record_batches_read_as_the_reference(shapes, lo, hi, know_s
 @settings(max_examples=300, deadline=None)
 def test_runs_read_in_chunks_with_progress(shapes, sizes):
     """The chunked file walk's protocol: a chunk that ends inside a batch (or its
-    header) stops quietly, and ``progress`` says where the next chunk starts and
-    which offset it must start at; a chunk with no whole batch leaves it alone."""
+    header) stops quietly, and the ``WalkEnd`` it returns says where the next chunk
+    starts and which offset it must start at; a chunk with no whole batch ends
+    where it started."""
     data, msgs = _log_like(shapes, base=10)
     got, pos, expect, k = [], 0, 10, 0
     while pos < len(data):
         end = min(len(data), pos + sizes[k % len(sizes)])
         k += 1
-        progress = [0, 0]
-        before = len(got)
-        for it in codec.iter_batches(data, pos, end, expect=expect, progress=progress):
-            got.extend(it)
-        if not progress[0]:
-            assert progress == [0, 0] and len(got) == before
+        some, done = walk_chunk(data, pos, end, expect)
+        if done.position == pos:
+            assert done == (pos, expect) and not some
             end = pos + codec.batch_size(codec.HEADER.unpack_from(data, pos))   # read it whole
-            for it in codec.iter_batches(data, pos, end, expect=expect, progress=progress):
-                got.extend(it)
-        assert pos < progress[0] <= end
+            some, done = walk_chunk(data, pos, end, expect)
+        got += some
+        assert pos < done.position <= end
         hdr = None
-        for q, hdr in codec.batches_in(data, pos, progress[0]):
+        for q, hdr in codec.batches_in(data, pos, done.position):
             pass
-        assert hdr is not None and q + codec.batch_size(hdr) == progress[0]
-        assert progress[1] == codec.last_offset(hdr) + 1
-        pos, expect = progress
+        assert hdr is not None and q + codec.batch_size(hdr) == done.position
+        assert done.next_offset == codec.last_offset(hdr) + 1
+        pos, expect = done
     assert got == msgs
+
+
+@given(_SHAPES, st.integers(1, 400))
+@settings(max_examples=100, deadline=None)
+def test_iter_batches_is_iter_messages_or_iter_column_parts(shapes, size):
+    """The earlier single entry point gives what the two walks give, and fills
+    ``progress`` with the walk's end when it walked a whole batch."""
+    data, msgs = _log_like(shapes, base=10)
+    end = min(len(data), size)
+    want, done = walk_chunk(data, 0, end, 10)
+    progress = [0, 0]
+    got = [m for it in codec.iter_batches(data, 0, end, expect=10, progress=progress) for m in it]
+    assert got == want
+    assert progress == (list(done) if done.position else [0, 0])
+    parts = list(codec.iter_batches(data, 0, end, expect=10, progress=[0, 0], columns=True))
+    assert parts == list(codec.iter_column_parts(data, 0, end, expect=10, partial=True))
+    assert [m for it in codec.iter_batches(data, 0, len(data)) for m in it] == msgs
 
 
 @pytest.mark.parametrize("at", [0, 1, 4, 7])
@@ -380,7 +433,7 @@ def test_damage_inside_a_run_is_raised_after_the_messages_before_it(at, damage):
     data = b"".join(parts[:at]) + bytes(bad) + b"".join(parts[at + 1:])
     got = []
     with pytest.raises(CorruptRecordError) as ei:
-        for it in codec.iter_batches(data, 0, len(data), expect=0):
+        for it in codec.iter_messages(data, 0, len(data), expect=0):
             got.extend(it)
     assert [m[0] for m in got] == list(range(at))
     assert ei.value.position == sum(map(len, parts[:at]))

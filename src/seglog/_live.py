@@ -87,12 +87,8 @@ def live_segment(seg: Segment, max_index_bytes: int) -> Segment:
 
 def batch_starts_at(seg: Segment, pos: int, base_offset: int) -> bool:
     """True if a batch header with ``base_offset`` and sane framing is at ``pos``."""
-    buf = os.pread(seg.fileno(), codec.HEADER_SIZE, pos)
-    if len(buf) < codec.HEADER_SIZE:
-        return False
-    hdr = codec.HEADER.unpack_from(buf)
-    return bool(hdr[codec.H_BASE] == base_offset and hdr[codec.H_MAGIC] == codec.MAGIC
-                and hdr[codec.H_LENGTH] >= codec.MIN_BATCH_LENGTH)
+    hdr = codec.sane_header(os.pread(seg.fileno(), codec.HEADER_SIZE, pos))
+    return hdr is not None and hdr[codec.H_BASE] == base_offset
 
 
 def _corruption_error(seg: Segment, res: ScanResult) -> CorruptRecordError:

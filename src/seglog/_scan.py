@@ -1,7 +1,7 @@
 """The one chunked batch walker over a segment file, ``walk``: readers' offset and
 time lookups (``Segment.batches``), reads of batches larger than a chunk, recovery,
 readers following a live segment, index rebuilds and the cleaner go through it.
-(``iter()`` decodes whole chunks with ``codec.iter_batches``, and single headers are
+(``iter()`` decodes whole chunks with ``codec.iter_messages``, and single headers are
 read where one is all a caller needs.) ``scan`` is its checking use: framing, checksum,
 offsets and timestamps of every batch, and the index entries a writer would have
 made for them; it never raises for bad data, its result says where and why it
@@ -61,10 +61,7 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
             try:
                 hdr = codec.read_header(buf, p, n)
             except CorruptRecordError as e:
-                zeros = not any(memoryview(buf)[p:p + header_size])
-                raise Damage("zeros" if zeros else "framing",
-                             "zero-filled space where a batch should start" if zeros
-                             else e.message, pos + p) from None
+                raise _framing_damage(buf, p, pos, e) from None
             if hdr is None:
                 break
             expect = _checked(buf, p, pos, hdr, expect, check)
@@ -84,14 +81,11 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
                 if len(buf) < header_size:
                     raise Damage("short", "the file ends inside a batch header (cut back?)",
                                  pos + len(buf))
-                try:
-                    codec.read_header(buf, 0, 1 << 62)
-                except CorruptRecordError as e:
-                    zeros = not any(buf)
-                    raise Damage("zeros" if zeros else "framing",
-                                 "zero-filled space where a batch should start" if zeros
-                                 else e.message, pos) from None
-            hdr = codec.HEADER.unpack_from(buf)
+            try:
+                hdr = codec.read_header(buf, 0)     # the header alone: buf holds all of it
+            except CorruptRecordError as e:
+                raise _framing_damage(buf, 0, pos, e) from None
+            assert hdr is not None
             size = codec.LENGTH_END + hdr[codec.H_LENGTH]
             if pos + size > end:
                 raise Damage("partial", "batch runs past the end of the data", pos, hdr[codec.H_BASE])
@@ -105,13 +99,22 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
         pos += p
 
 
+def _framing_damage(buf: bytes, p: int, filepos: int, e: CorruptRecordError) -> Damage:
+    """The damage for a header at ``buf[p:]`` that ``codec.read_header`` refused."""
+    zeros = not any(memoryview(buf)[p:p + codec.HEADER_SIZE])
+    return Damage("zeros" if zeros else "framing",
+                  "zero-filled space where a batch should start" if zeros else e.message,
+                  filepos + p)
+
+
 def _checked(buf: bytes, p: int, filepos: int, hdr: codec.BatchHeader, expect: int | None,
              check: bool) -> int:
     """Check one batch; return the offset the next must start at."""
     base = hdr[codec.H_BASE]
     if check and not codec.checksum_ok(buf, p, hdr):
         raise Damage("checksum", "checksum mismatch", filepos + p, base)
-    if expect is not None and (base < expect or (base != expect and not hdr[codec.H_ATTRS] & codec.F_OFFSETS)):
+    if (expect is not None and base != expect
+            and not codec.continues(expect, base, hdr[codec.H_ATTRS])):
         raise Damage("offsets", f"batch starts at offset {base}, expected {expect}",
                      filepos + p, base)
     if check and (hdr[codec.H_MAX_TS] < hdr[codec.H_BASE_TS] or hdr[codec.H_BASE_TS] < 0):
@@ -189,12 +192,10 @@ def survey(fd: int, start: int, end: int, min_offset: int, first_only: bool = Fa
     """
     sv = Survey(start=start, data_end=start)
     skip = start + 1
-    head = os.pread(fd, codec.HEADER_SIZE, start)
-    if len(head) == codec.HEADER_SIZE:
-        hdr = codec.HEADER.unpack_from(head)
-        size = codec.LENGTH_END + hdr[codec.H_LENGTH]
-        if (hdr[codec.H_MAGIC] == codec.MAGIC and hdr[codec.H_LENGTH] >= codec.MIN_BATCH_LENGTH
-                and start + size <= end):
+    hdr = codec.sane_header(os.pread(fd, codec.HEADER_SIZE, start))
+    if hdr is not None:
+        size = codec.batch_size(hdr)
+        if start + size <= end:
             skip = start + size
             if not first_only:
                 data = os.pread(fd, size, start)
@@ -221,11 +222,10 @@ def survey(fd: int, start: int, end: int, min_offset: int, first_only: bool = Fa
         while 0 <= i - codec.LENGTH_END < limit:
             q = i - codec.LENGTH_END
             after = i + 1
-            if q + codec.HEADER_SIZE <= n:
-                hdr = codec.HEADER.unpack_from(buf, q)
-                size = codec.LENGTH_END + hdr[codec.H_LENGTH]
-                if (hdr[codec.H_LENGTH] >= codec.MIN_BATCH_LENGTH
-                        and hdr[codec.H_BASE] >= min_offset and p + q + size <= end):
+            hdr = codec.sane_header(buf, q)     # None: not a whole header in buf
+            if hdr is not None:
+                size = codec.batch_size(hdr)
+                if hdr[codec.H_BASE] >= min_offset and p + q + size <= end:
                     data = buf if q + size <= n else os.pread(fd, size, p + q)
                     at = q if data is buf else 0
                     if len(data) >= at + size and codec.checksum_ok(data, at, hdr):

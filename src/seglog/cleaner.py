@@ -178,13 +178,6 @@ def _batches(seg: Segment) -> Iterator[tuple[bytes, int, codec.BatchHeader]]:
                                  e.offset) from None
 
 
-def _horizon(buf: bytes, pos: int, hdr: codec.BatchHeader) -> int | None:
-    if hdr[codec.H_ATTRS] & codec.F_HORIZON:
-        return int.from_bytes(buf[pos + codec.HEADER_SIZE:pos + codec.HEADER_SIZE + 8], "little",
-                              signed=True)
-    return None
-
-
 def build_map(segs: list[Segment], first_dirty: int, omap: OffsetMap) -> tuple[int, int]:
     """Map the keys of ``segs`` from ``first_dirty`` on; return (dirty end, records read).
 
@@ -317,7 +310,7 @@ def _clean_segment(directory: str, cfg: LogConfig, seg: Segment, omap: OffsetMap
     try:
         for buf, p, hdr in _batches(seg):
             w.input_max_ts = max(w.input_max_ts, hdr[codec.H_MAX_TS])
-            horizon = _horizon(buf, p, hdr)
+            horizon = codec.delete_horizon(buf, p, hdr)
             keep: list[codec.MessageTuple] = []
             for m in codec.decode_batch(buf, p, hdr):
                 stats.records_read += 1

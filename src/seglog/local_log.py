@@ -247,12 +247,12 @@ class LocalLog:
         size = 0
         for part in self._batch_iters(lo, hi, columns=True):
             parts.append(part)
-            size += len(part[4])
+            size += len(part.values)
             if size >= _ARROW_BATCH_BYTES:
-                batches.append(Columns._join(parts).to_arrow())
+                batches.append(Columns.from_parts(parts).to_arrow())
                 parts, size = [], 0
         if parts or not batches:
-            batches.append(Columns._join(parts).to_arrow())
+            batches.append(Columns.from_parts(parts).to_arrow())
         large = any(b.schema.field("value").type == pa.large_binary() for b in batches)
         if large:
             batches = [b.cast(arrow_schema(True)) for b in batches]
@@ -428,27 +428,30 @@ class LocalLog:
             seg, pos = st[0], st[1]
             if isinstance(step, bytes):
                 # decode the chunk's whole batches straight from the buffer
-                progress = [0, 0]
                 try:
-                    yield from codec.iter_batches(step, 0, len(step), offset, end,
-                                                  message_type=Message, expect=st[2],
-                                                  progress=progress, columns=columns)
+                    if columns:
+                        done = yield from codec.iter_column_parts(
+                            step, 0, len(step), offset, end, expect=st[2], partial=True)
+                    else:
+                        done = yield from codec.iter_messages(
+                            step, 0, len(step), offset, end, expect=st[2], partial=True,
+                            message_type=Message)
                 except CorruptRecordError as e:
                     self._metrics.corrupt_batches += 1
                     raise e.at(seg.path, pos + (e.position or 0), e.offset) from None
-                if progress[0]:
-                    st[1] = pos + progress[0]
-                    st[2] = progress[1]
-                    offset = max(offset, progress[1])
+                if done.position:
+                    st[1] = pos + done.position
+                    st[2] = done.next_offset
+                    offset = max(offset, done.next_offset)
                 else:
                     # a batch larger than the chunk, a short read or damage
                     careful = True
                 continue
-            yield from step._column_parts() if columns else step._batch_iters()
+            yield from step.column_parts() if columns else step.message_iters()
             st[1] = pos + step.size_in_bytes
             offset = max(offset, step.next_offset)
-            if step._last_next is not None:
-                st[2] = step._last_next
+            if step.end_of_batches is not None:
+                st[2] = step.end_of_batches
 
     def _iter_step(self, st: list[Any], offset: int, end: int | None,
                    careful: bool) -> bytes | MessageSet | None:

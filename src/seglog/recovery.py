@@ -262,10 +262,7 @@ def _trusted_prefix(seg: Segment, rp: int, max_index_bytes: int
     if not k or not entries_valid(rel, pos, (), 1 << 62):
         return 0, base, None
     off, start = base + rel[-1], pos[-1]
-    try:
-        hdr = codec.read_header(os.pread(seg.fileno(), codec.HEADER_SIZE, start), 0, 1 << 62)
-    except CorruptRecordError:
-        return 0, base, None
+    hdr = codec.sane_header(os.pread(seg.fileno(), codec.HEADER_SIZE, start))
     if hdr is None or hdr[codec.H_BASE] != off:
         return 0, base, None
     tentries = []
@@ -279,11 +276,7 @@ def _trusted_prefix(seg: Segment, rp: int, max_index_bytes: int
 
 
 def _first_timestamp(seg: Segment) -> int | None:
-    head = os.pread(seg.fileno(), codec.HEADER_SIZE, 0)
-    try:
-        hdr = codec.read_header(head, 0, 1 << 62)
-    except CorruptRecordError:
-        return None
+    hdr = codec.sane_header(os.pread(seg.fileno(), codec.HEADER_SIZE, 0))
     return hdr[codec.H_MAX_TS] if hdr is not None else None
 
 

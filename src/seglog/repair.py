@@ -287,13 +287,8 @@ def _walk_segment(fd: int, ext: Extent, last: bool, directory: str,
 def _continues_at(fd: int, pos: int, nxt: int) -> bool:
     """True if a whole batch with a good checksum that continues the log (base
     offset ``nxt``, or above it in a compacted batch) starts at ``pos``."""
-    head = os.pread(fd, codec.HEADER_SIZE, pos)
-    try:
-        hdr = codec.read_header(head, 0, 1 << 62)
-    except CorruptRecordError:
-        return False
-    if hdr is None or hdr[codec.H_BASE] < nxt or (
-            hdr[codec.H_BASE] != nxt and not hdr[codec.H_ATTRS] & codec.F_OFFSETS):
+    hdr = codec.sane_header(os.pread(fd, codec.HEADER_SIZE, pos))
+    if hdr is None or not codec.continues(nxt, hdr[codec.H_BASE], hdr[codec.H_ATTRS]):
         return False
     data = os.pread(fd, codec.batch_size(hdr), pos)
     return len(data) == codec.batch_size(hdr) and codec.checksum_ok(data, 0, hdr)

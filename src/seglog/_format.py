@@ -1,0 +1,181 @@
+"""The byte format of a batch (docs/FORMAT.md): its header and named header fields,
+attribute bits, the checksum, framing, and the rule by which batches follow each
+other. ``codec`` is the face of this module, ``_encode`` and ``_decode``.
+
+All integers are little-endian.
+"""
+
+from __future__ import annotations
+
+import sys
+from struct import Struct
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from xxhash import xxh3_64_intdigest
+
+from .errors import CorruptRecordError
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+# the format version, in every batch's magic byte: 2 is the XXH3 checksum (format 1,
+# CRC-32, is refused with a message that says so; nobody has format-1 data to convert)
+MAGIC = 2
+OLD_MAGIC = 1
+
+# base_offset q, batch_length I, magic B, checksum Q, attributes H,
+# last_offset_delta I, record_count I, base_timestamp q, max_timestamp q
+HEADER = Struct("<qIBQHIIqq")
+# the fields of an unpacked header, by name (other modules index headers only so)
+(H_BASE, H_LENGTH, H_MAGIC, H_CHECKSUM, H_ATTRS, H_LAST_DELTA, H_COUNT, H_BASE_TS,
+ H_MAX_TS) = range(9)
+HEADER_SIZE = HEADER.size                 # 47
+LENGTH_END = 12                           # batch_length counts the bytes after this
+CHECKSUM_FROM = 21                        # the checksum covers bytes [21, end of batch)
+MIN_BATCH_LENGTH = HEADER_SIZE - LENGTH_END
+# a one-record, keyless, headerless batch with a short value (``Log.append``'s hot
+# path packs these two straight into the segment): the tail its checksum starts with,
+# and the whole header with the value's length
+ONE_TAIL = Struct("<HIIqqH")
+ONE_HEADER = Struct("<qIBQHIIqqH")
+U32 = Struct("<I")
+I64 = Struct("<q")                        # also the delete horizon's size and type
+
+# attribute bits
+CODEC_MASK = 0x7
+CODEC_NONE = 0
+CODEC_LZ4 = 1
+F_KEYS = 1 << 3
+F_HEADERS = 1 << 4
+F_TIMESTAMPS = 1 << 5
+F_WIDE = 1 << 6
+F_OFFSETS = 1 << 7
+F_WIDE_TS = 1 << 8
+F_NULL_VALUES = 1 << 9
+F_HORIZON = 1 << 10
+_KNOWN_ATTRS = (CODEC_MASK | F_KEYS | F_HEADERS | F_TIMESTAMPS | F_WIDE | F_OFFSETS
+                | F_WIDE_TS | F_NULL_VALUES | F_HORIZON)
+
+# a length of all ones stands for None (uint16 lengths, or uint32 with F_WIDE)
+NULL_16 = 0xFFFF
+NULL_32 = 0xFFFFFFFF
+BIG_ENDIAN_HOST = sys.byteorder == "big"
+# lz4 is tried on batches of at least this many records. One record alone (what
+# Log.append writes) has too little repetition in it: lz4 made no single access-log
+# line, JSON event or random value smaller, while two records of either text came
+# out 21-23 % smaller (docs/FORMAT.md has the figures).
+LZ4_MIN_RECORDS = 2
+DEFAULT_MAX_UNCOMPRESSED = 1 << 30
+NEVER = 1 << 63         # above every offset
+
+# one decoded message: (offset, timestamp, key, value, headers), the 5-tuple a
+# ``message_type`` is built from
+MessageTuple = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
+
+# The batch checksum of bytes 21 .. end of a batch: XXH3-64, all 64 bits, so that the
+# one definition every writer and checker calls is a C function (a Python function
+# keeping 32 of the bits costs ~0.1 us per batch: docs/FORMAT.md)
+CHECKSUM: Callable[[ReadableBuffer], int] = xxh3_64_intdigest
+
+BatchHeader = tuple[int, int, int, int, int, int, int, int, int]
+
+
+def read_header(data: bytes | memoryview, pos: int, end: int | None = None
+                ) -> BatchHeader | None:
+    """The header of the batch at ``pos`` if the whole batch lies before ``end``
+    (no ``end``: the header alone, from a buffer that may hold only it).
+
+    Returns None when the bytes stop short (a partial batch, or the end). Raises
+    CorruptRecordError when the framing is impossible (bad magic, bad length,
+    zero-filled space). The checksum is not checked here; see ``checksum_ok``.
+    """
+    if (end is not None and pos + HEADER_SIZE > end) or pos + HEADER_SIZE > len(data):
+        if old_magic_at(data, pos, len(data) if end is None else end):
+            raise framing_error(OLD_MAGIC, 0, 0, pos, None)
+        return None
+    hdr = HEADER.unpack_from(data, pos)
+    length = hdr[1]
+    if hdr[2] != MAGIC or length < MIN_BATCH_LENGTH or hdr[0] < 0 or hdr[4] & ~_KNOWN_ATTRS:
+        raise framing_error(hdr[2], length, hdr[0], pos, None)
+    if end is not None and pos + LENGTH_END + length > end:
+        return None
+    return hdr
+
+
+def sane_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader | None:
+    """The header at ``pos`` if one of this format's could start there (its framing;
+    neither the rest of the batch nor its checksum), else None. Never raises."""
+    try:
+        return read_header(data, pos)
+    except CorruptRecordError:
+        return None
+
+
+def old_magic_at(data: bytes | memoryview, pos: int, end: int) -> bool:
+    """A format-1 batch can be shorter than a format-2 header: its magic byte says so."""
+    return pos + LENGTH_END < min(end, len(data)) and data[pos + LENGTH_END] == OLD_MAGIC
+
+
+def framing_error(magic: int, length: int, base: int, pos: int,
+                  offset: int | None) -> CorruptRecordError:
+    """The error for a batch header that cannot be one of this format's."""
+    if magic == OLD_MAGIC:
+        return CorruptRecordError(
+            f"a batch of format {OLD_MAGIC} (magic byte {OLD_MAGIC}, CRC-32 checksums): this "
+            f"seglog reads format {MAGIC} only, and converts no older data", position=pos,
+            offset=offset)
+    return CorruptRecordError(
+        f"bad batch framing (magic {magic}, length {length}, base offset {base})",
+        position=pos, offset=offset)
+
+
+def checksum_ok(data: bytes | memoryview, pos: int, hdr: BatchHeader) -> bool:
+    """True when the batch at ``pos`` matches its checksum."""
+    with memoryview(data) as mv:
+        return CHECKSUM(mv[pos + CHECKSUM_FROM: pos + LENGTH_END + hdr[1]]) == hdr[3]
+
+
+def continues(expect: int, base: int, attrs: int) -> bool:
+    """True if a batch with base offset ``base`` and attributes ``attrs`` may follow
+    batches that end before offset ``expect``: it starts there, or (a compacted batch,
+    ``F_OFFSETS``, whose predecessors' records were removed) above it.
+
+    The base offset lies outside the checksum: this is what checks it."""
+    return base == expect or (base > expect and attrs & F_OFFSETS != 0)
+
+
+def batches_in(data: bytes | memoryview, start: int, end: int
+               ) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each whole batch in ``data[start:end]``, framing checked.
+
+    Stops quietly at a batch that does not fit before ``end`` (the caller knows
+    whether that is the end of a chunk or damage); raises ``CorruptRecordError``
+    (``position`` in ``data``) where the framing is impossible. Checksums are not checked.
+    """
+    pos = start
+    end = min(end, len(data))    # read_header's end may lie past a header-only buffer
+    while True:
+        hdr = read_header(data, pos, end)
+        if hdr is None:
+            return
+        yield pos, hdr
+        pos += LENGTH_END + hdr[1]
+
+
+def last_offset(hdr: BatchHeader) -> int:
+    return hdr[0] + hdr[5]
+
+
+def batch_size(hdr: BatchHeader) -> int:
+    return LENGTH_END + hdr[1]
+
+
+def delete_horizon(data: bytes | memoryview, pos: int, hdr: BatchHeader) -> int | None:
+    """The delete horizon (ms) stored in the batch at ``pos`` by compaction, or None.
+    Raises CorruptRecordError if the batch is too short to hold one."""
+    if not hdr[H_ATTRS] & F_HORIZON:
+        return None
+    if HEADER_SIZE + I64.size > LENGTH_END + hdr[H_LENGTH]:
+        raise CorruptRecordError("undecodable batch: batch too short for its attributes",
+                                 position=pos, offset=hdr[H_BASE])
+    return int(I64.unpack_from(data, pos + HEADER_SIZE)[0])
