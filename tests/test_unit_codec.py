@@ -393,23 +393,6 @@ def test_runs_read_in_chunks_with_progress(shapes, sizes):
     assert got == msgs
 
 
-@given(_SHAPES, st.integers(1, 400))
-@settings(max_examples=100, deadline=None)
-def test_iter_batches_is_iter_messages_or_iter_column_parts(shapes, size):
-    """The earlier single entry point gives what the two walks give, and fills
-    ``progress`` with the walk's end when it walked a whole batch."""
-    data, msgs = _log_like(shapes, base=10)
-    end = min(len(data), size)
-    want, done = walk_chunk(data, 0, end, 10)
-    progress = [0, 0]
-    got = [m for it in codec.iter_batches(data, 0, end, expect=10, progress=progress) for m in it]
-    assert got == want
-    assert progress == (list(done) if done.position else [0, 0])
-    parts = list(codec.iter_batches(data, 0, end, expect=10, progress=[0, 0], columns=True))
-    assert parts == list(codec.iter_column_parts(data, 0, end, expect=10, partial=True))
-    assert [m for it in codec.iter_batches(data, 0, len(data)) for m in it] == msgs
-
-
 @pytest.mark.parametrize("at", [0, 1, 4, 7])
 @pytest.mark.parametrize("damage", ["checksum", "gap", "overlap", "magic", "value length",
                                     "offset span"])

@@ -41,29 +41,5 @@ __all__ = [
     "encode_batch", "encode_values_parts",
     # decoding
     "iter_messages", "iter_column_parts", "WalkEnd", "decode_batch", "column_part",
-    "ColumnPart", "iter_batches",
+    "ColumnPart",
 ]
-
-
-def iter_batches(data: bytes, start: int, end: int, min_offset: int = 0,
-                 max_offset: int | None = None,
-                 max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
-                 message_type: Callable[[MessageTuple], Any] = tuple,
-                 expect: int | None = None, progress: list[int] | None = None,
-                 lead: tuple[Any, ...] = (), columns: bool = False) -> Iterator[Any]:
-    """The earlier single entry point, kept for its callers: ``iter_messages``, or
-    with ``columns`` ``iter_column_parts``; with ``progress`` (two ints) the walk may
-    end inside a batch (``partial``), and once it ends ``progress`` holds the
-    ``WalkEnd`` if a whole batch was walked."""
-    walk: Iterator[Any]
-    if columns:
-        walk = iter_column_parts(data, start, end, min_offset, max_offset, expect=expect,
-                                 partial=progress is not None,
-                                 max_uncompressed=max_uncompressed)
-    else:
-        walk = iter_messages(data, start, end, min_offset, max_offset, expect=expect,
-                             partial=progress is not None, message_type=message_type,
-                             lead=lead, max_uncompressed=max_uncompressed)
-    done = yield from walk
-    if progress is not None and done.position > start:
-        progress[:] = done
