@@ -12,8 +12,6 @@ All integers are little-endian.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
-
 from ._decode import (ColumnPart, WalkEnd, column_part, decode_batch, iter_column_parts,
                       iter_messages)
 from ._encode import encode_batch, encode_values_parts
