@@ -17,7 +17,6 @@ cut back under a mapping would raise SIGBUS in the reader (rule R8).
 
 from __future__ import annotations
 
-import errno
 import io
 import mmap
 import os
@@ -26,23 +25,13 @@ from dataclasses import dataclass
 from struct import Struct
 from typing import Any, Callable, Iterator, Sequence, cast
 
-from . import _notebook, _platform, _prefault, _scan, codec
+from . import _notebook, _prefault, _scan, codec
 from ._files import fsync_dir, fsync_file, remove, segment_name, tmp_path
 from .errors import CorruptRecordError, OffsetOutOfRangeError
 from .index import (MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, entries_valid,
                     next_entry_position, offset_arrays)
+from ._writable_map import WritableMap
 from .message import MessageSet
-
-_ALLOC_CHUNK = 8 << 20
-# with a prefaulter thread, reserve the next chunk this far before the reserved end,
-# so that the thread faults pages in while the writer still has some to fill
-_LEAD = 4 << 20
-_POPULATE: int | None = _prefault.POPULATE
-
-
-def _disable_populate() -> None:
-    global _POPULATE
-    _POPULATE = None
 
 _OFFSET = Struct("<q")
 _ONE = codec.ONE_HEADER
@@ -153,16 +142,11 @@ class Segment:
         self._index: OffsetIndex | None = None
         self._timeindex: TimeIndex | None = None
         self._max_ts: int = None  # type: ignore[assignment]
-        # writer state, set by activate()
+        # writer state, set by activate(); _mm is _map.mm, cached for the appends
+        self._map: WritableMap | None = None
         self._mm: mmap.mmap = None  # type: ignore[assignment]  # the writer's active map
-        self._capacity = 0
-        # appends ending at or below _alloc_end need no allocate() call; blocks are
-        # reserved up to _reserved and pages faulted in up to _populated
+        # appends ending at or below _alloc_end need no _allocate() call
         self._alloc_end = 0
-        self._reserved = 0
-        self._populated = 0
-        self._address = 0
-        self._map_lock = threading.Lock()   # the prefaulter works only while mapped
         self._interval = index_interval_bytes
         self._next_index_pos = 1 << 62
         self._max_ts_offset = base_offset
@@ -238,13 +222,10 @@ class Segment:
         if self._file is not None:
             self._file.close()         # opened read-only to check the indexes
         self._file = io.FileIO(self.path, "r+")
-        fd = self._file.fileno()
-        self._capacity = max(capacity, self._size)
-        if os.fstat(fd).st_size != self._capacity:
-            os.ftruncate(fd, self._capacity)
-        self._alloc_end = self._reserved = self._size
-        self._populated = self._size - self._size % mmap.PAGESIZE
-        self._mm = mmap.mmap(fd, self._capacity)
+        self._map = WritableMap(self._file.fileno(), self._size, capacity,
+                                self._reserve_index_room)
+        self._mm = cast(mmap.mmap, self._map.mm)
+        self._alloc_end = self._size
         self._index = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes,
                                   writable=True, entries=state.index_entries)
         self._timeindex = TimeIndex(self.timeindex_path, self.base_offset,
@@ -586,66 +567,25 @@ class Segment:
             self._roll_size = 0         # an index filled: roll at the next append
 
     def _allocate(self, end: int) -> None:
-        """Reserve disk blocks up to ``end`` and a chunk beyond, and fault the pages in.
+        """Reserve room up to ``end`` (``WritableMap.grow``): the rare append that
+        passes ``_alloc_end``."""
+        wmap = self._map
+        assert wmap is not None
+        self._alloc_end = wmap.grow(end)
 
-        Reserving first makes a full disk an OSError here rather than a SIGBUS in a
-        later page fault. Faulting pages in ahead in bulk costs a fraction of a
-        page fault per 4 KiB while copying (about 9x faster writes on a VM); the
-        process's prefaulter thread does it on another core when it can, else it
-        is done here.
-        """
-        if end > self._capacity:
-            raise OSError(errno.EFBIG, f"a batch ending at {end} does not fit the segment's "
-                                       f"capacity {self._capacity}")
-        reserved = self._reserved
-        if end > reserved or reserved - end < _LEAD:
-            new_end = min(self._capacity, max(end, reserved + _ALLOC_CHUNK))
-            if new_end > reserved:
-                fd = self.file.fileno()
-                try:
-                    _platform.reserve(fd, reserved, new_end - reserved)
-                except OSError as e:
-                    if e.errno not in _platform.NO_SPACE or new_end <= end:
-                        raise
-                    # a nearly full disk: just what this append needs
-                    new_end = end
-                    _platform.reserve(fd, reserved, new_end - reserved)
-                # and index room for every entry these bytes can take (plus the one
-                # seal adds), before any of them is written through a mapping
-                slots = new_end // self._interval + 2
-                for ix in (self._index, self._timeindex):
-                    if ix is not None:
-                        ix.reserve(slots)
-                self._reserved = reserved = new_end
-        if self._mm is None or _POPULATE is None:
-            self._alloc_end = reserved
-            return
-        pf = _prefault.get()
-        if pf is not None:
-            if self._populated < reserved:
-                if not self._address:
-                    self._address = _prefault.address_of(self._mm)
-                pf.request(self)
-            # come back _LEAD before the reserved end, to keep the thread ahead
-            self._alloc_end = reserved if reserved >= self._capacity else max(end, reserved - _LEAD)
-            return
-        page = self._populated - self._populated % mmap.PAGESIZE
-        try:
-            self._mm.madvise(_POPULATE, page, reserved - page)
-            self._populated = reserved
-        except OSError:
-            _disable_populate()
-        self._alloc_end = reserved
+    def _reserve_index_room(self, end: int) -> None:
+        # index room for every entry the bytes up to end can take (plus the one seal
+        # adds), before any of them is written through a mapping
+        slots = end // self._interval + 2
+        for ix in (self._index, self._timeindex):
+            if ix is not None:
+                ix.reserve(slots)
 
     def prefault(self, prefaulter: "_prefault.Prefaulter") -> None:
         """Fault in the reserved pages not yet faulted in (the prefaulter thread)."""
-        with self._map_lock:
-            lo, hi = self._populated, self._reserved
-            if self._mm is None or hi <= lo or not self._address:
-                return
-            lo -= lo % mmap.PAGESIZE
-            if prefaulter.populate(self._address + lo, hi - lo):
-                self._populated = hi
+        wmap = self._map
+        if wmap is not None:
+            wmap.prefault(prefaulter)
 
     @property
     def index_full(self) -> bool:
@@ -721,7 +661,8 @@ class Segment:
         """In a forked child: new locks (another thread of the parent may have held one
         at the fork)."""
         self._open_lock = threading.RLock()
-        self._map_lock = threading.Lock()
+        if self._map is not None:
+            self._map.reset_lock()
 
     def sendfile(self, out: int, pos: int, count: int) -> int:
         """``os.sendfile`` from this segment's file; the descriptor cannot be closed
@@ -731,11 +672,11 @@ class Segment:
 
     def _unmap(self) -> None:
         """Unmap the active segment, once the prefaulter is not using the mapping."""
-        with self._map_lock:
-            if self._mm is not None:
-                self._mm.close()
-                self._mm = None  # type: ignore[assignment]
-            self._address = 0
+        wmap = self._map
+        if wmap is not None:
+            self._mm = None  # type: ignore[assignment]
+            self._map = None
+            wmap.close()
 
     def delete(self) -> None:
         """Unlink the files (the caller retires the object and fsyncs the directory)."""
