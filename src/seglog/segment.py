@@ -23,13 +23,13 @@ import os
 import threading
 from dataclasses import dataclass
 from struct import Struct
-from typing import Any, Callable, Iterator, Sequence, cast
+from typing import Callable, Iterator, cast
 
 from . import _notebook, _prefault, _scan, codec
-from ._files import fsync_dir, fsync_file, remove, segment_name, tmp_path
+from ._files import fsync_dir, fsync_file, remove, segment_name
+from ._segment_indexes import active_entries, close_all, load, open_pair, replace_files
 from .errors import CorruptRecordError, OffsetOutOfRangeError
-from .index import (MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, entries_valid,
-                    next_entry_position, offset_arrays)
+from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, next_entry_position
 from ._writable_map import WritableMap
 from .message import MessageSet
 
@@ -68,36 +68,6 @@ class WriterState:
     max_timestamp: int
     max_ts_offset: int
     first_timestamp: int
-
-
-def _index_ok(ix: OffsetIndex, tix: TimeIndex, size: int, sealed: bool = True) -> bool:
-    """Cheap sanity check of a segment's indexes (``index.entries_valid``)."""
-    if os.path.getsize(ix.path) % ix.SIZE or os.path.getsize(tix.path) % tix.SIZE:
-        return False
-    if sealed and size and not len(tix):
-        return False                       # a sealed segment always has its last time entry
-    rel: Sequence[int] = ()
-    pos: Sequence[int] = ()
-    if len(ix):
-        rel, pos = offset_arrays(ix.raw_entries())
-    stamps = [e[0] for e in tix.entries()] if len(tix) else []
-    return entries_valid(rel, pos, stamps, size)
-
-
-def _memory_indexes(seg: "Segment", res: Any) -> tuple[OffsetIndex, TimeIndex]:
-    """A reader's stand-in for a damaged index it may not rewrite (or a writer's on a
-    full disk): the rebuilt entries in anonymous memory, no file, no disk space."""
-    base = seg.base_offset
-    times = list(res.time_index)
-    if res.max_timestamp >= 0 and (not times or times[-1][0] < res.max_timestamp):
-        times.append((res.max_timestamp, res.max_ts_offset))    # a sealed segment's last
-    slots = seg._max_index_bytes // TimeIndex.SIZE
-    if len(times) > slots:
-        # too many for the index: the largest timestamp stays, as on disk
-        times[slots - 1:] = times[-1:]
-    ix = OffsetIndex.in_memory(base, [(o - base, p) for o, p in res.index], seg._max_index_bytes)
-    tix = TimeIndex.in_memory(base, [(t, o - base) for t, o in times], seg._max_index_bytes)
-    return ix, tix
 
 
 class SegmentGoneError(OffsetOutOfRangeError):
@@ -210,7 +180,8 @@ class Segment:
         """The ``WriterState`` of a cleanly closed segment reopened for appends (a
         clean shutdown recorded the rest): index entry counts from its index files,
         rebuilt first if they fail the check."""
-        ie, te = self._checked_active_entries()
+        ie, te, repaired = active_entries(self, self._max_index_bytes, self._interval)
+        self.index_repairs += repaired
         return WriterState(self.base_offset, self.size, next_offset, ie, te, -1,
                            max_timestamp, max_ts_offset,
                            NO_TIMESTAMP if first_timestamp is None else first_timestamp)
@@ -354,96 +325,22 @@ class Segment:
                                    f"{self._gone}")
 
     def _load_indexes(self) -> None:
-        """Open the indexes; a missing or damaged one is rebuilt from the log.
-
-        A sealed segment's index is checked once, cheaply, when first used: entries
-        ascend, point inside the file, and the file holds whole entries. The writer
-        rebuilds a bad index on disk; a reader scans without one.
-        """
+        """Open the indexes: a live segment's as views that follow its writer, a
+        sealed one's checked once and rebuilt from the log if missing or damaged
+        (``_segment_indexes.load``: the writer rebuilds them on disk, a reader in
+        memory)."""
         if self._live:
-            self._index = OffsetIndex(self.index_path, self.base_offset,
-                                      self._max_index_bytes, live=True)
-            self._timeindex = TimeIndex(self.timeindex_path, self.base_offset,
-                                        self._max_index_bytes, live=True)
+            self._index, self._timeindex = open_pair(self, self._max_index_bytes, live=True)
             return
-        ix = tix = None
-        try:
-            ix = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes)
-            tix = TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes)
-            ok = _index_ok(ix, tix, self.size) and self._entry_fits(ix)
-        except (OSError, ValueError, CorruptRecordError):
-            ok = False
-        if not ok:
-            for bad in (ix, tix):
-                if bad is not None:
-                    bad.release()
-            self.index_repairs += 1
-            ix, tix = self._rebuilt_indexes()
-        self._index, self._timeindex = ix, tix
-
-    def _entry_fits(self, ix: OffsetIndex) -> bool:
-        """Does the index's last entry point at a batch that holds its offset, in the
-        file this object reads? An index opened by path can belong to another file
-        than the ``.log`` descriptor held here: a compaction swap renames a new
-        ``.log`` in, then its indexes, between a reader's opening the one and the
-        others (the reader would then walk from positions of another file)."""
-        if not len(ix):
-            return True
-        offset, pos = ix.last_entry()
-        data = self.pread(codec.HEADER_SIZE, pos)
-        hdr = codec.read_header(data, 0, self.size - pos)   # the whole batch in the file
-        return hdr is not None and hdr[codec.H_BASE] <= offset <= codec.last_offset(hdr)
-
-    def _checked_active_entries(self) -> tuple[int, int]:
-        """Entry counts of the (trimmed) indexes of a cleanly closed segment that is
-        to become active again, rebuilding them first if they fail the check."""
-        try:
-            ix = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes)
-            tix = TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes)
-            if _index_ok(ix, tix, self.size, sealed=False):
-                counts = len(ix), len(tix)
-                ix.close()
-                tix.close()
-                return counts
-            ix.close()
-            tix.close()
-        except (OSError, ValueError):
-            pass
-        self.index_repairs += 1
-        ix, tix = self._rebuilt_indexes()
-        counts = len(ix), len(tix)
-        ix.close()
-        tix.close()
-        return counts
-
-    def _rebuilt_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
-        res = _scan.scan(self, 0, self.size, None, self._interval)
-        if self.writer:
-            try:
-                self.write_indexes(res, final=True)
-                return (OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes),
-                        TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes))
-            except OSError:
-                pass        # a full disk must not fail a read: the next open rebuilds it
-        return _memory_indexes(self, res)
+        self._index, self._timeindex, repaired = load(self, self._max_index_bytes,
+                                                      self._interval)
+        self.index_repairs += repaired
 
     def write_indexes(self, res: "_scan.ScanResult", final: bool) -> None:
         """Replace both index files by the entries of a scan (``final``: trimmed, as a
         sealed segment's), through temp files renamed in and a directory fsync; the
         index objects held are dropped (the next use opens the new files)."""
-        tmp_ix, tmp_tix = tmp_path(self.index_path), tmp_path(self.timeindex_path)
-        try:
-            _scan.write_index_files(self.base_offset, res, self._max_index_bytes, final,
-                                    tmp_ix, tmp_tix)
-            os.rename(tmp_ix, self.index_path)
-            os.rename(tmp_tix, self.timeindex_path)
-        except OSError:
-            for p in (tmp_ix, tmp_tix):
-                try:
-                    os.unlink(p)
-                except OSError:
-                    pass
-            raise
+        replace_files(self, res, self._max_index_bytes, final)
         for ix in (self._index, self._timeindex):
             if ix is not None:
                 ix.release()
@@ -629,16 +526,7 @@ class Segment:
     def _release_files(self, trim: bool = True) -> None:
         with self._open_lock:
             self._unmap()
-            for ix in (self._index, self._timeindex):
-                if ix is None:
-                    continue
-                if trim:
-                    try:
-                        ix.close()
-                        continue
-                    except OSError:
-                        pass
-                ix.release()
+            close_all((self._index, self._timeindex), trim)
             self._index = self._timeindex = None
             if self._file is not None:
                 self._file.close()
