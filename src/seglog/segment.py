@@ -23,21 +23,19 @@ import os
 import threading
 from dataclasses import dataclass
 from struct import Struct
-from typing import Callable, Iterator, cast
+from typing import Callable, cast
 
-from . import _notebook, _prefault, _scan, codec
+from . import _notebook, _prefault, _scan, _segment_read, codec
 from ._files import fsync_dir, fsync_file, remove, segment_name
 from ._segment_indexes import active_entries, close_all, load, open_pair, replace_files
 from .errors import CorruptRecordError, OffsetOutOfRangeError
 from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, next_entry_position
 from ._writable_map import WritableMap
-from .message import MessageSet
 
 _OFFSET = Struct("<q")
 _ONE = codec.ONE_HEADER
 _MAGIC = codec.MAGIC
 _ONE_SIZE = _ONE.size
-_SCAN_CHUNK = 1 << 16
 NO_TIMESTAMP = -1
 NEVER = codec.NEVER
 # the largest offset - base offset a segment may hold (the index's 32-bit relative offsets)
@@ -580,115 +578,13 @@ class Segment:
     def pread(self, n: int, pos: int) -> bytes:
         return os.pread(self.fileno(), n, pos)
 
-    def batches(self, start: int = 0, end: int | None = None, expect: int | None = None
-                ) -> Iterator[tuple[int, codec.BatchHeader]]:
-        """(position, header) of each whole batch from ``start`` up to ``end``.
-
-        Framing and offsets only (``expect``: the first batch's base offset, then
-        each continues the last); CRCs are not checked. ``CorruptRecordError`` for a
-        batch that does not fit before ``end`` (the end of whole batches).
-        """
-        end = self.size if end is None else end
-        try:
-            for _, p, filepos, hdr in _scan.walk(self.fileno(), start, end, expect=expect,
-                                                 chunk=_SCAN_CHUNK):
-                yield filepos + p, hdr
-        except CorruptRecordError as e:
-            raise e.at(self.path, e.position, e.offset) from None
-
-    def first_header(self) -> codec.BatchHeader | None:
-        """The header of the segment's first batch, None if it holds none. Only the
-        header is read, however large the batch; its framing is checked, and that
-        the batch ends within the segment's data."""
-        size = self.size
-        if not size:
-            return None
-        try:
-            hdr = codec.read_header(self.pread(codec.HEADER_SIZE, 0), 0, size)
-        except CorruptRecordError as e:
-            raise e.at(self.path, 0, None) from None
-        if hdr is None:
-            raise CorruptRecordError(f"the first batch runs past the segment's {size} bytes "
-                                     f"of data", self.path, 0)
-        return hdr
-
-    def find_position(self, offset: int, end: int | None = None) -> tuple[int, codec.BatchHeader | None]:
-        """Position of the first batch whose last offset is >= ``offset``.
-
-        Returns (position, header), or (end, None) if no such batch.
-        """
-        end = self.size if end is None else end
-        try:
-            ix_off, pos = self.index.lookup(offset)
-        except (OSError, ValueError):
-            ix_off, pos = self.base_offset, 0
-        if pos > end:
-            pos = 0
-        try:
-            for p, hdr in self.batches(pos, end, ix_off):
-                if codec.last_offset(hdr) >= offset:
-                    return p, hdr
-            return end, None
-        except CorruptRecordError:
-            if not pos:
-                raise
-        # an index is a hint: scan from the segment start
-        for p, hdr in self.batches(0, end, self.base_offset):
-            if codec.last_offset(hdr) >= offset:
-                return p, hdr
-        return end, None
-
-    def read(self, offset: int, max_bytes: int, end: int | None = None,
-             max_offset: int | None = None) -> MessageSet:
-        """Whole batches holding messages from ``offset``, up to about ``max_bytes``.
-
-        At least one whole batch is returned if one exists, however large.
-        """
-        end = self.size if end is None else end
-        start, hdr = self.find_position(offset, end)
-        while hdr is not None and not hdr[codec.H_COUNT]:
-            # an empty batch over offsets compaction removed: nothing to return from it
-            offset = codec.last_offset(hdr) + 1
-            start, hdr = self.find_position(offset, end)
-        if hdr is None:
-            return MessageSet(b"", min_offset=offset, next_offset=offset)
-        return self.read_at(start, offset, max_bytes, end, max_offset, expect=hdr[codec.H_BASE])
-
-    def read_at(self, start: int, min_offset: int, max_bytes: int, end: int,
-                max_offset: int | None = None, expect: int | None = None) -> MessageSet:
-        """Whole batches from file position ``start`` (a batch start), the first
-        starting at offset ``expect`` when the caller knows it."""
-        want = max(min(max_bytes, end - start), codec.HEADER_SIZE)
-        buf = self.pread(want, start)
-        n = len(buf)
-        if n < min(want, end - start):
-            raise CorruptRecordError(f"the file ends at {start + n}, before the {end} bytes "
-                                     f"of whole batches it held (cut back?)", self.path, start + n)
-        p = 0
-        last = None
-        try:
-            for p, last in codec.batches_in(buf, 0, n):
-                pass
-        except CorruptRecordError as e:
-            raise e.at(self.path, start + (e.position or 0)) from None
-        if last is not None:
-            p += codec.batch_size(last)
-        else:
-            # a short read, or a first batch larger than max_bytes: the walker reads
-            # it whole or says what is wrong
-            try:
-                for buf, _, _, last in _scan.walk(self.fileno(), start, end, chunk=n or 1):
-                    p = len(buf)
-                    break
-            except CorruptRecordError as e:
-                raise e.at(self.path, e.position, e.offset) from None
-        after = codec.last_offset(last) + 1 if last is not None else None
-        nxt = after if after is not None else min_offset
-        if max_offset is not None:
-            nxt = min(nxt, max_offset)
-        return MessageSet(buf, 0, p, min_offset=min_offset, max_offset=max_offset,
-                          next_offset=max(nxt, min_offset), file=self,
-                          file_position=start, path=self.path, expect=expect, last_next=after)
+    # reading (``_segment_read``): functions of the public surface above, bound
+    # here as methods, so a read costs no extra call
+    batches = _segment_read.batches
+    first_header = _segment_read.first_header
+    find_position = _segment_read.find_position
+    read = _segment_read.read
+    read_at = _segment_read.read_at
 
     def __repr__(self) -> str:
         try:
