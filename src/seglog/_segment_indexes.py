@@ -148,3 +148,13 @@ def close_all(indexes: Iterable[OffsetIndex | TimeIndex | None], trim: bool) -> 
             except OSError:
                 pass
         ix.release()
+
+
+def reserve_room(indexes: Iterable[OffsetIndex | TimeIndex | None], end: int,
+                 interval: int) -> None:
+    """Index room for every entry the bytes up to ``end`` can take (plus the one
+    seal adds), reserved before any of them is written through a mapping."""
+    slots = end // interval + 2
+    for ix in indexes:
+        if ix is not None:
+            ix.reserve(slots)

@@ -27,7 +27,8 @@ from typing import Callable, cast
 
 from . import _notebook, _prefault, _scan, _segment_read, codec
 from ._files import fsync_dir, fsync_file, remove, segment_name
-from ._segment_indexes import active_entries, close_all, load, open_pair, replace_files
+from ._segment_indexes import (active_entries, close_all, load, open_pair, replace_files,
+                               reserve_room)
 from .errors import CorruptRecordError, OffsetOutOfRangeError
 from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, next_entry_position
 from ._writable_map import WritableMap
@@ -191,8 +192,8 @@ class Segment:
         if self._file is not None:
             self._file.close()         # opened read-only to check the indexes
         self._file = io.FileIO(self.path, "r+")
-        self._map = WritableMap(self._file.fileno(), self._size, capacity,
-                                self._reserve_index_room)
+        self._map = WritableMap(self._file.fileno(), self._size, capacity, lambda end: reserve_room(
+            (self._index, self._timeindex), end, self._interval))
         self._mm = cast(mmap.mmap, self._map.mm)
         self._alloc_end = self._size
         self._index = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes,
@@ -468,14 +469,6 @@ class Segment:
         assert wmap is not None
         self._alloc_end = wmap.grow(end)
 
-    def _reserve_index_room(self, end: int) -> None:
-        # index room for every entry the bytes up to end can take (plus the one seal
-        # adds), before any of them is written through a mapping
-        slots = end // self._interval + 2
-        for ix in (self._index, self._timeindex):
-            if ix is not None:
-                ix.reserve(slots)
-
     def prefault(self, prefaulter: "_prefault.Prefaulter") -> None:
         """Fault in the reserved pages not yet faulted in (the prefaulter thread)."""
         wmap = self._map
@@ -586,13 +579,5 @@ class Segment:
     read = _segment_read.read
     read_at = _segment_read.read_at
 
-    def __repr__(self) -> str:
-        try:
-            size: int | str = self.size
-        except (OSError, ValueError):
-            size = "?"            # closed or deleted: a repr must not raise
-        return (f"<Segment base={self.base_offset} size={size} "
-                f"{'active' if self.is_active else 'sealed'}>")
-
-    def _repr_html_(self) -> str:
-        return _notebook.segment_html(self)
+    __repr__ = _notebook.segment_repr
+    _repr_html_ = _notebook.segment_html
