@@ -96,10 +96,10 @@ def use_fallbacks() -> None:
     """What macOS gets: blocks reserved by writing zeros, no MADV_POPULATE_WRITE."""
     import seglog._platform
     import seglog._prefault
-    import seglog.segment
+    import seglog._writable_map
     seglog._platform.reserve = seglog._platform._reserve_by_writing
     seglog._prefault.POPULATE = None
-    seglog.segment._POPULATE = None
+    seglog._writable_map._POPULATE = None
 
 
 def _run_writer(path, seed: int, mode: str) -> tuple[int, list[str]]:
@@ -187,10 +187,10 @@ def test_platform_fallbacks_round_trip(tmp_path, monkeypatch):
     """The fallbacks macOS takes, exercised here: data and indexes round-trip."""
     import seglog._platform
     import seglog._prefault
-    import seglog.segment
+    import seglog._writable_map
     monkeypatch.setattr(seglog._platform, "reserve", seglog._platform._reserve_by_writing)
     monkeypatch.setattr(seglog._prefault, "POPULATE", None)
-    monkeypatch.setattr(seglog.segment, "_POPULATE", None)
+    monkeypatch.setattr(seglog._writable_map, "_POPULATE", None)
     with Log.open(tmp_path / "l", segment_bytes=64 << 10, index_interval_bytes=128) as log:
         for i in range(0, 3000, 50):
             log.append_batch([value(j) for j in range(i, i + 50)])

@@ -31,14 +31,14 @@ def test_reserved_pages_are_faulted_in_ahead_of_the_writer(logdir):
         log.append_batch([b"x" * 1000] * 10)
         seg = log.segments[-1]
         # blocks are reserved a chunk past the data, and the thread faults them in
-        assert seg._reserved >= seg.size + (4 << 20)
-        assert _wait_for(lambda: seg._populated >= seg._reserved)
+        assert seg._map.reserved >= seg.size + (4 << 20)
+        assert _wait_for(lambda: seg._map.populated >= seg._map.reserved)
         # the writer comes back before the reserved end, so the thread stays ahead
-        assert seg._alloc_end < seg._reserved
+        assert seg._alloc_end < seg._map.reserved
         for _ in range(800):
             log.append_batch([os.urandom(100)] * 50)
-        assert seg._reserved - seg.size >= 4 << 20
-        assert _wait_for(lambda: seg._populated >= seg._reserved)
+        assert seg._map.reserved - seg.size >= 4 << 20
+        assert _wait_for(lambda: seg._map.populated >= seg._map.reserved)
 
 
 def test_rolling_and_closing_while_the_thread_works(logdir):
@@ -51,9 +51,24 @@ def test_rolling_and_closing_while_the_thread_works(logdir):
         n = log.end_offset
         assert len(log.segments) > 40
         sealed = log.segments[:-1]
-        assert all(s._mm is None and s._address == 0 for s in sealed)
+        assert all(s._mm is None and s._map is None for s in sealed)
     with Log.open(logdir, readonly=True) as reader:
         assert sum(1 for _ in reader.iter()) == n
+
+
+def test_a_closed_map_is_never_faulted_in(tmp_path):
+    """Unmapping clears the address under the map lock: a request still queued
+    then does nothing."""
+    from seglog._writable_map import WritableMap
+    with open(tmp_path / "f", "wb+") as f:
+        wmap = WritableMap(f.fileno(), 0, 1 << 20, lambda end: None)
+        wmap.grow(4096)
+        assert _wait_for(lambda: wmap.populated >= wmap.reserved) and wmap.address
+        wmap.close()
+        assert wmap.mm is None and wmap.address == 0
+        wmap.reserved += 4096
+        wmap.prefault(_prefault.get())
+        assert wmap.populated < wmap.reserved
 
 
 def test_the_thread_keeps_no_log_objects_alive(logdir):
@@ -90,7 +105,7 @@ def test_a_forked_child_starts_its_own_thread(tmp_path):
             with Log.open(str(tmp_path / "child"), flush_ms=None) as child:
                 child.append_batch([b"c" * 3000] * 10)
                 seg = child.segments[-1]
-                ok = _wait_for(lambda: seg._populated >= seg._reserved)
+                ok = _wait_for(lambda: seg._map.populated >= seg._map.reserved)
                 names = [t.name for t in threading.enumerate()]
                 code = 0 if ok and names.count("seglog-prefault") == 1 else 2
         finally:

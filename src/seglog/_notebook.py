@@ -18,6 +18,15 @@ def segment_html(seg: Any) -> str:
         ("state", "active" if seg.is_active else "sealed")])
 
 
+def segment_repr(seg: Any) -> str:
+    """A segment's repr (``Segment.__repr__``); never raises, for a closed or deleted one."""
+    try:
+        size: int | str = seg.size
+    except (OSError, ValueError):
+        size = "?"
+    return f"<Segment base={seg.base_offset} size={size} {'active' if seg.is_active else 'sealed'}>"
+
+
 def log_stats(path: str, start: int, end: int, messages: int | None, segs: Sequence[Any],
               readonly: bool) -> dict[str, Any]:
     """``Log.stats()``'s dict from the segments (batch headers only); ``messages``

@@ -17,38 +17,26 @@ cut back under a mapping would raise SIGBUS in the reader (rule R8).
 
 from __future__ import annotations
 
-import errno
 import io
 import mmap
 import os
 import threading
 from dataclasses import dataclass
 from struct import Struct
-from typing import Any, Callable, Iterator, Sequence, cast
+from typing import Callable, cast
 
-from . import _notebook, _platform, _prefault, _scan, codec
-from ._files import fsync_dir, fsync_file, remove, segment_name, tmp_path
+from . import _notebook, _prefault, _scan, _segment_read, codec
+from ._files import fsync_dir, fsync_file, remove, segment_name
+from ._segment_indexes import (active_entries, close_all, load, open_pair, replace_files,
+                               reserve_room)
 from .errors import CorruptRecordError, OffsetOutOfRangeError
-from .index import (MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, entries_valid,
-                    next_entry_position, offset_arrays)
-from .message import MessageSet
-
-_ALLOC_CHUNK = 8 << 20
-# with a prefaulter thread, reserve the next chunk this far before the reserved end,
-# so that the thread faults pages in while the writer still has some to fill
-_LEAD = 4 << 20
-_POPULATE: int | None = _prefault.POPULATE
-
-
-def _disable_populate() -> None:
-    global _POPULATE
-    _POPULATE = None
+from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, next_entry_position
+from ._writable_map import WritableMap
 
 _OFFSET = Struct("<q")
 _ONE = codec.ONE_HEADER
 _MAGIC = codec.MAGIC
 _ONE_SIZE = _ONE.size
-_SCAN_CHUNK = 1 << 16
 NO_TIMESTAMP = -1
 NEVER = codec.NEVER
 # the largest offset - base offset a segment may hold (the index's 32-bit relative offsets)
@@ -79,36 +67,6 @@ class WriterState:
     max_timestamp: int
     max_ts_offset: int
     first_timestamp: int
-
-
-def _index_ok(ix: OffsetIndex, tix: TimeIndex, size: int, sealed: bool = True) -> bool:
-    """Cheap sanity check of a segment's indexes (``index.entries_valid``)."""
-    if os.path.getsize(ix.path) % ix.SIZE or os.path.getsize(tix.path) % tix.SIZE:
-        return False
-    if sealed and size and not len(tix):
-        return False                       # a sealed segment always has its last time entry
-    rel: Sequence[int] = ()
-    pos: Sequence[int] = ()
-    if len(ix):
-        rel, pos = offset_arrays(ix.raw_entries())
-    stamps = [e[0] for e in tix.entries()] if len(tix) else []
-    return entries_valid(rel, pos, stamps, size)
-
-
-def _memory_indexes(seg: "Segment", res: Any) -> tuple[OffsetIndex, TimeIndex]:
-    """A reader's stand-in for a damaged index it may not rewrite (or a writer's on a
-    full disk): the rebuilt entries in anonymous memory, no file, no disk space."""
-    base = seg.base_offset
-    times = list(res.time_index)
-    if res.max_timestamp >= 0 and (not times or times[-1][0] < res.max_timestamp):
-        times.append((res.max_timestamp, res.max_ts_offset))    # a sealed segment's last
-    slots = seg._max_index_bytes // TimeIndex.SIZE
-    if len(times) > slots:
-        # too many for the index: the largest timestamp stays, as on disk
-        times[slots - 1:] = times[-1:]
-    ix = OffsetIndex.in_memory(base, [(o - base, p) for o, p in res.index], seg._max_index_bytes)
-    tix = TimeIndex.in_memory(base, [(t, o - base) for t, o in times], seg._max_index_bytes)
-    return ix, tix
 
 
 class SegmentGoneError(OffsetOutOfRangeError):
@@ -153,16 +111,11 @@ class Segment:
         self._index: OffsetIndex | None = None
         self._timeindex: TimeIndex | None = None
         self._max_ts: int = None  # type: ignore[assignment]
-        # writer state, set by activate()
+        # writer state, set by activate(); _mm is _map.mm, cached for the appends
+        self._map: WritableMap | None = None
         self._mm: mmap.mmap = None  # type: ignore[assignment]  # the writer's active map
-        self._capacity = 0
-        # appends ending at or below _alloc_end need no allocate() call; blocks are
-        # reserved up to _reserved and pages faulted in up to _populated
+        # appends ending at or below _alloc_end need no _allocate() call
         self._alloc_end = 0
-        self._reserved = 0
-        self._populated = 0
-        self._address = 0
-        self._map_lock = threading.Lock()   # the prefaulter works only while mapped
         self._interval = index_interval_bytes
         self._next_index_pos = 1 << 62
         self._max_ts_offset = base_offset
@@ -226,7 +179,8 @@ class Segment:
         """The ``WriterState`` of a cleanly closed segment reopened for appends (a
         clean shutdown recorded the rest): index entry counts from its index files,
         rebuilt first if they fail the check."""
-        ie, te = self._checked_active_entries()
+        ie, te, repaired = active_entries(self, self._max_index_bytes, self._interval)
+        self.index_repairs += repaired
         return WriterState(self.base_offset, self.size, next_offset, ie, te, -1,
                            max_timestamp, max_ts_offset,
                            NO_TIMESTAMP if first_timestamp is None else first_timestamp)
@@ -238,13 +192,10 @@ class Segment:
         if self._file is not None:
             self._file.close()         # opened read-only to check the indexes
         self._file = io.FileIO(self.path, "r+")
-        fd = self._file.fileno()
-        self._capacity = max(capacity, self._size)
-        if os.fstat(fd).st_size != self._capacity:
-            os.ftruncate(fd, self._capacity)
-        self._alloc_end = self._reserved = self._size
-        self._populated = self._size - self._size % mmap.PAGESIZE
-        self._mm = mmap.mmap(fd, self._capacity)
+        self._map = WritableMap(self._file.fileno(), self._size, capacity, lambda end: reserve_room(
+            (self._index, self._timeindex), end, self._interval))
+        self._mm = cast(mmap.mmap, self._map.mm)
+        self._alloc_end = self._size
         self._index = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes,
                                   writable=True, entries=state.index_entries)
         self._timeindex = TimeIndex(self.timeindex_path, self.base_offset,
@@ -373,96 +324,22 @@ class Segment:
                                    f"{self._gone}")
 
     def _load_indexes(self) -> None:
-        """Open the indexes; a missing or damaged one is rebuilt from the log.
-
-        A sealed segment's index is checked once, cheaply, when first used: entries
-        ascend, point inside the file, and the file holds whole entries. The writer
-        rebuilds a bad index on disk; a reader scans without one.
-        """
+        """Open the indexes: a live segment's as views that follow its writer, a
+        sealed one's checked once and rebuilt from the log if missing or damaged
+        (``_segment_indexes.load``: the writer rebuilds them on disk, a reader in
+        memory)."""
         if self._live:
-            self._index = OffsetIndex(self.index_path, self.base_offset,
-                                      self._max_index_bytes, live=True)
-            self._timeindex = TimeIndex(self.timeindex_path, self.base_offset,
-                                        self._max_index_bytes, live=True)
+            self._index, self._timeindex = open_pair(self, self._max_index_bytes, live=True)
             return
-        ix = tix = None
-        try:
-            ix = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes)
-            tix = TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes)
-            ok = _index_ok(ix, tix, self.size) and self._entry_fits(ix)
-        except (OSError, ValueError, CorruptRecordError):
-            ok = False
-        if not ok:
-            for bad in (ix, tix):
-                if bad is not None:
-                    bad.release()
-            self.index_repairs += 1
-            ix, tix = self._rebuilt_indexes()
-        self._index, self._timeindex = ix, tix
-
-    def _entry_fits(self, ix: OffsetIndex) -> bool:
-        """Does the index's last entry point at a batch that holds its offset, in the
-        file this object reads? An index opened by path can belong to another file
-        than the ``.log`` descriptor held here: a compaction swap renames a new
-        ``.log`` in, then its indexes, between a reader's opening the one and the
-        others (the reader would then walk from positions of another file)."""
-        if not len(ix):
-            return True
-        offset, pos = ix.last_entry()
-        data = self.pread(codec.HEADER_SIZE, pos)
-        hdr = codec.read_header(data, 0, self.size - pos)   # the whole batch in the file
-        return hdr is not None and hdr[codec.H_BASE] <= offset <= codec.last_offset(hdr)
-
-    def _checked_active_entries(self) -> tuple[int, int]:
-        """Entry counts of the (trimmed) indexes of a cleanly closed segment that is
-        to become active again, rebuilding them first if they fail the check."""
-        try:
-            ix = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes)
-            tix = TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes)
-            if _index_ok(ix, tix, self.size, sealed=False):
-                counts = len(ix), len(tix)
-                ix.close()
-                tix.close()
-                return counts
-            ix.close()
-            tix.close()
-        except (OSError, ValueError):
-            pass
-        self.index_repairs += 1
-        ix, tix = self._rebuilt_indexes()
-        counts = len(ix), len(tix)
-        ix.close()
-        tix.close()
-        return counts
-
-    def _rebuilt_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
-        res = _scan.scan(self, 0, self.size, None, self._interval)
-        if self.writer:
-            try:
-                self.write_indexes(res, final=True)
-                return (OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes),
-                        TimeIndex(self.timeindex_path, self.base_offset, self._max_index_bytes))
-            except OSError:
-                pass        # a full disk must not fail a read: the next open rebuilds it
-        return _memory_indexes(self, res)
+        self._index, self._timeindex, repaired = load(self, self._max_index_bytes,
+                                                      self._interval)
+        self.index_repairs += repaired
 
     def write_indexes(self, res: "_scan.ScanResult", final: bool) -> None:
         """Replace both index files by the entries of a scan (``final``: trimmed, as a
         sealed segment's), through temp files renamed in and a directory fsync; the
         index objects held are dropped (the next use opens the new files)."""
-        tmp_ix, tmp_tix = tmp_path(self.index_path), tmp_path(self.timeindex_path)
-        try:
-            _scan.write_index_files(self.base_offset, res, self._max_index_bytes, final,
-                                    tmp_ix, tmp_tix)
-            os.rename(tmp_ix, self.index_path)
-            os.rename(tmp_tix, self.timeindex_path)
-        except OSError:
-            for p in (tmp_ix, tmp_tix):
-                try:
-                    os.unlink(p)
-                except OSError:
-                    pass
-            raise
+        replace_files(self, res, self._max_index_bytes, final)
         for ix in (self._index, self._timeindex):
             if ix is not None:
                 ix.release()
@@ -586,66 +463,17 @@ class Segment:
             self._roll_size = 0         # an index filled: roll at the next append
 
     def _allocate(self, end: int) -> None:
-        """Reserve disk blocks up to ``end`` and a chunk beyond, and fault the pages in.
-
-        Reserving first makes a full disk an OSError here rather than a SIGBUS in a
-        later page fault. Faulting pages in ahead in bulk costs a fraction of a
-        page fault per 4 KiB while copying (about 9x faster writes on a VM); the
-        process's prefaulter thread does it on another core when it can, else it
-        is done here.
-        """
-        if end > self._capacity:
-            raise OSError(errno.EFBIG, f"a batch ending at {end} does not fit the segment's "
-                                       f"capacity {self._capacity}")
-        reserved = self._reserved
-        if end > reserved or reserved - end < _LEAD:
-            new_end = min(self._capacity, max(end, reserved + _ALLOC_CHUNK))
-            if new_end > reserved:
-                fd = self.file.fileno()
-                try:
-                    _platform.reserve(fd, reserved, new_end - reserved)
-                except OSError as e:
-                    if e.errno not in _platform.NO_SPACE or new_end <= end:
-                        raise
-                    # a nearly full disk: just what this append needs
-                    new_end = end
-                    _platform.reserve(fd, reserved, new_end - reserved)
-                # and index room for every entry these bytes can take (plus the one
-                # seal adds), before any of them is written through a mapping
-                slots = new_end // self._interval + 2
-                for ix in (self._index, self._timeindex):
-                    if ix is not None:
-                        ix.reserve(slots)
-                self._reserved = reserved = new_end
-        if self._mm is None or _POPULATE is None:
-            self._alloc_end = reserved
-            return
-        pf = _prefault.get()
-        if pf is not None:
-            if self._populated < reserved:
-                if not self._address:
-                    self._address = _prefault.address_of(self._mm)
-                pf.request(self)
-            # come back _LEAD before the reserved end, to keep the thread ahead
-            self._alloc_end = reserved if reserved >= self._capacity else max(end, reserved - _LEAD)
-            return
-        page = self._populated - self._populated % mmap.PAGESIZE
-        try:
-            self._mm.madvise(_POPULATE, page, reserved - page)
-            self._populated = reserved
-        except OSError:
-            _disable_populate()
-        self._alloc_end = reserved
+        """Reserve room up to ``end`` (``WritableMap.grow``): the rare append that
+        passes ``_alloc_end``."""
+        wmap = self._map
+        assert wmap is not None
+        self._alloc_end = wmap.grow(end)
 
     def prefault(self, prefaulter: "_prefault.Prefaulter") -> None:
         """Fault in the reserved pages not yet faulted in (the prefaulter thread)."""
-        with self._map_lock:
-            lo, hi = self._populated, self._reserved
-            if self._mm is None or hi <= lo or not self._address:
-                return
-            lo -= lo % mmap.PAGESIZE
-            if prefaulter.populate(self._address + lo, hi - lo):
-                self._populated = hi
+        wmap = self._map
+        if wmap is not None:
+            wmap.prefault(prefaulter)
 
     @property
     def index_full(self) -> bool:
@@ -689,16 +517,7 @@ class Segment:
     def _release_files(self, trim: bool = True) -> None:
         with self._open_lock:
             self._unmap()
-            for ix in (self._index, self._timeindex):
-                if ix is None:
-                    continue
-                if trim:
-                    try:
-                        ix.close()
-                        continue
-                    except OSError:
-                        pass
-                ix.release()
+            close_all((self._index, self._timeindex), trim)
             self._index = self._timeindex = None
             if self._file is not None:
                 self._file.close()
@@ -721,7 +540,8 @@ class Segment:
         """In a forked child: new locks (another thread of the parent may have held one
         at the fork)."""
         self._open_lock = threading.RLock()
-        self._map_lock = threading.Lock()
+        if self._map is not None:
+            self._map.reset_lock()
 
     def sendfile(self, out: int, pos: int, count: int) -> int:
         """``os.sendfile`` from this segment's file; the descriptor cannot be closed
@@ -731,11 +551,11 @@ class Segment:
 
     def _unmap(self) -> None:
         """Unmap the active segment, once the prefaulter is not using the mapping."""
-        with self._map_lock:
-            if self._mm is not None:
-                self._mm.close()
-                self._mm = None  # type: ignore[assignment]
-            self._address = 0
+        wmap = self._map
+        if wmap is not None:
+            self._mm = None  # type: ignore[assignment]
+            self._map = None
+            wmap.close()
 
     def delete(self) -> None:
         """Unlink the files (the caller retires the object and fsyncs the directory)."""
@@ -751,123 +571,13 @@ class Segment:
     def pread(self, n: int, pos: int) -> bytes:
         return os.pread(self.fileno(), n, pos)
 
-    def batches(self, start: int = 0, end: int | None = None, expect: int | None = None
-                ) -> Iterator[tuple[int, codec.BatchHeader]]:
-        """(position, header) of each whole batch from ``start`` up to ``end``.
+    # reading (``_segment_read``): functions of the public surface above, bound
+    # here as methods, so a read costs no extra call
+    batches = _segment_read.batches
+    first_header = _segment_read.first_header
+    find_position = _segment_read.find_position
+    read = _segment_read.read
+    read_at = _segment_read.read_at
 
-        Framing and offsets only (``expect``: the first batch's base offset, then
-        each continues the last); CRCs are not checked. ``CorruptRecordError`` for a
-        batch that does not fit before ``end`` (the end of whole batches).
-        """
-        end = self.size if end is None else end
-        try:
-            for _, p, filepos, hdr in _scan.walk(self.fileno(), start, end, expect=expect,
-                                                 chunk=_SCAN_CHUNK):
-                yield filepos + p, hdr
-        except CorruptRecordError as e:
-            raise e.at(self.path, e.position, e.offset) from None
-
-    def first_header(self) -> codec.BatchHeader | None:
-        """The header of the segment's first batch, None if it holds none. Only the
-        header is read, however large the batch; its framing is checked, and that
-        the batch ends within the segment's data."""
-        size = self.size
-        if not size:
-            return None
-        try:
-            hdr = codec.read_header(self.pread(codec.HEADER_SIZE, 0), 0, size)
-        except CorruptRecordError as e:
-            raise e.at(self.path, 0, None) from None
-        if hdr is None:
-            raise CorruptRecordError(f"the first batch runs past the segment's {size} bytes "
-                                     f"of data", self.path, 0)
-        return hdr
-
-    def find_position(self, offset: int, end: int | None = None) -> tuple[int, codec.BatchHeader | None]:
-        """Position of the first batch whose last offset is >= ``offset``.
-
-        Returns (position, header), or (end, None) if no such batch.
-        """
-        end = self.size if end is None else end
-        try:
-            ix_off, pos = self.index.lookup(offset)
-        except (OSError, ValueError):
-            ix_off, pos = self.base_offset, 0
-        if pos > end:
-            pos = 0
-        try:
-            for p, hdr in self.batches(pos, end, ix_off):
-                if codec.last_offset(hdr) >= offset:
-                    return p, hdr
-            return end, None
-        except CorruptRecordError:
-            if not pos:
-                raise
-        # an index is a hint: scan from the segment start
-        for p, hdr in self.batches(0, end, self.base_offset):
-            if codec.last_offset(hdr) >= offset:
-                return p, hdr
-        return end, None
-
-    def read(self, offset: int, max_bytes: int, end: int | None = None,
-             max_offset: int | None = None) -> MessageSet:
-        """Whole batches holding messages from ``offset``, up to about ``max_bytes``.
-
-        At least one whole batch is returned if one exists, however large.
-        """
-        end = self.size if end is None else end
-        start, hdr = self.find_position(offset, end)
-        while hdr is not None and not hdr[codec.H_COUNT]:
-            # an empty batch over offsets compaction removed: nothing to return from it
-            offset = codec.last_offset(hdr) + 1
-            start, hdr = self.find_position(offset, end)
-        if hdr is None:
-            return MessageSet(b"", min_offset=offset, next_offset=offset)
-        return self.read_at(start, offset, max_bytes, end, max_offset, expect=hdr[codec.H_BASE])
-
-    def read_at(self, start: int, min_offset: int, max_bytes: int, end: int,
-                max_offset: int | None = None, expect: int | None = None) -> MessageSet:
-        """Whole batches from file position ``start`` (a batch start), the first
-        starting at offset ``expect`` when the caller knows it."""
-        want = max(min(max_bytes, end - start), codec.HEADER_SIZE)
-        buf = self.pread(want, start)
-        n = len(buf)
-        if n < min(want, end - start):
-            raise CorruptRecordError(f"the file ends at {start + n}, before the {end} bytes "
-                                     f"of whole batches it held (cut back?)", self.path, start + n)
-        p = 0
-        last = None
-        try:
-            for p, last in codec.batches_in(buf, 0, n):
-                pass
-        except CorruptRecordError as e:
-            raise e.at(self.path, start + (e.position or 0)) from None
-        if last is not None:
-            p += codec.batch_size(last)
-        else:
-            # a short read, or a first batch larger than max_bytes: the walker reads
-            # it whole or says what is wrong
-            try:
-                for buf, _, _, last in _scan.walk(self.fileno(), start, end, chunk=n or 1):
-                    p = len(buf)
-                    break
-            except CorruptRecordError as e:
-                raise e.at(self.path, e.position, e.offset) from None
-        after = codec.last_offset(last) + 1 if last is not None else None
-        nxt = after if after is not None else min_offset
-        if max_offset is not None:
-            nxt = min(nxt, max_offset)
-        return MessageSet(buf, 0, p, min_offset=min_offset, max_offset=max_offset,
-                          next_offset=max(nxt, min_offset), file=self,
-                          file_position=start, path=self.path, expect=expect, last_next=after)
-
-    def __repr__(self) -> str:
-        try:
-            size: int | str = self.size
-        except (OSError, ValueError):
-            size = "?"            # closed or deleted: a repr must not raise
-        return (f"<Segment base={self.base_offset} size={size} "
-                f"{'active' if self.is_active else 'sealed'}>")
-
-    def _repr_html_(self) -> str:
-        return _notebook.segment_html(self)
+    __repr__ = _notebook.segment_repr
+    _repr_html_ = _notebook.segment_html
