@@ -9,6 +9,7 @@ Functions of a segment's public surface (``size``, ``fileno()``, ``pread``,
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterator
 
 from . import _scan, codec
@@ -17,6 +18,16 @@ from .message import MessageSet
 
 _SCAN_CHUNK = 1 << 16
 
+
+
+def inode(seg: Any) -> int:
+    """The ``.log`` file's inode (a replaced segment has a new one)."""
+    return os.fstat(seg.fileno()).st_ino
+
+
+def pread(seg: Any, n: int, pos: int) -> bytes:
+    """``n`` bytes of the ``.log`` file from ``pos`` (fewer at its end)."""
+    return os.pread(seg.fileno(), n, pos)
 
 
 def batches(seg: Any, start: int = 0, end: int | None = None, expect: int | None = None

@@ -390,8 +390,11 @@ def _commit(directory: str, cfg: LogConfig, group: list[Segment], w: _Writer,
         _withdraw(directory, manifest, w)
         raise
     swap_in(directory, w.base, end)
-    replace(group, Segment.cleaned(directory, w.base, w.pos, end, w.res.max_timestamp,
-                                   cfg.index_interval_bytes, cfg.max_index_bytes))
+    # the writer's object for the sealed segment just swapped in
+    new = Segment(directory, w.base, max_index_bytes=cfg.max_index_bytes, writer=True,
+                  index_interval_bytes=cfg.index_interval_bytes)
+    new.set_measured(w.pos, end, w.res.max_timestamp)
+    replace(group, new)
     stats.bytes_after += w.pos
     stats.replaced.append((w.base, end))
 

@@ -24,6 +24,7 @@ from .cleaner import resolve_interrupted
 from .errors import CorruptRecordError
 from .index import TimeIndex, entries_valid, offset_arrays
 from .retention import remove_leftovers
+from ._segment_indexes import active_entries
 from .segment import NO_TIMESTAMP, Segment, WriterState
 
 CLEAN_MARKER = ".clean-shutdown"
@@ -91,9 +92,7 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
     active = segs[-1]
     if marker is not None and _marker_matches(marker, active):
         _remove_marker(directory, marker)
-        active.activate(capacity, active.checked_state(
-            marker["end_offset"], marker["max_timestamp"], marker["max_ts_offset"],
-            marker.get("first_timestamp")))
+        active.activate(capacity, _clean_state(active, marker, max_index_bytes, interval))
         write_session(directory)
         return Loaded(segs, start, marker["end_offset"], marker["end_offset"])
     _remove_marker(directory, marker)
@@ -358,6 +357,19 @@ def read_marker(directory: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         pass
     return {}
+
+
+def _clean_state(seg: Segment, marker: dict[str, Any], max_index_bytes: int,
+                 interval: int) -> WriterState:
+    """The ``WriterState`` of a cleanly closed segment reopened for appends: the clean
+    shutdown recorded its tail, the index entry counts come from its index files
+    (rebuilt first if they fail the check)."""
+    ie, te, repaired = active_entries(seg, max_index_bytes, interval)
+    seg.index_repairs += repaired
+    first = marker.get("first_timestamp")
+    return WriterState(seg.base_offset, seg.size, marker["end_offset"], ie, te, -1,
+                       marker["max_timestamp"], marker["max_ts_offset"],
+                       NO_TIMESTAMP if first is None else first)
 
 
 def _marker_matches(marker: dict[str, Any], active: Segment) -> bool:

@@ -20,16 +20,17 @@ from __future__ import annotations
 import io
 import mmap
 import os
-import threading
 from dataclasses import dataclass
 from struct import Struct
 from typing import Callable, cast
 
 from . import _notebook, _prefault, _scan, _segment_read, codec
 from ._files import fsync_dir, fsync_file, remove, segment_name
-from ._segment_indexes import (active_entries, close_all, load, open_pair, replace_files,
-                               reserve_room)
-from .errors import CorruptRecordError, OffsetOutOfRangeError
+from ._segment_indexes import close_all, load, open_pair, replace_files, reserve_room
+# SegmentGoneError is raised by the .log descriptor's holder, and known by Segment's name
+from ._segment_file import SegmentFile
+from ._segment_file import SegmentGoneError as SegmentGoneError
+from .errors import CorruptRecordError
 from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, next_entry_position
 from ._writable_map import WritableMap
 
@@ -69,12 +70,6 @@ class WriterState:
     first_timestamp: int
 
 
-class SegmentGoneError(OffsetOutOfRangeError):
-    """The segment was deleted by retention, replaced by compaction or closed with its
-    log; its files are no longer this object's. Read through the ``Log``, which
-    finds the current segment."""
-
-
 class Segment:
     """One segment: ``<base>.log``, ``<base>.index`` and ``<base>.timeindex``.
 
@@ -107,7 +102,8 @@ class Segment:
         self.next_offset = next_offset
         self._max_index_bytes = max_index_bytes
         self._live = live          # another process may still append to it
-        self._file: io.FileIO | None = None
+        # the .log descriptor; its lock also guards the lazy index loads
+        self._log = SegmentFile(self.path, f"segment {base_offset} of {directory}")
         self._index: OffsetIndex | None = None
         self._timeindex: TimeIndex | None = None
         self._max_ts: int = None  # type: ignore[assignment]
@@ -123,11 +119,6 @@ class Segment:
         # the roll limits appends compare with (NEVER while empty: set_roll_policy)
         self._roll_bytes = self._roll_ms = None  # type: int | None
         self._roll_size = self._roll_ts = self._roll_off = NEVER
-        # guards lazy opens and the final close: two threads opening at once must not
-        # both open (one descriptor would be closed under the other)
-        self._open_lock = threading.RLock()
-        # why this object no longer reads its files (retired by its log), or None
-        self._gone: str | None = None
         self.writer = writer        # this process owns the directory: it may repair files
         self.index_repairs = 0      # indexes found damaged and rebuilt
         # set by a reader's scan that found damage which cannot be a torn tail
@@ -141,10 +132,7 @@ class Segment:
         seg = cls(directory, base_offset, size=0, next_offset=base_offset,
                   max_index_bytes=max_index_bytes, writer=True,
                   index_interval_bytes=index_interval_bytes)
-        fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        os.close(fd)
-        for p in (seg.index_path, seg.timeindex_path):
-            os.close(os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
+        SegmentFile.create(seg.path, seg.index_path, seg.timeindex_path)
         try:
             seg.activate(capacity, WriterState(base_offset, 0, base_offset, 0, 0,
                                                index_interval_bytes, NO_TIMESTAMP, base_offset,
@@ -156,17 +144,6 @@ class Segment:
             raise
         return seg
 
-    @classmethod
-    def cleaned(cls, directory: str, base_offset: int, size: int, next_offset: int,
-                max_timestamp: int, index_interval_bytes: int, max_index_bytes: int
-                ) -> "Segment":
-        """The writer's object for a sealed segment compaction just swapped in."""
-        seg = cls(directory, base_offset, size=size, next_offset=next_offset,
-                  max_index_bytes=max_index_bytes, writer=True,
-                  index_interval_bytes=index_interval_bytes)
-        seg._max_ts = max_timestamp
-        return seg
-
     def set_measured(self, size: int, next_offset: int | None, max_timestamp: int) -> None:
         """The loader's (or a live reader's) measurement of the segment's data: whole
         batches up to ``size``, the offset after them and their largest timestamp."""
@@ -174,25 +151,11 @@ class Segment:
         self.next_offset = next_offset
         self._max_ts = max_timestamp
 
-    def checked_state(self, next_offset: int, max_timestamp: int, max_ts_offset: int,
-                      first_timestamp: int | None) -> WriterState:
-        """The ``WriterState`` of a cleanly closed segment reopened for appends (a
-        clean shutdown recorded the rest): index entry counts from its index files,
-        rebuilt first if they fail the check."""
-        ie, te, repaired = active_entries(self, self._max_index_bytes, self._interval)
-        self.index_repairs += repaired
-        return WriterState(self.base_offset, self.size, next_offset, ie, te, -1,
-                           max_timestamp, max_ts_offset,
-                           NO_TIMESTAMP if first_timestamp is None else first_timestamp)
-
     def activate(self, capacity: int, state: WriterState) -> None:
         """Open this segment for appends at ``state`` (its files hold what it says;
         ``next_index_pos`` -1: from the last index entry, by Kafka's rule)."""
         self._size = state.size
-        if self._file is not None:
-            self._file.close()         # opened read-only to check the indexes
-        self._file = io.FileIO(self.path, "r+")
-        self._map = WritableMap(self._file.fileno(), self._size, capacity, lambda end: reserve_room(
+        self._map = WritableMap(self._log.open_for_writing().fileno(), self._size, capacity, lambda end: reserve_room(
             (self._index, self._timeindex), end, self._interval))
         self._mm = cast(mmap.mmap, self._map.mm)
         self._alloc_end = self._size
@@ -257,17 +220,17 @@ class Segment:
     @property
     def retired(self) -> bool:
         """True once its log retired it (deleted, replaced, closed): use the log."""
-        return self._gone is not None
+        return self._log.gone is not None
 
     @property
     def opened(self) -> bool:
         """True once its ``.log`` file is open in this object."""
-        return self._file is not None
+        return self._log.fio is not None
 
     def end_live(self) -> list[Callable[[], None]]:
         """Its writer sealed it: read it as a file from now on. Returns the closers of
         the live index views, to run once no read uses them."""
-        with self._open_lock:
+        with self._log.lock:
             self._live = False
             old = [ix for ix in (self._index, self._timeindex) if ix is not None]
             self._index = self._timeindex = None
@@ -311,17 +274,12 @@ class Segment:
 
     def _indexes(self) -> tuple[OffsetIndex, TimeIndex]:
         """Both indexes, loaded once even when threads ask at the same time."""
-        with self._open_lock:
+        with self._log.lock:
             if self._index is None or self._timeindex is None:
-                self._check_present()
+                self._log.check_present()
                 self._load_indexes()
             assert self._index is not None and self._timeindex is not None
             return self._index, self._timeindex
-
-    def _check_present(self) -> None:
-        if self._gone is not None:
-            raise SegmentGoneError(f"segment {self.base_offset} of {self.directory} was "
-                                   f"{self._gone}")
 
     def _load_indexes(self) -> None:
         """Open the indexes: a live segment's as views that follow its writer, a
@@ -347,18 +305,12 @@ class Segment:
         fsync_dir(self.directory)
 
     def fileno(self) -> int:
-        return self.file.fileno()
+        return self._log.get().fileno()
 
     @property
     def file(self) -> io.FileIO:
-        f = self._file
-        if f is None:
-            with self._open_lock:
-                self._check_present()
-                if self._file is None:
-                    self._file = io.FileIO(self.path, "r")
-                f = self._file
-        return f
+        """The ``.log`` file, opened on first use (``SegmentGoneError`` once retired)."""
+        return self._log.get()
 
     # -- writing --------------------------------------------------------------------
     def append(self, data: bytes | list[bytes], base_offset: int, next_offset: int,
@@ -479,15 +431,10 @@ class Segment:
     def index_full(self) -> bool:
         return self._index is not None and (self._index.is_full or self.time_index.is_full)
 
-    def _fsync(self) -> None:
-        """Make the log data durable (indexes are rebuilt by recovery, not synced)."""
-        if self._file is not None:
-            fsync_file(self._file.fileno())
-
     def flush(self) -> None:
         """fsync data and indexes: recovery then trusts index entries below the
         recovery point and scans only the tail."""
-        self._fsync()
+        self._log.fsync()
         for ix in (self._index, self._timeindex):
             if ix is not None:
                 ix.flush()
@@ -515,13 +462,11 @@ class Segment:
             self._release_files()
 
     def _release_files(self, trim: bool = True) -> None:
-        with self._open_lock:
+        with self._log.lock:
             self._unmap()
             close_all((self._index, self._timeindex), trim)
             self._index = self._timeindex = None
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            self._log.close()
 
     def abandon(self) -> None:
         """Close everything without sealing, trimming or syncing (a simulated kill):
@@ -532,22 +477,20 @@ class Segment:
         """Leave the log: from now on uses raise ``SegmentGoneError`` (a reader between
         steps re-finds its place). Returns the closer of its files, which the log runs
         once no read is in flight, so no descriptor closes under one."""
-        if self._gone is None:
-            self._gone = why
+        self._log.retire(why)
         return self._release_files
 
     def reset_locks(self) -> None:
         """In a forked child: new locks (another thread of the parent may have held one
         at the fork)."""
-        self._open_lock = threading.RLock()
+        self._log.reset_lock()
         if self._map is not None:
             self._map.reset_lock()
 
     def sendfile(self, out: int, pos: int, count: int) -> int:
         """``os.sendfile`` from this segment's file; the descriptor cannot be closed
         (and its number reused) meanwhile."""
-        with self._open_lock:
-            return os.sendfile(out, self.fileno(), pos, count)
+        return self._log.sendfile(out, pos, count)
 
     def _unmap(self) -> None:
         """Unmap the active segment, once the prefaulter is not using the mapping."""
@@ -562,17 +505,10 @@ class Segment:
         for p in (self.path, self.index_path, self.timeindex_path):
             remove(p)
 
-    @property
-    def inode(self) -> int:
-        """The ``.log`` file's inode (a replaced segment has a new one)."""
-        return os.fstat(self.fileno()).st_ino
-
-    # -- reading -----------------------------------------------------------------
-    def pread(self, n: int, pos: int) -> bytes:
-        return os.pread(self.fileno(), n, pos)
-
-    # reading (``_segment_read``): functions of the public surface above, bound
-    # here as methods, so a read costs no extra call
+    # -- reading (``_segment_read``): functions of the public surface above, bound
+    # here as methods, so a read costs no extra call ----------------------------------
+    inode = property(_segment_read.inode)
+    pread = _segment_read.pread
     batches = _segment_read.batches
     first_header = _segment_read.first_header
     find_position = _segment_read.find_position

@@ -1,0 +1,96 @@
+"""``SegmentFile``: a segment's ``.log`` descriptor as one ``Segment`` object holds it.
+
+Opened read-only on first use (or read-write when the segment becomes the writer's
+active one), closed once, and refused with ``SegmentGoneError`` once the log retired
+the segment (deleted by retention, replaced by compaction, closed with its log): a
+reader holding the object then re-finds its place through the log.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+
+from ._files import fsync_file
+from .errors import OffsetOutOfRangeError
+
+
+class SegmentGoneError(OffsetOutOfRangeError):
+    """The segment was deleted by retention, replaced by compaction or closed with its
+    log; its files are no longer this object's. Read through the ``Log``, which
+    finds the current segment."""
+
+
+class SegmentFile:
+    """One segment's ``.log`` descriptor. ``lock`` guards lazy opens and the final
+    close (two threads opening at once must not both open: one descriptor would be
+    closed under the other); the segment's lazy index loads take it too. ``gone``
+    says why the file is no longer this object's (None while it is)."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self.what = what                # "segment <base> of <directory>", for errors
+        self.fio: io.FileIO | None = None
+        self.lock = threading.RLock()
+        self.gone: str | None = None
+
+    @staticmethod
+    def create(log_path: str, *others: str) -> None:
+        """Create a new segment's empty files: the ``.log`` must not exist yet, the
+        others (its indexes) are emptied if they do."""
+        os.close(os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
+        for p in others:
+            os.close(os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
+
+    def check_present(self) -> None:
+        """``SegmentGoneError`` once the segment is retired."""
+        if self.gone is not None:
+            raise SegmentGoneError(f"{self.what} was {self.gone}")
+
+    def get(self) -> io.FileIO:
+        """The descriptor, opened read-only on first use."""
+        f = self.fio
+        if f is None:
+            with self.lock:
+                self.check_present()
+                if self.fio is None:
+                    self.fio = io.FileIO(self.path, "r")
+                f = self.fio
+        return f
+
+    def open_for_writing(self) -> io.FileIO:
+        """Reopen read-write for the writer (it may have been opened read-only to
+        check the indexes)."""
+        if self.fio is not None:
+            self.fio.close()
+        self.fio = io.FileIO(self.path, "r+")
+        return self.fio
+
+    def fsync(self) -> None:
+        """fsync the file if this object has it open."""
+        if self.fio is not None:
+            fsync_file(self.fio.fileno())
+
+    def sendfile(self, out: int, pos: int, count: int) -> int:
+        """``os.sendfile`` from the file; the descriptor cannot be closed (and its
+        number reused) meanwhile."""
+        with self.lock:
+            return os.sendfile(out, self.get().fileno(), pos, count)
+
+    def close(self) -> None:
+        """Close the descriptor (the caller holds ``lock``); a later use reopens it
+        unless the segment is retired."""
+        if self.fio is not None:
+            self.fio.close()
+            self.fio = None
+
+    def retire(self, why: str) -> None:
+        """From now on uses raise ``SegmentGoneError`` naming ``why``."""
+        if self.gone is None:
+            self.gone = why
+
+    def reset_lock(self) -> None:
+        """In a forked child: a new lock (another thread of the parent may have held
+        it at the fork)."""
+        self.lock = threading.RLock()
