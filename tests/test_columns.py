@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import seglog
-from seglog import CorruptRecordError, Log, MessageSet, OffsetOutOfRangeError, Record
+from seglog import CorruptRecordError, Log, MessageSet, OffsetOutOfRangeError, Record, codec
 
 from clock import SYNTHETIC_CLOCK
 
@@ -145,3 +145,35 @@ def test_without_pyarrow_the_error_names_the_extra(tmp_path, monkeypatch):
         with pytest.raises(ImportError, match=r"seglog\[spark\]"):
             log.read_arrow()
         assert log.read(0).columns().values == b"a"      # columns need no pyarrow
+
+
+def _plain_batch_with_bad_lengths(overrun: bool) -> bytes:
+    """A plain batch with a good checksum whose record lengths do not fit it: a length
+    array longer than the batch (``overrun``) or lengths that do not add up."""
+    b = bytearray(codec.encode_batch(0, [b"aa", b"bb"], 1000))
+    hdr = list(codec.HEADER.unpack_from(b))
+    if overrun:
+        hdr[codec.H_COUNT], hdr[codec.H_LAST_DELTA] = 100, 99
+    else:
+        b[codec.HEADER_SIZE + 2] = 3                       # the second length: 2 -> 3
+    codec.HEADER.pack_into(b, 0, *hdr)
+    hdr[codec.H_CHECKSUM] = codec.CHECKSUM(bytes(b[codec.CHECKSUM_FROM:]))
+    codec.HEADER.pack_into(b, 0, *hdr)
+    return bytes(b)
+
+
+@pytest.mark.parametrize("overrun, as_messages", [
+    (True, "length array runs past the batch"), (False, "record lengths do not add up")])
+def test_a_plain_batch_whose_lengths_do_not_fit_is_refused_with_its_reason(overrun,
+                                                                           as_messages):
+    """Iteration says which way a plain batch's lengths fail; columns say it as every
+    undecodable batch is said."""
+    ms = MessageSet(_plain_batch_with_bad_lengths(overrun))
+    with pytest.raises(CorruptRecordError) as ei:
+        list(ms)
+    assert (ei.value.message, ei.value.position, ei.value.offset) == (as_messages, 0, 0)
+    for read in (ms.columns, ms.to_arrow):
+        with pytest.raises(CorruptRecordError) as ei:
+            read()
+        assert ei.value.message == "undecodable batch: record lengths do not add up"
+        assert (ei.value.position, ei.value.offset) == (0, 0)

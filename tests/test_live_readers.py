@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from seglog import Log, cleaner, recovery
+from seglog import Log, _live, cleaner, codec, recovery
 from seglog import log as log_module
+from seglog.segment import Segment
 from seglog.testing import abandon
 
 
@@ -147,3 +148,21 @@ def test_reader_of_a_log_whose_writer_died_inside_a_retention_pass(logdir, monke
         want = (w.stats(), len(w), [m.offset for m in w.iter()])
     assert seen[0] == {**want[0], "readonly": True}
     assert seen[1:] == want[1:] and want[2] == list(range(40, 50))
+
+
+def test_an_index_entry_is_trusted_where_a_batch_frames_whatever_its_attribute_bits(tmp_path):
+    """A reader checks that a batch with the entry's base offset starts where the entry
+    points (magic, length, base offset): a batch a newer seglog wrote, with an attribute
+    bit this version does not know, starts there too."""
+    first = codec.encode_batch(0, [b"a", b"b"], 100)
+    hdr = list(codec.HEADER.unpack_from(codec.encode_batch(2, [b"c"], 101)))
+    hdr[codec.H_ATTRS] |= 1 << 11
+    with open(tmp_path / f"{0:020d}.log", "wb") as f:
+        f.write(first + codec.HEADER.pack(*hdr) + bytes(3))
+    seg = Segment(str(tmp_path), 0)
+    try:
+        assert _live.batch_starts_at(seg, len(first), 2)
+        assert not _live.batch_starts_at(seg, len(first), 3)
+        assert not _live.batch_starts_at(seg, 1, 2)
+    finally:
+        seg.close(seal=False)

@@ -215,6 +215,30 @@ def test_damage_followed_by_valid_batches_in_the_same_boot_raises(d):
     assert os.path.getsize(_name(d, 0)) == pos[-1]
 
 
+
+@pytest.mark.skipif(recovery.boot_id() is None, reason="no boot id on this system")
+def test_damage_followed_by_batches_of_a_newer_format_in_the_same_boot_raises(d):
+    """Whole batches past the damage count as data even with an attribute bit this
+    version does not know (a newer seglog wrote them): refuse, never cut them."""
+    pos = _write_segment(d, 0, 8)
+    with open(_name(d, 0), "r+b") as f:
+        data = bytearray(f.read())
+        for i in (6, 7):
+            hdr = list(codec.HEADER.unpack_from(data, pos[i]))
+            hdr[codec.H_ATTRS] |= 1 << 11
+            codec.HEADER.pack_into(data, pos[i], *hdr)
+            hdr[codec.H_CHECKSUM] = codec.CHECKSUM(bytes(data[pos[i] + codec.CHECKSUM_FROM:
+                                                               pos[i + 1]]))
+            codec.HEADER.pack_into(data, pos[i], *hdr)
+        data[pos[5] + codec.HEADER_SIZE + 4] ^= 0xFF
+        f.seek(0)
+        f.write(data)
+    recovery.write_session(d)                     # the last writer ran in this boot
+    with pytest.raises(CorruptRecordError, match="followed by valid batches") as ei:
+        _load(d)
+    assert ei.value.path == _name(d, 0)
+    assert os.path.getsize(_name(d, 0)) == pos[-1]
+
 def test_segments_wholly_below_the_start_checkpoint_are_deleted(d):
     _write_segment(d, 0, 5)
     _write_segment(d, 10, 5)

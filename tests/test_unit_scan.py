@@ -373,3 +373,32 @@ def test_survey_counts_what_lies_past_a_bad_batch(mkfile):
     assert whole.head_messages == 3 and whole.head_base == 3 and whole.head_span == 3
     assert _scan.zeros_to(f.fd, f.size - 5000, f.size)
     assert not _scan.zeros_to(f.fd, f.size - 5001, f.size)
+
+
+def _with_unknown_attribute(batch: bytes, bit: int = 1 << 11) -> bytes:
+    """``batch`` as a newer seglog might write it: an attribute bit this version does not
+    know, and a checksum that matches."""
+    hdr = list(codec.HEADER.unpack_from(batch))
+    hdr[codec.H_ATTRS] |= bit
+    b = bytearray(batch)
+    codec.HEADER.pack_into(b, 0, *hdr)
+    hdr[codec.H_CHECKSUM] = codec.CHECKSUM(bytes(b[codec.CHECKSUM_FROM:]))
+    codec.HEADER.pack_into(b, 0, *hdr)
+    return bytes(b)
+
+
+def test_survey_counts_batches_with_attribute_bits_it_does_not_know(mkfile):
+    """Survey looks for batches by framing (magic, length) and checksum only: a whole
+    batch a newer seglog wrote is data past the damage, at the head or after it."""
+    good = _batches(4, per=2)
+    pos = _positions(good)
+    newer = [_with_unknown_attribute(b) for b in good]
+    bad = bytearray(good[1])
+    bad[40] ^= 0xFF
+    f = mkfile(good[0] + bytes(bad) + newer[2] + newer[3])
+    sv = _scan.survey(f.fd, pos[1], f.size, 2)
+    assert (sv.first, sv.batches, sv.messages, sv.end_offset) == (pos[2], 2, 4, 8)
+    assert sv.data_end == f.size
+    head = _scan.survey(f.fd, pos[2], f.size, 4)
+    assert (head.head_messages, head.head_base, head.head_span) == (2, 4, 2)
+    assert (head.first, head.batches) == (pos[3], 1)

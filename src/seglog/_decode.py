@@ -2,8 +2,8 @@
 
 ``iter_messages`` and ``iter_column_parts`` are the read path's fused walk and
 decode over a buffer of whole batches: one walk (``_walk``) checks every batch's
-framing, offsets and checksum and hands each batch, or each run of one-record
-batches, to what the caller makes of it (messages, or a ``ColumnPart``).
+framing, offsets and checksum and makes messages, or a ``ColumnPart``, of each
+batch or each run of one-record batches.
 ``decode_batch`` and ``column_part`` decode one batch already checked.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-import functools
 from io import BytesIO
 from itertools import islice, repeat
 from operator import add
@@ -76,23 +75,27 @@ class ColumnPart(NamedTuple):
 _tuple_new = cast("Callable[[type[ColumnPart], tuple[Any, ...]], ColumnPart]", tuple.__new__)
 
 
-def _walk(data: bytes, start: int, end: int, min_offset: int, stop: int,
-          expect: int | None, partial_ok: bool,
-          run: Callable[[int, int, list[int], list[bytes]], _T],
-          batch: Callable[[int, BatchHeader], _T]) -> Generator[_T, None, WalkEnd]:
-    """The walk under ``iter_messages`` and ``iter_column_parts``: yields
-    ``run(first offset, n, timestamps, values)`` for each run of plain one-record
-    batches and ``batch(position, header)`` for every other batch with records at
-    or after ``min_offset``, each checked (framing, offsets, checksum) first;
-    stops before the first batch at or after offset ``stop``.
+def _walk(data: bytes, start: int, end: int, min_offset: int, max_offset: int | None,
+          expect: int | None, partial_ok: bool, columns: bool,
+          message_type: Callable[[MessageTuple], Any], lead: tuple[Any, ...],
+          max_uncompressed: int) -> Generator[Any, None, WalkEnd]:
+    """The walk under ``iter_messages`` and ``iter_column_parts`` (``columns``): yields
+    the messages (or a ``ColumnPart``) of each run of plain one-record batches and of
+    every other batch with records at or after ``min_offset``, each checked
+    (framing, offsets, checksum) first; stops before the first batch at or after
+    ``max_offset``.
 
     A run of plain one-record batches (``Log.append``'s) costs one header unpack,
     one checksum, one slice and two list appends per batch in Python; a batch this
     loop does not take, good or bad, is left to the general path below it, which
-    checks and reports it.
+    checks and reports it. What is made of a batch is chosen by ``columns`` inside
+    the loop, not by a callable per kind: a call per batch is what the read path
+    cannot afford.
     """
     mv = memoryview(data)
-    runs = type(data) is bytes
+    bio = BytesIO(data) if type(data) is bytes else None
+    leads = tuple(map(repeat, lead))
+    stop = NEVER if max_offset is None else max_offset
     unpack = _SCAN.unpack_from
     one_size = ONE_HEADER.size
     one_length = one_size - LENGTH_END      # batch_length of a one-record batch, less its value
@@ -110,7 +113,7 @@ def _walk(data: bytes, start: int, end: int, min_offset: int, stop: int,
         expect = I64.unpack_from(data, start)[0] if start + 8 <= end else 0
     pos = start
     while pos < end:
-        if runs and expect >= min_offset:
+        if bio is not None and expect >= min_offset:
             values: list[bytes] = []
             stamps: list[int] = []
             while pos <= last_start:
@@ -142,7 +145,13 @@ def _walk(data: bytes, start: int, end: int, min_offset: int, stop: int,
             if values:
                 # batches of a run follow each other: consecutive offsets
                 n = len(values)
-                yield run(expect - n, n, stamps, values)
+                if columns:
+                    yield _tuple_new(ColumnPart, (
+                        range(expect - n, expect), stamps[0], stamps,
+                        array("I", map(len, values)), b"".join(values), None, None, None,
+                        None, None, expect - 1))
+                else:
+                    yield _plain(message_type, leads, expect - n, n, stamps, values)
                 if pos >= end:
                     break
         # any other batch: one at a time, every check with its own error
@@ -153,7 +162,7 @@ def _walk(data: bytes, start: int, end: int, min_offset: int, stop: int,
                 break
             raise CorruptRecordError("partial batch header", position=pos)
         hdr = HEADER.unpack_from(data, pos)
-        base, length, magic, check, attrs, last_delta, _, _, _ = hdr
+        base, length, magic, check, attrs, last_delta, count, base_ts, _ = hdr
         nxt = pos + LENGTH_END + length
         if magic != MAGIC or length < MIN_BATCH_LENGTH or nxt > end:
             if partial_ok and magic == MAGIC and length >= MIN_BATCH_LENGTH:
@@ -170,7 +179,27 @@ def _walk(data: bytes, start: int, end: int, min_offset: int, stop: int,
             continue
         if CHECKSUM(mv[pos + CHECKSUM_FROM:nxt]) != check:
             raise CorruptRecordError("checksum mismatch", position=pos, offset=base)
-        yield batch(pos, hdr)
+        if columns:
+            yield _column_part(data, mv, pos, hdr, min_offset, max_offset, max_uncompressed)
+        elif (attrs & ~F_WIDE) or bio is None or count != last_delta + 1:
+            yield decode_batch(data, pos, hdr, min_offset, max_offset, max_uncompressed,
+                               message_type, lead)
+        else:
+            p = pos + HEADER_SIZE
+            q = p + (4 if attrs else 2) * count
+            if q > nxt:
+                raise CorruptRecordError("length array runs past the batch", position=pos,
+                                         offset=base)
+            lens = _plain_lengths(mv, p, q, nxt, attrs)
+            if lens is None:
+                raise CorruptRecordError("record lengths do not add up", position=pos,
+                                         offset=base)
+            bio.seek(q)
+            it = _plain(message_type, leads, base, count, repeat(base_ts), map(bio.read, lens))
+            if min_offset > base or stop <= base + last_delta:
+                lo = max(0, min_offset - base)
+                it = islice(it, lo, max(lo, min(count, stop - base)))
+            yield it
         pos = nxt
     return WalkEnd(pos, expect)
 
@@ -200,26 +229,8 @@ def iter_messages(data: bytes, start: int, end: int, min_offset: int = 0,
     headers, nulls, per-record timestamps or compression) decodes with a few
     C-level calls, and a run's messages are made in one C-level pass.
     """
-    bio = BytesIO(data) if type(data) is bytes else None
-    mv = memoryview(data)
-    leads = tuple(map(repeat, lead))
-    stop = NEVER if max_offset is None else max_offset
-
-    def batch(pos: int, hdr: BatchHeader) -> Iterator[Any]:
-        base, _, _, _, attrs, last_delta, count, base_ts, _ = hdr
-        if (attrs & ~F_WIDE) or bio is None or count != last_delta + 1:
-            return decode_batch(data, pos, hdr, min_offset, max_offset, max_uncompressed,
-                                message_type, lead)
-        lens = _plain_lengths(mv, pos, hdr)
-        bio.seek(pos + HEADER_SIZE + (4 if attrs else 2) * count)
-        it = _plain(message_type, leads, base, count, repeat(base_ts), map(bio.read, lens))
-        if min_offset > base or stop <= base + last_delta:
-            lo = max(0, min_offset - base)
-            it = islice(it, lo, max(lo, min(count, stop - base)))
-        return it
-
-    return _walk(data, start, end, min_offset, stop, expect, partial,
-                 functools.partial(_plain, message_type, leads), batch)
+    return _walk(data, start, end, min_offset, max_offset, expect, partial, False,
+                 message_type, lead, max_uncompressed)
 
 
 def _plain(mtype: Callable[[MessageTuple], Any], leads: tuple[Iterator[Any], ...], first: int,
@@ -237,19 +248,8 @@ def iter_column_parts(data: bytes, start: int, end: int, min_offset: int = 0,
                       ) -> Generator[ColumnPart, None, WalkEnd]:
     """What ``iter_messages`` walks (with every check it makes), as ``ColumnPart``s:
     one per batch, or one for a run of one-record batches. Returns a ``WalkEnd``."""
-
-    def run(first: int, n: int, stamps: list[int], values: list[bytes]) -> ColumnPart:
-        return _tuple_new(ColumnPart, (range(first, first + n), stamps[0], stamps,
-                                       array("I", map(len, values)), b"".join(values), None,
-                                       None, None, None, None, first + n - 1))
-
-    mv = memoryview(data)
-
-    def batch(pos: int, hdr: BatchHeader) -> ColumnPart:
-        return _column_part(data, mv, pos, hdr, min_offset, max_offset, max_uncompressed)
-
-    return _walk(data, start, end, min_offset, NEVER if max_offset is None else max_offset,
-                 expect, partial, run, batch)
+    return _walk(data, start, end, min_offset, max_offset, expect, partial, True, tuple, (),
+                 max_uncompressed)
 
 
 @overload
@@ -439,11 +439,14 @@ def _column_part(data: bytes, mv: memoryview, pos: int, hdr: BatchHeader, min_of
     try:
         if not attrs & ~F_WIDE and count == last_delta + 1:
             # a plain batch: lengths, then the values, nothing else
-            lens = _plain_lengths(mv, pos, hdr)
-            part = _tuple_new(ColumnPart, (
-                range(base, last + 1), base_ts, None, lens,
-                mv[pos + HEADER_SIZE + (4 if attrs else 2) * count:pos + LENGTH_END + length],
-                None, None, None, None, None, last))
+            p = pos + HEADER_SIZE
+            q = p + (4 if attrs else 2) * count
+            nxt = pos + LENGTH_END + length
+            lens = _plain_lengths(mv, p, q, nxt, attrs)
+            if lens is None:
+                raise _Bad("record lengths do not add up")
+            part = _tuple_new(ColumnPart, (range(base, last + 1), base_ts, None, lens, mv[q:nxt],
+                                           None, None, None, None, None, last))
         else:
             lay = _Layout(data, pos, hdr, max_uncompressed)
             kend = lay.body + lay.key_bytes
@@ -468,20 +471,17 @@ def _column_part(data: bytes, mv: memoryview, pos: int, hdr: BatchHeader, min_of
     return part
 
 
-def _plain_lengths(mv: memoryview, pos: int, hdr: BatchHeader) -> array[int]:
+def _plain_lengths(mv: memoryview, p: int, q: int, nxt: int, wide: int) -> array[int] | None:
     """The value lengths of a plain batch (attributes ``F_WIDE`` at most, offsets
-    without holes): its records section is the lengths, then the values, nothing else.
-    Raises CorruptRecordError where they do not add up to the batch."""
-    base, length, _, _, attrs, _, count, _, _ = hdr
-    nxt = pos + LENGTH_END + length
-    p = pos + HEADER_SIZE
-    q = p + (4 if attrs else 2) * count
-    if q > nxt:
-        raise CorruptRecordError("length array runs past the batch", position=pos, offset=base)
-    lens = _array("I" if attrs else "H", mv[p:q])
-    if q + sum(lens) != nxt:
-        raise CorruptRecordError("record lengths do not add up", position=pos, offset=base)
-    return lens
+    without holes) ending at ``nxt``, stored at ``mv[p:q]`` (uint32 if ``wide``):
+    its records section is the lengths, then the values, nothing else. None where
+    they do not add up to the batch. (It reads the array itself rather than through
+    ``_array``: this runs once a batch on the read path.)"""
+    lens = array("I" if wide else "H")
+    lens.frombytes(mv[p:q])
+    if BIG_ENDIAN_HOST:
+        lens.byteswap()
+    return lens if q <= nxt and q + sum(lens) == nxt else None
 
 
 def _clip(part: ColumnPart, lo: int, hi: int) -> ColumnPart:

@@ -111,6 +111,21 @@ def sane_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader | None:
         return None
 
 
+def framed_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader | None:
+    """The header at ``pos`` if a whole header is there whose magic and length frame a
+    batch, else None. Never raises.
+
+    Looser than ``read_header`` on purpose: neither the attribute bits nor the base
+    offset are judged. Where batches are only looked for (past damage, where an index
+    entry points), a batch a newer seglog wrote, with an attribute bit this one does
+    not know, is still a batch: its checksum says whether it is whole.
+    """
+    if pos + HEADER_SIZE > len(data):
+        return None
+    hdr = HEADER.unpack_from(data, pos)
+    return hdr if hdr[H_MAGIC] == MAGIC and hdr[H_LENGTH] >= MIN_BATCH_LENGTH else None
+
+
 def old_magic_at(data: bytes | memoryview, pos: int, end: int) -> bool:
     """A format-1 batch can be shorter than a format-2 header: its magic byte says so."""
     return pos + LENGTH_END < min(end, len(data)) and data[pos + LENGTH_END] == OLD_MAGIC

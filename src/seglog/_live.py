@@ -87,7 +87,7 @@ def live_segment(seg: Segment, max_index_bytes: int) -> Segment:
 
 def batch_starts_at(seg: Segment, pos: int, base_offset: int) -> bool:
     """True if a batch header with ``base_offset`` and sane framing is at ``pos``."""
-    hdr = codec.sane_header(os.pread(seg.fileno(), codec.HEADER_SIZE, pos))
+    hdr = codec.framed_header(os.pread(seg.fileno(), codec.HEADER_SIZE, pos))
     return hdr is not None and hdr[codec.H_BASE] == base_offset
 
 

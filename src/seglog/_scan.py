@@ -192,7 +192,7 @@ def survey(fd: int, start: int, end: int, min_offset: int, first_only: bool = Fa
     """
     sv = Survey(start=start, data_end=start)
     skip = start + 1
-    hdr = codec.sane_header(os.pread(fd, codec.HEADER_SIZE, start))
+    hdr = codec.framed_header(os.pread(fd, codec.HEADER_SIZE, start))
     if hdr is not None:
         size = codec.batch_size(hdr)
         if start + size <= end:
@@ -222,7 +222,7 @@ def survey(fd: int, start: int, end: int, min_offset: int, first_only: bool = Fa
         while 0 <= i - codec.LENGTH_END < limit:
             q = i - codec.LENGTH_END
             after = i + 1
-            hdr = codec.sane_header(buf, q)     # None: not a whole header in buf
+            hdr = codec.framed_header(buf, q)   # None: not a whole header in buf
             if hdr is not None:
                 size = codec.batch_size(hdr)
                 if hdr[codec.H_BASE] >= min_offset and p + q + size <= end:

@@ -21,8 +21,8 @@ from ._format import (CHECKSUM, CHECKSUM_FROM, CODEC_LZ4, CODEC_MASK, CODEC_NONE
                       H_CHECKSUM, H_COUNT, H_LAST_DELTA, H_LENGTH, H_MAGIC, H_MAX_TS, HEADER,
                       HEADER_SIZE, LENGTH_END, LZ4_MIN_RECORDS, MAGIC, MIN_BATCH_LENGTH, NEVER,
                       OLD_MAGIC, ONE_HEADER, ONE_TAIL, BatchHeader, MessageTuple, batch_size,
-                      batches_in, checksum_ok, continues, delete_horizon, framing_error,
-                      last_offset, read_header, sane_header)
+                      batches_in, checksum_ok, continues, delete_horizon, framed_header,
+                      framing_error, last_offset, read_header, sane_header)
 
 __all__ = [
     # the format: header, fields, attribute bits, checksum
@@ -33,8 +33,8 @@ __all__ = [
     "F_OFFSETS", "F_WIDE_TS", "F_NULL_VALUES", "F_HORIZON", "LZ4_MIN_RECORDS",
     "DEFAULT_MAX_UNCOMPRESSED", "NEVER", "CHECKSUM", "BatchHeader", "MessageTuple",
     # headers and framing
-    "read_header", "sane_header", "framing_error", "checksum_ok", "continues", "batches_in",
-    "last_offset", "batch_size", "delete_horizon",
+    "read_header", "sane_header", "framed_header", "framing_error", "checksum_ok",
+    "continues", "batches_in", "last_offset", "batch_size", "delete_horizon",
     # encoding
     "encode_batch", "encode_values_parts",
     # decoding
