@@ -3,9 +3,10 @@
 Lifecycle (open, recovery, close, forks), validation and the append hot path, the
 flush policy and the recovery point, poisoning after an I/O error, tailing
 (``wait``), and the maintenance entry points with their policy (which segments
-retention deletes, when compaction runs). The segment list, rolling and the read
-path are ``LocalLog``'s, which ``Log`` extends; bytes in files are ``segment``,
-``index`` and ``codec``. docs/DESIGN.md has the layers and the lock order.
+retention deletes, when compaction runs). A ``Log`` holds a ``LocalLog`` (the
+segment list, rolling, the lifetime of segments); its read methods are
+``_log_reads``'s over that; bytes in files are ``segment``, ``index`` and
+``codec``. docs/DESIGN.md has the layers and the lock order.
 """
 
 from __future__ import annotations
@@ -21,18 +22,17 @@ from contextlib import contextmanager
 from dataclasses import asdict, fields
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import _marker, _platform, _scheduler, codec, recovery
+from . import _log_reads, _marker, _platform, _scheduler, codec, recovery
 from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, list_dir, make_dirs, path_error,
                      require_dir, write_checkpoint)
 from .cleaner import CompactionStats, compact
 from .config import LogConfig
 from .errors import LogLockedError, MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
-from .local_log import LocalLog
-from .message import (HEADER_FRAMING, Headers, PreparedBatch, Record, check_timestamp,
-                      prepare_batch)
+from .local_log import LocalLog, active_capacity
+from .message import (HEADER_FRAMING, Headers, Message, MessageSet, PreparedBatch, Record,
+                      check_timestamp, prepare_batch)
 from .retention import DelayedDeletes, expired_prefix
 from .segment import Segment
-
 _log = logging.getLogger("seglog")
 # per-record bookkeeping bytes counted against max_message_bytes when cutting batches
 _RECORD_OVERHEAD = 24
@@ -46,7 +46,8 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class Log(LocalLog):
+
+class Log:
     """An append-only log of messages with contiguous offsets, in one directory.
 
     Open with ``Log.open``. One writer per directory (``LogLockedError`` for a
@@ -59,23 +60,30 @@ class Log(LocalLog):
     bound how much un-flushed data a power loss can take.
     """
 
-    def __init__(self, path: str, config: LogConfig, readonly: bool) -> None:
-        super().__init__(path, config, readonly)
+    def __init__(self, local: LocalLog, lock_fd: int = -1,
+                 loaded: recovery.Loaded | None = None) -> None:
+        """Built by ``open``: over a ``LocalLog`` the loader filled (a writer holding
+        ``lock_fd``, the flock) or a readonly reader's."""
+        self._local = local
+        self.path = local.path
+        self.config = config = local.config
+        self.readonly = readonly = local.readonly
         self._flush_lock = threading.Lock()
         # retention and compaction, one at a time, never holding the append lock long
         self._maintenance = threading.RLock()
-        self._deletes = DelayedDeletes(path)
+        self._deletes = DelayedDeletes(local.path)
         self._cond = threading.Condition(threading.Lock())
         self._waiters = 0
         self._failed: BaseException | None = None
         self._flushed = 0
         self._checkpointed = -1
         self._ckpt_lock = threading.Lock()
-        self._lock_fd = -1
+        self._lock_fd = lock_fd
         self._jobs: list[_scheduler.Job] = []
         self._compress = codec.CODEC_LZ4 if config.compression == "lz4" else codec.CODEC_NONE
         self._max_msg = config.max_message_bytes
-        self.recovery: recovery.RecoveryReport | None = None   # set by an unclean open
+        # what an unclean open recovered (None: a clean open, or a reader)
+        self.recovery: recovery.RecoveryReport | None = None
         self._ok = not readonly   # False once closed or failed: one test on the hot path
         self._fast_max = min(self._max_msg, 0xFFFE)
         # the packed checksummed tail of a one-record batch's header, by value length,
@@ -90,6 +98,12 @@ class Log(LocalLog):
         self._active_bytes_at_open = 0
         self._rolled_bytes = 0
         self._batches_appended = 0
+        if loaded is not None:
+            self._flushed = self._end_at_open = loaded.end_offset
+            self._checkpointed = loaded.recovery_point
+            self.recovery = loaded.report
+            self._active_bytes_at_open = loaded.segments[-1].size
+            self._update_flush_at()
 
     # -- opening and closing ------------------------------------------------------
     @classmethod
@@ -113,65 +127,22 @@ class Log(LocalLog):
         LogConfig.from_kwargs(config)      # bad options: an error before anything is made
         path = os.path.abspath(os.fspath(path))
         if readonly:
-            require_dir(path, "log", create=False)
-            marker = None
-            if _marker.ownership(path, list_dir(path)) == "marked":
-                marker = _marker.read(path)
-            cfg = (_marker.stored_config(marker, config, strict=False) if marker is not None
-                   else LogConfig.from_kwargs(config))
-            log = cls(path, cfg, True)
-            try:
-                log._refresh(force=True)
-            except BaseException as e:
-                log.close()
-                if isinstance(e, OSError) and not isinstance(e, SeglogError):
-                    raise path_error(e, f"reading {path} failed") from e
-                raise
+            log = cls(_open_reader(path, config))
             _READERS.add(log)
             return log
-        # refuse before creating anything: a file, a foreign directory
-        if require_dir(path, "log", create=True):
-            _marker.ownership(path, list_dir(path))
-        else:
-            make_dirs(path)
+        lock_fd, cfg = _lock_and_configure(path, config)
         try:
-            lock_fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise path_error(e, f"cannot open the lock file of {path}") from e
-        try:
-            _platform.flock(lock_fd, _platform.LOCK_EX_NB)
-        except BlockingIOError:
-            os.close(lock_fd)
-            raise LogLockedError(f"another writer holds {path}") from None
-        try:
-            cfg = _writer_config(path, config)
-        except BaseException:
-            os.close(lock_fd)
-            raise
-        log = cls(path, cfg, False)
-        log._lock_fd = lock_fd
-        try:
-            loaded = recovery.load_for_writer(path, log._capacity, cfg.index_interval_bytes,
-                                              cfg.max_index_bytes)
+            loaded = recovery.load_for_writer(path, active_capacity(cfg),
+                                              cfg.index_interval_bytes, cfg.max_index_bytes)
         except BaseException as e:
-            os.close(log._lock_fd)
-            log._lock_fd = -1          # never closed again by __del__ (the number is reused)
-            log._closed = True
+            os.close(lock_fd)
             if isinstance(e, OSError) and not isinstance(e, SeglogError):
                 # a full disk or an I/O error while recovering: nothing was lost, and
                 # a readonly open still works; retry once the cause is fixed
                 raise _storage_error(e, f"opening {path} failed: {e}") from e
             raise
-        log._set_segments(loaded.segments)
-        log._start = loaded.start_offset
-        log._end = loaded.end_offset
-        log._flushed = loaded.end_offset
-        log._checkpointed = loaded.recovery_point
-        log.recovery = loaded.report
-        log._end_at_open = loaded.end_offset
-        log._active_bytes_at_open = loaded.segments[-1].size
-        log._update_flush_at()
-        loaded.segments[-1].set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
+        log = cls(LocalLog(path, cfg, False, loaded.segments, loaded.start_offset,
+                           loaded.end_offset), lock_fd, loaded)
         # one flusher and one maintenance thread per process serve every log; their
         # jobs hold the log weakly: a writer nobody references is closed (and its lock
         # released) by the garbage collector, not kept alive by a thread
@@ -198,7 +169,7 @@ class Log(LocalLog):
         as do pending ``wait`` calls. Every descriptor the log opened is closed. In a
         process forked from the writer's, ``close`` touches no file.
         """
-        if self._closed:
+        if self._local.closed:
             return
         for job in self._jobs:
             job.cancel()
@@ -208,48 +179,39 @@ class Log(LocalLog):
             self._close()
 
     def _close(self) -> None:
-        with self._rlock:
-            if self._closed:
-                return
-            self._closing = True
-            while self._inflight:
-                self._idle.wait()
+        local = self._local
+        if not local.begin_close():
+            return
         if len(self._deletes):
             try:
                 self._deletes.purge(everything=True)
             except OSError:
                 # the next writer removes them at open
                 pass
-        with self._flush_lock, self._lock:
-            if self._closed:
+        with self._flush_lock, local.lock:
+            if local.closed:
                 return
-            self._closed = True
             self._ok = False
             try:
-                if not self.readonly and self._failed is None:
-                    active = self._segs[-1]
-                    active.seal()
-                    write_checkpoint(self.path, RECOVERY_POINT, self._end)
-                    recovery.write_marker(self.path, active, self._end)
-                    self._flushed = self._end
+                local.close(None if self.readonly or self._failed is not None else self._seal)
             except OSError as e:
                 # no clean-shutdown marker: the next open recovers what reached the disk
                 self._failed = e
                 raise _storage_error(e, f"closing {self.path} failed: {e}") from e
             finally:
-                for seg in self._segs:
-                    try:
-                        seg.close(seal=False)    # sealed above, unless it failed
-                    except OSError:
-                        pass
-                for close in self._graveyard:
-                    close()
-                self._graveyard.clear()
                 if self._lock_fd >= 0:
                     os.close(self._lock_fd)  # releases the flock
                     self._lock_fd = -1
         with self._cond:
             self._cond.notify_all()
+
+    def _seal(self, active: Segment) -> None:
+        """The writer's clean shutdown (append lock held): seal, checkpoint, marker."""
+        active.seal()
+        end = self._local.end
+        write_checkpoint(self.path, RECOVERY_POINT, end)
+        recovery.write_marker(self.path, active, end)
+        self._flushed = end
 
     def __del__(self) -> None:
         if sys.is_finalizing():
@@ -258,8 +220,8 @@ class Log(LocalLog):
             # Leave it as a killed process would: the data is in the page cache, the
             # lock goes with the process, and the next open recovers.
             return
-        if (getattr(self, "_lock_fd", -1) >= 0 or getattr(self, "readonly", False)) \
-                and not getattr(self, "_closed", True):
+        local = getattr(self, "_local", None)
+        if local is not None and not local.closed:
             try:
                 self.close()
             except Exception:
@@ -270,14 +232,9 @@ class Log(LocalLog):
         crash tests): no flush, no seal, no marker; the lock is released."""
         for job in self._jobs:
             job.cancel()
-        with self._flush_lock, self._lock:
-            self._closed = True
+        with self._flush_lock, self._local.lock:
             self._ok = False
-            for seg in self._segs:
-                seg.abandon()
-            for close in self._graveyard:      # retired segments' descriptors
-                close()
-            self._graveyard.clear()
+            self._local.abandon()
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
@@ -290,23 +247,14 @@ class Log(LocalLog):
         descriptor (the parent keeps the lock; a child never holds it). Locks are made
         anew: another thread of the parent may have held one at the fork.
         """
-        self._lock = threading.Lock()
+        self._local.after_fork()
         self._flush_lock = threading.Lock()
         self._maintenance = threading.RLock()
         self._ckpt_lock = threading.Lock()
         self._cond = threading.Condition(threading.Lock())
-        self._rlock = threading.Lock()
-        self._idle = threading.Condition(self._rlock)
-        self._refresh_lock = threading.Lock()
-        self._inflight = 0
         self._waiters = 0
-        for seg in self._segs:
-            seg.reset_locks()
         if self.readonly:
             return
-        self._forked_from = self._pid
-        self._pid = os.getpid()
-        self._closed = True
         self._ok = False
         if self._lock_fd >= 0:
             try:
@@ -323,13 +271,13 @@ class Log(LocalLog):
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._local.closed
 
     def check_writable(self) -> None:
         """Raise what an append would raise now: ``LogClosedError``, ``ReadOnlyError``,
         or ``StorageError`` after an I/O error poisoned the log."""
-        if self._closed:
-            raise self._closed_error()
+        if self._local.closed:
+            raise self._local.closed_error()
         if self.readonly:
             raise ReadOnlyError(f"log {self.path} was opened readonly")
         if self._failed is not None:
@@ -371,14 +319,15 @@ class Log(LocalLog):
                 # the joined bytes is the fastest way for short values (measured)
                 check = _checksum(tail + value)
                 size = _ONE_SIZE + n
-                lock = self._lock
+                local = self._local
+                lock = local.lock
                 # acquire/release, not `with`: a third of the cost on this path
                 lock.acquire()
                 try:
                     if not self._ok:
                         self.check_writable()
-                    off = self._end
-                    seg = self._segs[-1]
+                    off = local.end
+                    seg = local.active
                     try:
                         pos = seg.append_one(off, ts, check, value, size)
                         if pos < 0:
@@ -387,7 +336,7 @@ class Log(LocalLog):
                         raise                   # a roll failed, and poisoned the log
                     except OSError as e:
                         raise self._fail(e) from e
-                    self._end = off + 1
+                    local.end = off + 1
                     self._batches_appended += 1
                 finally:
                     lock.release()
@@ -410,9 +359,9 @@ class Log(LocalLog):
         """
         items = items if isinstance(items, (list, tuple)) else list(items)
         if not items:
-            with self._lock:
+            with self._local.lock:
                 self.check_writable()
-                return range(self._end, self._end)
+                return range(self._local.end, self._local.end)
         return self.append_encoded(self.encode(items, _time_ns() // 1_000_000))
 
     def encode(self, items: Sequence[Any], now: int) -> list[tuple[Any, int, int, int]]:
@@ -441,14 +390,15 @@ class Log(LocalLog):
 
     def append_encoded(self, batches: list[tuple[Any, int, int, int]]) -> range:
         """Append what ``encode`` returned, atomically per batch; the range of offsets."""
-        lock = self._lock
+        local = self._local
+        lock = local.lock
         lock.acquire()
         try:
             if not self._ok:
                 self.check_writable()
-            first = off = self._end
+            first = off = local.end
             for data, n, max_ts, size in batches:
-                seg = self._segs[-1]
+                seg = local.active
                 try:
                     if seg.append(data, off, off + n, max_ts, size) < 0:
                         self._roll(seg).append(data, off, off + n, max_ts, size)
@@ -457,7 +407,7 @@ class Log(LocalLog):
                 except OSError as e:
                     raise self._fail(e) from e
                 off += n
-                self._end = off
+                local.end = off
             self._batches_appended += len(batches)
         finally:
             lock.release()
@@ -527,39 +477,41 @@ class Log(LocalLog):
         new base offset is durable: it becomes the recovery point."""
         if not old.size:
             return old          # an empty segment never rolls
+        local = self._local
         try:
-            new = self._roll_segment(old)
+            new = local.roll(old)
         except OSError as e:
             raise self._fail(e) from e
-        self._metrics.rolls += 1
+        local.metrics.rolls += 1
         self._rolled_bytes += old.size - self._active_bytes_at_open
         self._active_bytes_at_open = 0
-        if self._flushed < self._end:
-            self._flushed = self._end
+        if self._flushed < local.end:
+            self._flushed = local.end
             self._update_flush_at()
-        self._write_recovery_point(self._end)
+        self._write_recovery_point(local.end)
         return new
 
     # -- flushing -----------------------------------------------------------------
     def flush(self) -> int:
         """fsync what was appended; return the offset below which all survives power loss."""
         with self._flush_lock:
-            with self._lock:
+            local = self._local
+            with local.lock:
                 self.check_writable()
-                target = self._end
-                seg = self._segs[-1]
+                target = local.end
+                seg = local.active
             if target > self._flushed:
                 # in flight: a compaction that retires this (rolled meanwhile) segment
                 # must not close its descriptors under the fsync
-                self._enter()
+                local.enter()
                 t0 = time.perf_counter()
                 try:
                     seg.flush()
                 except (OSError, ValueError) as e:
                     raise self._fail(e) from e
                 finally:
-                    self._leave()
-                m = self._metrics
+                    local.leave()
+                m = local.metrics
                 m.fsync.observe(time.perf_counter() - t0)
                 m.flushes += 1
                 # the checkpoint is what lets recovery tell flushed data (whose damage
@@ -585,7 +537,88 @@ class Log(LocalLog):
                 raise self._fail(e) from e
             self._checkpointed = offset
 
-    # -- reading ----------------------------------------------------------------
+
+    # -- reading (the read path is _log_reads's, over the LocalLog) -----------------
+    @property
+    def start_offset(self) -> int:
+        """The first offset still in the log."""
+        return self._local.start_offset
+
+    @property
+    def end_offset(self) -> int:
+        """The next offset to assign (one past the last message)."""
+        return self._local.end_offset
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The segments, oldest first; the last one is active."""
+        return self._local.segments
+
+    def read(self, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
+        """Whole batches holding messages from ``offset`` on, up to about ``max_bytes``.
+
+        ``OffsetOutOfRangeError`` unless ``start_offset <= offset <= end_offset``;
+        ``offset == end_offset`` gives an empty set. At least one whole batch is
+        returned when one exists, however large: in a compacted log whose hole runs
+        to a segment's end, its messages may all lie below ``offset`` (read on from
+        ``next_offset``, as ``iter()`` does).
+        """
+        return _log_reads.read(self._local, offset, max_bytes)
+
+    def read_arrow(self, start: int | None = None, end: int | None = None) -> Any:
+        """Messages with ``start <= offset < end`` as a ``pyarrow.Table``
+        (``seglog.message.arrow_schema()``), built from whole batches' buffers
+        without an object per message (``MessageSet.columns()``).
+
+        ``start`` defaults to ``start_offset``, ``end`` to ``end_offset`` when called.
+        ``OffsetOutOfRangeError`` if ``start`` is outside the log or retention
+        deletes what is being read. Needs pyarrow and numpy (the ``spark`` extra).
+        """
+        return _log_reads.read_arrow(self._local, start, end)
+
+    def iter(self, start: int | None = None, end: int | None = None) -> Iterator[Message]:
+        """Messages with ``start <= offset < end``, in order.
+
+        ``start`` defaults to ``start_offset``; ``end`` to the end of the log as the
+        iteration reaches it (it does not wait for more: see ``wait``). Compaction
+        and retention may run meanwhile: the iterator goes on in the current
+        segments (``OffsetOutOfRangeError`` if retention deleted its next offset).
+        """
+        return _log_reads.iterate(self._local, start, end)
+
+    def __iter__(self) -> Iterator[Message]:
+        return _log_reads.iterate(self._local, None, None)
+
+    def offset_for_time(self, timestamp: int) -> int | None:
+        """The first offset whose message timestamp is >= ``timestamp``, or None."""
+        return _log_reads.offset_for_time(self._local, timestamp)
+
+    def __len__(self) -> int:
+        """Messages between ``start_offset`` and ``end_offset``: the offsets in between,
+        or after compaction (which leaves gaps) the records, counted from the batches."""
+        return _log_reads.count(self._local)
+
+    def stats(self) -> dict[str, Any]:
+        """A snapshot as a plain dict: offsets, messages (``len``), segments, bytes
+        (of stored batches: a writer's preallocated space is not counted), the oldest
+        and newest record timestamps (ms; None when empty): the first batch's and
+        the segments' largest. Reads batch headers only, whatever the batch sizes;
+        a reader beside a writer that deletes or replaces segments looks again."""
+        return _log_reads.stats(self._local)
+
+    def to_pandas(self, start: int | None = None, end: int | None = None, *,
+                  since: object = None, until: object = None) -> Any:
+        """Messages as a ``pandas.DataFrame`` (columns offset, timestamp as UTC
+        datetimes, key, value, headers), from offset ``start`` to ``end`` and with
+        timestamps in ``[since, until)`` (datetimes, ISO 8601 strings or ms; naive
+        means UTC). Built from ``read_arrow``; needs pandas and pyarrow (the ``spark``
+        extra). Without ``start``, retention deleting the first messages meanwhile (a
+        writer in another process) makes it read again from the new start."""
+        return _log_reads.to_pandas(self._local, start, end, since=since, until=until)
+
+    def _repr_html_(self) -> str:
+        return _log_reads.repr_html(self._local)
+
     def wait(self, offset: int, timeout: float | None = None) -> bool:
         """Block until ``end_offset > offset``; True if so, False on timeout.
 
@@ -602,34 +635,22 @@ class Log(LocalLog):
             if math.isinf(timeout):
                 timeout = None
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        local = self._local
         if self.readonly:
-            delay = 0.0005
-            waited = False
-            while True:
-                self._check_readable()
-                if self.end_offset > offset:
-                    if waited:
-                        self._metrics.wait_wakeups += 1
-                    return True
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                time.sleep(delay if left is None else min(delay, left))
-                waited = True
-                delay = min(delay * 2, 0.02)
+            return _log_reads.wait_polling(local, offset, deadline)
         with self._cond:
             self._waiters += 1
             try:
                 waited = False
-                while self._end <= offset:
-                    self._check_readable()
+                while local.end <= offset:
+                    local.check_readable()
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         return False
                     self._cond.wait(None if left is None else min(left, threading.TIMEOUT_MAX))
                     waited = True
                 if waited:
-                    self._metrics.wait_wakeups += 1
+                    local.metrics.wait_wakeups += 1
                 return True
             finally:
                 self._waiters -= 1
@@ -664,23 +685,19 @@ class Log(LocalLog):
         with self._maintenance, self._poisoning():
             self.check_writable()
             self._deletes.purge()
-            segs = self._segs
-            self._metrics.retention_runs += 1
+            local = self._local
+            segs = local.segs
+            m = local.metrics
+            m.retention_runs += 1
             n = expired_prefix(segs, now_ms, cfg.retention_ms, cfg.retention_bytes)
             if not n:
                 return []
-            doomed = segs[:n]
             new_start = segs[n].base_offset
             write_checkpoint(self.path, LOG_START, new_start)
-            with self._lock:   # appends only add segments at the end: the prefix is ours
-                self._start = max(self._start, new_start)
-                self._set_segments(self._segs[n:])
-            # readers of this process re-find their place; the files close once no read
-            # is in flight (readers in other processes are what the delay is for)
-            self._retire(doomed, "deleted by retention")
+            doomed = local.drop_prefix(n, new_start)
             self._deletes.delete(doomed, cfg.file_delete_delay_ms)
-            self._metrics.retention_deleted_segments += len(doomed)
-            self._metrics.retention_deleted_bytes += sum(s.size for s in doomed)
+            m.retention_deleted_segments += len(doomed)
+            m.retention_deleted_bytes += sum(s.size for s in doomed)
         return [s.base_offset for s in doomed]
 
     @contextmanager
@@ -690,15 +707,6 @@ class Log(LocalLog):
             yield
         except OSError as e:
             raise self._fail(e) from e
-
-    def _replace_segments(self, old: list[Segment], new: Segment) -> None:
-        """Swap compaction's ``new`` segment in for the consecutive ``old`` ones
-        (Kafka's ``replaceSegments``); the files were swapped on disk already."""
-        with self._lock:
-            cur = self._segs
-            i = next(k for k, s in enumerate(cur) if s is old[0])
-            self._set_segments(cur[:i] + (new,) + cur[i + len(old):])
-        self._retire(old, "replaced by compaction")
 
     def compact(self, now_ms: int | None = None) -> CompactionStats:
         """One compaction pass (cleanup_policy "compact"): keep the latest record per key.
@@ -714,11 +722,12 @@ class Log(LocalLog):
     def _compact(self, now_ms: int | None) -> CompactionStats:
         with self._maintenance, self._poisoning():
             self.check_writable()
-            st = compact(self.path, self._segs[:-1], self._start, self.config,
-                         self._replace_segments, now_ms)
+            local = self._local
+            st = compact(self.path, local.segs[:-1], local.start, self.config, local.replace,
+                         now_ms)
             if st.skipped is None:
-                self._metrics.compaction_runs += 1
-                self._metrics.compaction_bytes_saved += st.bytes_before - st.bytes_after
+                local.metrics.compaction_runs += 1
+                local.metrics.compaction_bytes_saved += st.bytes_before - st.bytes_after
             return st
 
     def _raise_background_error(self) -> None:
@@ -735,8 +744,9 @@ class Log(LocalLog):
         deleted; compaction runs and the bytes they saved; wake-ups of ``wait``.
         Cheap to keep on: appends add one integer increment."""
         rec = self.recovery
-        appended = 0 if self.readonly else max(0, self._end - self._end_at_open)
-        segs = self._segs
+        local = self._local
+        appended = 0 if self.readonly else max(0, local.end - self._end_at_open)
+        segs = local.segs
         active = segs[-1].size if segs and not self.readonly else 0
         out: dict[str, Any] = {
             "messages_appended": appended, "batches_appended": self._batches_appended,
@@ -747,17 +757,18 @@ class Log(LocalLog):
                 "cut_bytes": rec.cut_data_bytes, "cut_messages": rec.cut_messages,
                 "reserved_bytes": rec.reserved_bytes,
                 "deleted_segments": len(rec.deleted_segments)}}
-        out.update(self._metrics.snapshot())
+        out.update(local.metrics.snapshot())
         return out
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("readonly" if self.readonly else "writer")
+        local = self._local
+        state = "closed" if local.closed else ("readonly" if self.readonly else "writer")
         # the settings that differ from the defaults (all of them: log.config)
         changed = " ".join(f"{f.name}={getattr(self.config, f.name)!r}"
                            for f in fields(self.config)
                            if getattr(self.config, f.name) != f.default)
-        return (f"<seglog.Log {self.path} [{self._start}, {self._end}) "
-                f"{len(self._segs)} segment(s) {state}{' ' + changed if changed else ''}>")
+        return (f"<seglog.Log {self.path} [{local.start}, {local.end}) "
+                f"{len(local.segs)} segment(s) {state}{' ' + changed if changed else ''}>")
 
 
 def _writer_config(path: str, options: dict[str, Any]) -> LogConfig:
@@ -778,6 +789,48 @@ def _writer_config(path: str, options: dict[str, Any]) -> LogConfig:
     return cfg
 
 
+def _open_reader(path: str, options: dict[str, Any]) -> LocalLog:
+    """A readonly reader's segments, listed: settings stored in the marker with
+    ``options`` applied for this reader only."""
+    require_dir(path, "log", create=False)
+    marker = None
+    if _marker.ownership(path, list_dir(path)) == "marked":
+        marker = _marker.read(path)
+    cfg = (_marker.stored_config(marker, options, strict=False) if marker is not None
+           else LogConfig.from_kwargs(options))
+    local = LocalLog(path, cfg, True)
+    try:
+        local.refresh(force=True)
+    except BaseException as e:
+        with local.lock:
+            local.close()
+        if isinstance(e, OSError) and not isinstance(e, SeglogError):
+            raise path_error(e, f"reading {path} failed") from e
+        raise
+    return local
+
+
+def _lock_and_configure(path: str, options: dict[str, Any]) -> tuple[int, LogConfig]:
+    """A writer's first steps: refuse a file or a foreign directory before creating
+    anything, take the directory's flock, settle the settings; (lock fd, config)."""
+    if require_dir(path, "log", create=True):
+        _marker.ownership(path, list_dir(path))
+    else:
+        make_dirs(path)
+    try:
+        lock_fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise path_error(e, f"cannot open the lock file of {path}") from e
+    try:
+        _platform.flock(lock_fd, _platform.LOCK_EX_NB)
+    except BlockingIOError:
+        os.close(lock_fd)
+        raise LogLockedError(f"another writer holds {path}") from None
+    try:
+        return lock_fd, _writer_config(path, options)
+    except BaseException:
+        os.close(lock_fd)
+        raise
 
 
 _WRITERS: "weakref.WeakSet[Log]" = weakref.WeakSet()
@@ -795,11 +848,12 @@ if hasattr(os, "register_at_fork"):
 
 def _timed_flush(log: Log) -> None:
     """The process's flusher thread, every ``flush_ms`` of a writer."""
-    if log._end > log._flushed and log._failed is None and not log._closing:
+    local = log._local
+    if local.end > log._flushed and log._failed is None and not local.closing:
         try:
             log.flush()
         except SeglogError as e:
-            if not log._closed and not log._closing:
+            if not local.closed and not local.closing:
                 _log.warning("seglog: timed flush of %s failed: %s", log.path, e)
 
 
@@ -807,7 +861,8 @@ def _maintain(log: Log) -> None:
     """The process's maintenance thread, every ``retention_check_ms`` of a writer:
     retention, compaction and delayed deletes, beside appends (the append lock is
     taken only to swap the segment list)."""
-    if log._failed is not None or log._closing or log._closed:
+    local = log._local
+    if log._failed is not None or local.closing or local.closed:
         return
     try:
         with log._maintenance:
@@ -818,7 +873,7 @@ def _maintain(log: Log) -> None:
                 log._compact(None)
             log._deletes.purge()
     except (SeglogError, OSError) as e:
-        if not log._closed and not log._closing:
+        if not local.closed and not local.closing:
             _log.warning("seglog: maintenance of %s failed: %s", log.path, e)
             log._background_error = e
 
