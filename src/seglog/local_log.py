@@ -22,10 +22,11 @@ import threading
 import time
 from typing import Callable, Iterable, Sequence
 
-from . import _live
-from ._files import LOG_START, read_checkpoint
+from . import _live, recovery
+from ._files import LOG_START, RECOVERY_POINT, read_checkpoint, write_checkpoint
 from ._metrics import Metrics
 from .config import LogConfig
+from .codec import NEVER
 from .errors import LogClosedError, SeglogError
 from .segment import Segment
 
@@ -48,7 +49,8 @@ class LocalLog:
     active: Segment
 
     def __init__(self, path: str, config: LogConfig, readonly: bool,
-                 segments: Sequence[Segment] = (), start: int = 0, end: int = 0) -> None:
+                 segments: Sequence[Segment] = (), start: int = 0, end: int = 0,
+                 recovery_point: int = -1) -> None:
         self.path = path
         self.config = config
         self.readonly = readonly
@@ -76,7 +78,23 @@ class LocalLog:
         # counters every layer of this log adds to (``Log.metrics()`` shows them)
         self.metrics = Metrics()
         self._reported_damage: BaseException | None = None
+        # every offset below ``flushed`` was fsynced; the recovery-point checkpoint says
+        # so up to ``_checkpointed``; past ``flush_at`` an append flushes
+        self.flushed = end
+        self._checkpointed = recovery_point
+        self._ckpt_lock = threading.Lock()
+        self.flush_at = NEVER
+        self._update_flush_at()
+        # tailing: ``Log.wait`` callers of this process (the append path notifies them)
+        self.waiters = 0
+        self._cond = threading.Condition(threading.Lock())
+        # metrics that cost the append path nothing: messages and bytes appended come
+        # from the end offset and the segments' sizes against these
+        self._end_at_open = end
+        self._active_bytes_at_open = 0
+        self._rolled_bytes = 0
         if segments and not readonly:
+            self._active_bytes_at_open = self.active.size
             self.active.set_roll_policy(config.segment_bytes, config.segment_ms)
 
     def _set(self, segs: tuple[Segment, ...]) -> None:
@@ -136,14 +154,18 @@ class LocalLog:
         """True from ``begin_close`` on."""
         return self._closing
 
-    def close(self, seal: Callable[[Segment], None] | None = None) -> None:
-        """Close (append lock held): ``seal(active)`` first if given (the writer's
-        clean shutdown; what it raises propagates), then every segment's files and
-        retired segments' files, whatever happened."""
+    def close(self, clean: bool = False) -> None:
+        """Close (append lock held). ``clean``: the writer's clean shutdown first (seal
+        the active segment, checkpoint, write the clean-shutdown marker; an
+        ``OSError`` propagates), then every segment's files and retired segments'
+        files, whatever happened."""
         self.closed = True
         try:
-            if seal is not None:
-                seal(self.active)
+            if clean:
+                self.active.seal()
+                write_checkpoint(self.path, RECOVERY_POINT, self.end)
+                recovery.write_marker(self.path, self.active, self.end)
+                self.flushed = self.end
         finally:
             for seg in self.segs:
                 try:
@@ -171,7 +193,10 @@ class LocalLog:
         self._rlock = threading.Lock()
         self._idle = threading.Condition(self._rlock)
         self._refresh_lock = threading.Lock()
+        self._ckpt_lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
         self._inflight = 0
+        self.waiters = 0
         for seg in self.segs:
             seg.reset_locks()
         if self.readonly:
@@ -215,16 +240,99 @@ class LocalLog:
 
     # -- changes of the list -----------------------------------------------------------
     def roll(self, old: Segment) -> Segment:
-        """Seal the active segment and start a new one at the end offset (append lock
-        held). The caller makes the new segment's base offset the recovery point."""
-        old.next_offset = self.end
+        """Seal the active segment ``old`` and start a new one at the end offset (append
+        lock held; an empty segment never rolls: ``old`` again). The sealed segment
+        was fsynced, so everything before the new base offset is durable: it becomes
+        the recovery point. An ``OSError`` propagates (the caller poisons the log)."""
+        if not old.size:
+            return old
+        end = self.end
+        old.next_offset = end
         old.seal()
         cfg = self.config
-        new = Segment.create(self.path, self.end, self.capacity, cfg.index_interval_bytes,
+        new = Segment.create(self.path, end, self.capacity, cfg.index_interval_bytes,
                              cfg.max_index_bytes)
         new.set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
         self._set(self.segs + (new,))
+        self.metrics.rolls += 1
+        self._rolled_bytes += old.size - self._active_bytes_at_open
+        self._active_bytes_at_open = 0
+        if self.flushed < end:
+            self.flushed = end
+            self._update_flush_at()
+        self.write_recovery_point(end)
         return new
+
+    # -- flushing and the recovery point --------------------------------------------------
+    def flush(self, seg: Segment, target: int) -> int:
+        """fsync ``seg`` (the active segment when the end offset was ``target``) with its
+        indexes, then move the recovery point to ``target``; the flushed offset.
+        ``OSError`` or ``ValueError`` propagate (the caller poisons the log)."""
+        if target > self.flushed:
+            # in flight: a compaction that retires this (rolled meanwhile) segment
+            # must not close its descriptors under the fsync
+            self.enter()
+            t0 = time.perf_counter()
+            try:
+                seg.flush()
+            finally:
+                self.leave()
+            m = self.metrics
+            m.fsync.observe(time.perf_counter() - t0)
+            m.flushes += 1
+            # the checkpoint is what lets recovery tell flushed data (whose damage
+            # is corruption) from a torn tail: it moves with every flush (R6)
+            self.write_recovery_point(target)
+            self.flushed = max(self.flushed, target)
+            self._update_flush_at()
+        return self.flushed
+
+    def _update_flush_at(self) -> None:
+        every = self.config.flush_messages
+        if every is not None:
+            self.flush_at = self.flushed + every - 1
+
+    def write_recovery_point(self, offset: int) -> None:
+        """Durably record that every offset below ``offset`` was fsynced (monotonic)."""
+        with self._ckpt_lock:       # innermost lock: flush and roll both get here
+            if offset <= self._checkpointed:
+                return
+            write_checkpoint(self.path, RECOVERY_POINT, offset)
+            self._checkpointed = offset
+
+    def appended(self) -> tuple[int, int]:
+        """Messages and bytes a writer appended since it opened (a reader: 0, 0)."""
+        if self.readonly:
+            return 0, 0
+        active = self.segs[-1].size if self.segs else 0
+        return (max(0, self.end - self._end_at_open),
+                self._rolled_bytes + active - self._active_bytes_at_open)
+
+    # -- tailing ------------------------------------------------------------------------
+    def notify(self) -> None:
+        """Wake ``wait_for`` callers (after the append lock is released)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for(self, offset: int, deadline: float | None) -> bool:
+        """A writer's ``Log.wait``: block until ``end > offset`` (True) or the
+        ``time.monotonic()`` ``deadline`` (False); ``closed_error()`` once closed."""
+        with self._cond:
+            self.waiters += 1
+            try:
+                waited = False
+                while self.end <= offset:
+                    self.check_readable()
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._cond.wait(None if left is None else min(left, threading.TIMEOUT_MAX))
+                    waited = True
+                if waited:
+                    self.metrics.wait_wakeups += 1
+                return True
+            finally:
+                self.waiters -= 1
 
     def drop_prefix(self, n: int, new_start: int) -> tuple[Segment, ...]:
         """Remove the ``n`` oldest segments (retention; the new start offset is already

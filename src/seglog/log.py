@@ -28,14 +28,12 @@ from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, list_dir, make_dirs, 
 from .cleaner import CompactionStats, compact
 from .config import LogConfig
 from .errors import LogLockedError, MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
+from ._log_encode import check_window, encode
 from .local_log import LocalLog, active_capacity
-from .message import (HEADER_FRAMING, Headers, Message, MessageSet, PreparedBatch, Record,
-                      check_timestamp, prepare_batch)
+from .message import Headers, Message, MessageSet, Record, check_timestamp
 from .retention import DelayedDeletes, expired_prefix
 from .segment import Segment
 _log = logging.getLogger("seglog")
-# per-record bookkeeping bytes counted against max_message_bytes when cutting batches
-_RECORD_OVERHEAD = 24
 _ONE_SIZE = codec.ONE_HEADER.size
 _TAIL_1H = codec.ONE_TAIL
 _checksum = codec.CHECKSUM
@@ -72,12 +70,7 @@ class Log:
         # retention and compaction, one at a time, never holding the append lock long
         self._maintenance = threading.RLock()
         self._deletes = DelayedDeletes(local.path)
-        self._cond = threading.Condition(threading.Lock())
-        self._waiters = 0
         self._failed: BaseException | None = None
-        self._flushed = 0
-        self._checkpointed = -1
-        self._ckpt_lock = threading.Lock()
         self._lock_fd = lock_fd
         self._jobs: list[_scheduler.Job] = []
         self._compress = codec.CODEC_LZ4 if config.compression == "lz4" else codec.CODEC_NONE
@@ -90,20 +83,10 @@ class Log:
         # for the current millisecond (the hot path then packs nothing to checksum)
         self._tail_ts = -1
         self._tails: dict[int, bytes] = {}
-        self._flush_at = codec.NEVER if config.flush_messages is None else config.flush_messages - 1
         self._background_error: BaseException | None = None
-        # metrics that cost the append path nothing: messages and bytes appended come
-        # from the end offset and the segments' sizes against these
-        self._end_at_open = 0
-        self._active_bytes_at_open = 0
-        self._rolled_bytes = 0
         self._batches_appended = 0
         if loaded is not None:
-            self._flushed = self._end_at_open = loaded.end_offset
-            self._checkpointed = loaded.recovery_point
             self.recovery = loaded.report
-            self._active_bytes_at_open = loaded.segments[-1].size
-            self._update_flush_at()
 
     # -- opening and closing ------------------------------------------------------
     @classmethod
@@ -142,7 +125,7 @@ class Log:
                 raise _storage_error(e, f"opening {path} failed: {e}") from e
             raise
         log = cls(LocalLog(path, cfg, False, loaded.segments, loaded.start_offset,
-                           loaded.end_offset), lock_fd, loaded)
+                           loaded.end_offset, loaded.recovery_point), lock_fd, loaded)
         # one flusher and one maintenance thread per process serve every log; their
         # jobs hold the log weakly: a writer nobody references is closed (and its lock
         # released) by the garbage collector, not kept alive by a thread
@@ -193,7 +176,7 @@ class Log:
                 return
             self._ok = False
             try:
-                local.close(None if self.readonly or self._failed is not None else self._seal)
+                local.close(clean=not self.readonly and self._failed is None)
             except OSError as e:
                 # no clean-shutdown marker: the next open recovers what reached the disk
                 self._failed = e
@@ -202,16 +185,7 @@ class Log:
                 if self._lock_fd >= 0:
                     os.close(self._lock_fd)  # releases the flock
                     self._lock_fd = -1
-        with self._cond:
-            self._cond.notify_all()
-
-    def _seal(self, active: Segment) -> None:
-        """The writer's clean shutdown (append lock held): seal, checkpoint, marker."""
-        active.seal()
-        end = self._local.end
-        write_checkpoint(self.path, RECOVERY_POINT, end)
-        recovery.write_marker(self.path, active, end)
-        self._flushed = end
+        local.notify()
 
     def __del__(self) -> None:
         if sys.is_finalizing():
@@ -250,9 +224,6 @@ class Log:
         self._local.after_fork()
         self._flush_lock = threading.Lock()
         self._maintenance = threading.RLock()
-        self._ckpt_lock = threading.Lock()
-        self._cond = threading.Condition(threading.Lock())
-        self._waiters = 0
         if self.readonly:
             return
         self._ok = False
@@ -267,7 +238,7 @@ class Log:
     @property
     def flushed_offset(self) -> int:
         """Every offset below this survives power loss."""
-        return self._flushed
+        return self._local.flushed
 
     @property
     def closed(self) -> bool:
@@ -307,7 +278,7 @@ class Log:
                 ts = _time_ns() // 1_000_000
             else:
                 ts = check_timestamp(timestamp)
-                self._check_window(ts, ts, _time_ns() // 1_000_000)
+                check_window(self.config, ts, ts, _time_ns() // 1_000_000)
             if n <= self._fast_max:
                 if ts != self._tail_ts:
                     self._tail_ts = ts
@@ -340,9 +311,9 @@ class Log:
                     self._batches_appended += 1
                 finally:
                     lock.release()
-                if self._waiters:
-                    self._notify()
-                if off >= self._flush_at:
+                if local.waiters:
+                    local.notify()
+                if off >= local.flush_at:
                     self.flush()
                 return off
             if n > self._max_msg:
@@ -368,25 +339,7 @@ class Log:
         """Every input check of ``append_batch(items)`` (``now``: the writer's clock in
         ms) and its batches, encoded for ``append_encoded``; writes nothing (a topic
         encodes every partition's part before writing any)."""
-        batches = None
-        try:
-            # bytes-like values only (Records, str, None make join raise): the join is
-            # the type check and the batch body at once
-            body = b"".join(items)  # a Record raises: the type check
-        except TypeError:
-            body = None
-        # the whole batch within max_message_bytes: so is every value in it
-        if body is not None and len(body) + _RECORD_OVERHEAD * len(items) <= self._max_msg:
-            lens = list(map(len, items))
-            # len() is the byte size of bytes only (a memoryview, array or ctypes array
-            # counts items): other buffers take the careful path
-            if sum(lens) == len(body) and list(map(type, items)).count(bytes) == len(lens):
-                size, parts = codec.encode_values_parts(body, lens, now, self._compress)
-                batches = [(parts, len(items), now, size)]
-        if batches is None:
-            values, keys, stamps, headers = self._prepared(items, now)
-            batches = self._encode(values, keys, stamps, headers)
-        return batches
+        return encode(items, now, self.config, self._compress)
 
     def append_encoded(self, batches: list[tuple[Any, int, int, int]]) -> range:
         """Append what ``encode`` returned, atomically per batch; the range of offsets."""
@@ -411,85 +364,18 @@ class Log:
             self._batches_appended += len(batches)
         finally:
             lock.release()
-        if self._waiters:
-            self._notify()
-        if off - 1 >= self._flush_at:
+        if local.waiters:
+            local.notify()
+        if off - 1 >= local.flush_at:
             self.flush()
         return range(first, off)
 
-    def _prepared(self, items: Sequence[Any], now: int) -> PreparedBatch:
-        """``prepare_batch`` and the timestamp window: every input check of a batch."""
-        prepared = prepare_batch(items, now, self._max_msg)
-        stamps = prepared[2]
-        if isinstance(stamps, int):
-            self._check_window(stamps, stamps, now)
-        else:
-            self._check_window(min(stamps), max(stamps), now)
-        return prepared
-
-    def _check_window(self, lo: int, hi: int, now: int) -> None:
-        """Record timestamps ``lo``..``hi`` within the configured window around ``now``."""
-        before = self.config.message_timestamp_before_max_ms
-        after = self.config.message_timestamp_after_max_ms
-        if before is not None and lo < now - before:
-            raise ValueError(
-                f"timestamp {lo} is more than message_timestamp_before_max_ms={before} before "
-                f"now ({now}); timestamps are milliseconds since the epoch (seconds given?)")
-        if after is not None and hi > now + after:
-            raise ValueError(
-                f"timestamp {hi} is more than message_timestamp_after_max_ms={after} after "
-                f"now ({now}); timestamps are milliseconds since the epoch")
-
-    def _encode(self, values: list[bytes | None], keys: list[bytes | None] | None,
-                stamps: int | list[int], headers: list[tuple[tuple[bytes, bytes], ...]] | None
-                ) -> list[tuple[Any, int, int, int]]:
-        """Encode into batches of at most max_message_bytes: (bytes, count, max_ts, size)."""
-        n = len(values)
-        cuts = [0]
-        sizes = [len(v) if v else 0 for v in values]
-        if keys is not None or headers is not None:
-            for i in range(n):
-                k = keys[i] if keys is not None else None
-                if k:
-                    sizes[i] += len(k)
-                if headers is not None:
-                    sizes[i] += sum(len(a) + len(b) + HEADER_FRAMING for a, b in headers[i])
-        limit = self._max_msg
-        if sum(sizes) + _RECORD_OVERHEAD * n > limit:
-            acc = 0
-            for i, s in enumerate(sizes):
-                s += _RECORD_OVERHEAD
-                if acc and acc + s > limit:
-                    cuts.append(i)
-                    acc = 0
-                acc += s
-        cuts.append(n)
-        out = []
-        for a, b in zip(cuts, cuts[1:]):
-            ts = stamps if isinstance(stamps, int) else stamps[a:b]
-            data = codec.encode_batch(0, values[a:b], ts, keys[a:b] if keys is not None else None,
-                                      headers[a:b] if headers is not None else None, self._compress)
-            out.append((data, b - a, ts if isinstance(ts, int) else max(ts), len(data)))
-        return out
-
     def _roll(self, old: Segment) -> Segment:
-        """Roll (lock held); the sealed segment was fsynced, so everything before the
-        new base offset is durable: it becomes the recovery point."""
-        if not old.size:
-            return old          # an empty segment never rolls
-        local = self._local
+        """Roll (append lock held); a failure poisons the log."""
         try:
-            new = local.roll(old)
+            return self._local.roll(old)
         except OSError as e:
             raise self._fail(e) from e
-        local.metrics.rolls += 1
-        self._rolled_bytes += old.size - self._active_bytes_at_open
-        self._active_bytes_at_open = 0
-        if self._flushed < local.end:
-            self._flushed = local.end
-            self._update_flush_at()
-        self._write_recovery_point(local.end)
-        return new
 
     # -- flushing -----------------------------------------------------------------
     def flush(self) -> int:
@@ -500,43 +386,10 @@ class Log:
                 self.check_writable()
                 target = local.end
                 seg = local.active
-            if target > self._flushed:
-                # in flight: a compaction that retires this (rolled meanwhile) segment
-                # must not close its descriptors under the fsync
-                local.enter()
-                t0 = time.perf_counter()
-                try:
-                    seg.flush()
-                except (OSError, ValueError) as e:
-                    raise self._fail(e) from e
-                finally:
-                    local.leave()
-                m = local.metrics
-                m.fsync.observe(time.perf_counter() - t0)
-                m.flushes += 1
-                # the checkpoint is what lets recovery tell flushed data (whose damage
-                # is corruption) from a torn tail: it moves with every flush (R6)
-                self._write_recovery_point(target)
-                self._flushed = max(self._flushed, target)
-                self._update_flush_at()
-            return self._flushed
-
-    def _update_flush_at(self) -> None:
-        every = self.config.flush_messages
-        if every is not None:
-            self._flush_at = self._flushed + every - 1
-
-    def _write_recovery_point(self, offset: int) -> None:
-        """Durably record that every offset below ``offset`` was fsynced (monotonic)."""
-        with self._ckpt_lock:       # innermost lock: flush and roll both get here
-            if offset <= self._checkpointed:
-                return
             try:
-                write_checkpoint(self.path, RECOVERY_POINT, offset)
-            except OSError as e:
+                return local.flush(seg, target)
+            except (OSError, ValueError) as e:
                 raise self._fail(e) from e
-            self._checkpointed = offset
-
 
     # -- reading (the read path is _log_reads's, over the LocalLog) -----------------
     @property
@@ -635,29 +488,9 @@ class Log:
             if math.isinf(timeout):
                 timeout = None
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        local = self._local
         if self.readonly:
-            return _log_reads.wait_polling(local, offset, deadline)
-        with self._cond:
-            self._waiters += 1
-            try:
-                waited = False
-                while local.end <= offset:
-                    local.check_readable()
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        return False
-                    self._cond.wait(None if left is None else min(left, threading.TIMEOUT_MAX))
-                    waited = True
-                if waited:
-                    local.metrics.wait_wakeups += 1
-                return True
-            finally:
-                self._waiters -= 1
-
-    def _notify(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
+            return _log_reads.wait_polling(self._local, offset, deadline)
+        return self._local.wait_for(offset, deadline)
 
     # -- retention ---------------------------------------------------------------
     def enforce_retention(self, now_ms: int | None = None) -> list[int]:
@@ -745,13 +578,10 @@ class Log:
         Cheap to keep on: appends add one integer increment."""
         rec = self.recovery
         local = self._local
-        appended = 0 if self.readonly else max(0, local.end - self._end_at_open)
-        segs = local.segs
-        active = segs[-1].size if segs and not self.readonly else 0
+        messages, nbytes = local.appended()
         out: dict[str, Any] = {
-            "messages_appended": appended, "batches_appended": self._batches_appended,
-            "bytes_appended": (self._rolled_bytes + active - self._active_bytes_at_open
-                               if not self.readonly else 0),
+            "messages_appended": messages, "batches_appended": self._batches_appended,
+            "bytes_appended": nbytes,
             "recovery": None if rec is None else {
                 "segments_scanned": rec.segments_scanned, "scanned_bytes": rec.scanned_bytes,
                 "cut_bytes": rec.cut_data_bytes, "cut_messages": rec.cut_messages,
@@ -849,7 +679,7 @@ if hasattr(os, "register_at_fork"):
 def _timed_flush(log: Log) -> None:
     """The process's flusher thread, every ``flush_ms`` of a writer."""
     local = log._local
-    if local.end > log._flushed and log._failed is None and not local.closing:
+    if local.end > local.flushed and log._failed is None and not local.closing:
         try:
             log.flush()
         except SeglogError as e:
