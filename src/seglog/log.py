@@ -19,17 +19,17 @@ import threading
 import time
 import weakref
 from contextlib import contextmanager
-from dataclasses import asdict, fields
+from dataclasses import fields
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import _log_reads, _marker, _platform, _scheduler, codec, recovery
-from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, list_dir, make_dirs, path_error,
-                     require_dir, write_checkpoint)
+from . import _log_reads, _scheduler, codec, recovery
+from ._files import LOG_START, write_checkpoint
 from .cleaner import CompactionStats, compact
 from .config import LogConfig
 from .errors import LogLockedError, MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
 from ._log_encode import check_window, encode
-from .local_log import LocalLog, active_capacity
+from ._log_open import open_reader, open_writer, storage_error
+from .local_log import LocalLog
 from .message import Headers, Message, MessageSet, Record, check_timestamp
 from .retention import DelayedDeletes, expired_prefix
 from .segment import Segment
@@ -110,22 +110,12 @@ class Log:
         LogConfig.from_kwargs(config)      # bad options: an error before anything is made
         path = os.path.abspath(os.fspath(path))
         if readonly:
-            log = cls(_open_reader(path, config))
+            log = cls(open_reader(path, config))
             _READERS.add(log)
             return log
-        lock_fd, cfg = _lock_and_configure(path, config)
-        try:
-            loaded = recovery.load_for_writer(path, active_capacity(cfg),
-                                              cfg.index_interval_bytes, cfg.max_index_bytes)
-        except BaseException as e:
-            os.close(lock_fd)
-            if isinstance(e, OSError) and not isinstance(e, SeglogError):
-                # a full disk or an I/O error while recovering: nothing was lost, and
-                # a readonly open still works; retry once the cause is fixed
-                raise _storage_error(e, f"opening {path} failed: {e}") from e
-            raise
-        log = cls(LocalLog(path, cfg, False, loaded.segments, loaded.start_offset,
-                           loaded.end_offset, loaded.recovery_point), lock_fd, loaded)
+        local, lock_fd, loaded = open_writer(path, config)
+        log = cls(local, lock_fd, loaded)
+        cfg = local.config
         # one flusher and one maintenance thread per process serve every log; their
         # jobs hold the log weakly: a writer nobody references is closed (and its lock
         # released) by the garbage collector, not kept alive by a thread
@@ -180,7 +170,7 @@ class Log:
             except OSError as e:
                 # no clean-shutdown marker: the next open recovers what reached the disk
                 self._failed = e
-                raise _storage_error(e, f"closing {self.path} failed: {e}") from e
+                raise storage_error(e, f"closing {self.path} failed: {e}") from e
             finally:
                 if self._lock_fd >= 0:
                     os.close(self._lock_fd)  # releases the flock
@@ -252,13 +242,13 @@ class Log:
         if self.readonly:
             raise ReadOnlyError(f"log {self.path} was opened readonly")
         if self._failed is not None:
-            raise _storage_error(self._failed, f"log {self.path} refuses writes after an I/O "
+            raise storage_error(self._failed, f"log {self.path} refuses writes after an I/O "
                                  f"error: {self._failed}; reopen it") from self._failed
 
     def _fail(self, e: BaseException) -> StorageError:
         self._failed = e
         self._ok = False
-        return _storage_error(e, f"write to {self.path} failed: {e}")
+        return storage_error(e, f"write to {self.path} failed: {e}")
 
     # -- appending ------------------------------------------------------------------
     def append(self, value: bytes | None, key: bytes | None = None, timestamp: int | None = None,
@@ -567,7 +557,7 @@ class Log:
         e = self._background_error
         if e is not None:
             self._background_error = None
-            raise _storage_error(e, f"the background maintenance of {self.path} failed: {e}") from e
+            raise storage_error(e, f"the background maintenance of {self.path} failed: {e}") from e
 
     def metrics(self) -> dict[str, Any]:
         """Counters since this ``Log`` was opened, as a plain dict: messages, batches
@@ -599,68 +589,6 @@ class Log:
                            if getattr(self.config, f.name) != f.default)
         return (f"<seglog.Log {self.path} [{local.start}, {local.end}) "
                 f"{len(local.segs)} segment(s) {state}{' ' + changed if changed else ''}>")
-
-
-def _writer_config(path: str, options: dict[str, Any]) -> LogConfig:
-    """The writer's settings (lock held): stored ones with ``options`` applied; the
-    marker is written when the log is new or a setting changed."""
-    state = _marker.ownership(path, list_dir(path))
-    marker = _marker.read(path) if state == "marked" else None
-    if marker is not None:
-        cfg = _marker.stored_config(marker, options, strict=True)
-        if asdict(cfg) == marker["config"]:
-            return cfg
-    else:
-        cfg = LogConfig.from_kwargs(options)
-    try:
-        _marker.write(path, cfg, marker)
-    except OSError as e:
-        raise _storage_error(e, f"writing the settings of {path} failed: {e}") from e
-    return cfg
-
-
-def _open_reader(path: str, options: dict[str, Any]) -> LocalLog:
-    """A readonly reader's segments, listed: settings stored in the marker with
-    ``options`` applied for this reader only."""
-    require_dir(path, "log", create=False)
-    marker = None
-    if _marker.ownership(path, list_dir(path)) == "marked":
-        marker = _marker.read(path)
-    cfg = (_marker.stored_config(marker, options, strict=False) if marker is not None
-           else LogConfig.from_kwargs(options))
-    local = LocalLog(path, cfg, True)
-    try:
-        local.refresh(force=True)
-    except BaseException as e:
-        with local.lock:
-            local.close()
-        if isinstance(e, OSError) and not isinstance(e, SeglogError):
-            raise path_error(e, f"reading {path} failed") from e
-        raise
-    return local
-
-
-def _lock_and_configure(path: str, options: dict[str, Any]) -> tuple[int, LogConfig]:
-    """A writer's first steps: refuse a file or a foreign directory before creating
-    anything, take the directory's flock, settle the settings; (lock fd, config)."""
-    if require_dir(path, "log", create=True):
-        _marker.ownership(path, list_dir(path))
-    else:
-        make_dirs(path)
-    try:
-        lock_fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise path_error(e, f"cannot open the lock file of {path}") from e
-    try:
-        _platform.flock(lock_fd, _platform.LOCK_EX_NB)
-    except BlockingIOError:
-        os.close(lock_fd)
-        raise LogLockedError(f"another writer holds {path}") from None
-    try:
-        return lock_fd, _writer_config(path, options)
-    except BaseException:
-        os.close(lock_fd)
-        raise
 
 
 _WRITERS: "weakref.WeakSet[Log]" = weakref.WeakSet()
@@ -706,9 +634,3 @@ def _maintain(log: Log) -> None:
         if not local.closed and not local.closing:
             _log.warning("seglog: maintenance of %s failed: %s", log.path, e)
             log._background_error = e
-
-
-def _storage_error(cause: BaseException, message: str) -> StorageError:
-    """A StorageError that keeps its cause's errno (``e.errno == errno.ENOSPC``)."""
-    code = getattr(cause, "errno", None)
-    return StorageError(code, message) if code is not None else StorageError(message)
