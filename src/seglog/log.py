@@ -18,20 +18,18 @@ import sys
 import threading
 import time
 import weakref
-from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any, Iterable, Iterator, Sequence
 
 from . import _log_reads, _scheduler, codec, recovery
-from ._files import LOG_START, write_checkpoint
-from .cleaner import CompactionStats, compact
+from .cleaner import CompactionStats
 from .config import LogConfig
-from .errors import LogLockedError, MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
+from .errors import MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
 from ._log_encode import check_window, encode
 from ._log_open import open_reader, open_writer, storage_error
+from ._log_maintenance import Maintenance
 from .local_log import LocalLog
 from .message import Headers, Message, MessageSet, Record, check_timestamp
-from .retention import DelayedDeletes, expired_prefix
 from .segment import Segment
 _log = logging.getLogger("seglog")
 _ONE_SIZE = codec.ONE_HEADER.size
@@ -67,9 +65,7 @@ class Log:
         self.config = config = local.config
         self.readonly = readonly = local.readonly
         self._flush_lock = threading.Lock()
-        # retention and compaction, one at a time, never holding the append lock long
-        self._maintenance = threading.RLock()
-        self._deletes = DelayedDeletes(local.path)
+        self._maint = Maintenance(local, self.check_writable, self._fail)
         self._failed: BaseException | None = None
         self._lock_fd = lock_fd
         self._jobs: list[_scheduler.Job] = []
@@ -83,7 +79,6 @@ class Log:
         # for the current millisecond (the hot path then packs nothing to checksum)
         self._tail_ts = -1
         self._tails: dict[int, bytes] = {}
-        self._background_error: BaseException | None = None
         self._batches_appended = 0
         if loaded is not None:
             self.recovery = loaded.report
@@ -148,19 +143,14 @@ class Log:
             job.cancel()
         # a compact() or enforce_retention() in another thread (or the maintenance
         # thread's pass) finishes first
-        with self._maintenance:
+        with self._maint.lock:
             self._close()
 
     def _close(self) -> None:
         local = self._local
         if not local.begin_close():
             return
-        if len(self._deletes):
-            try:
-                self._deletes.purge(everything=True)
-            except OSError:
-                # the next writer removes them at open
-                pass
+        self._maint.purge_all()
         with self._flush_lock, local.lock:
             if local.closed:
                 return
@@ -213,7 +203,7 @@ class Log:
         """
         self._local.after_fork()
         self._flush_lock = threading.Lock()
-        self._maintenance = threading.RLock()
+        self._maint.after_fork()
         if self.readonly:
             return
         self._ok = False
@@ -494,42 +484,8 @@ class Log:
         or of ``compact``.
         """
         self.check_writable()
-        self._raise_background_error()
-        return self._enforce(_now_ms() if now_ms is None else check_timestamp(now_ms))
-
-    def _enforce(self, now_ms: int) -> list[int]:
-        """The delete policy (Kafka's ``deleteOldSegments``): the new log start offset
-        is checkpointed durably before any file is removed, so a crash in between
-        leaves segments below the start offset, which the next open deletes, and
-        never a start offset pointing at deleted data."""
-        cfg = self.config
-        if not cfg.deletes:
-            return []
-        with self._maintenance, self._poisoning():
-            self.check_writable()
-            self._deletes.purge()
-            local = self._local
-            segs = local.segs
-            m = local.metrics
-            m.retention_runs += 1
-            n = expired_prefix(segs, now_ms, cfg.retention_ms, cfg.retention_bytes)
-            if not n:
-                return []
-            new_start = segs[n].base_offset
-            write_checkpoint(self.path, LOG_START, new_start)
-            doomed = local.drop_prefix(n, new_start)
-            self._deletes.delete(doomed, cfg.file_delete_delay_ms)
-            m.retention_deleted_segments += len(doomed)
-            m.retention_deleted_bytes += sum(s.size for s in doomed)
-        return [s.base_offset for s in doomed]
-
-    @contextmanager
-    def _poisoning(self) -> Iterator[None]:
-        """An I/O error inside poisons the log, as a failed append does."""
-        try:
-            yield
-        except OSError as e:
-            raise self._fail(e) from e
+        self._maint.raise_background_error()
+        return self._maint.enforce(_now_ms() if now_ms is None else check_timestamp(now_ms))
 
     def compact(self, now_ms: int | None = None) -> CompactionStats:
         """One compaction pass (cleanup_policy "compact"): keep the latest record per key.
@@ -539,25 +495,8 @@ class Log:
         nothing). See ``seglog.cleaner``.
         """
         self.check_writable()
-        self._raise_background_error()
-        return self._compact(None if now_ms is None else check_timestamp(now_ms))
-
-    def _compact(self, now_ms: int | None) -> CompactionStats:
-        with self._maintenance, self._poisoning():
-            self.check_writable()
-            local = self._local
-            st = compact(self.path, local.segs[:-1], local.start, self.config, local.replace,
-                         now_ms)
-            if st.skipped is None:
-                local.metrics.compaction_runs += 1
-                local.metrics.compaction_bytes_saved += st.bytes_before - st.bytes_after
-            return st
-
-    def _raise_background_error(self) -> None:
-        e = self._background_error
-        if e is not None:
-            self._background_error = None
-            raise storage_error(e, f"the background maintenance of {self.path} failed: {e}") from e
+        self._maint.raise_background_error()
+        return self._maint.compact(None if now_ms is None else check_timestamp(now_ms))
 
     def metrics(self) -> dict[str, Any]:
         """Counters since this ``Log`` was opened, as a plain dict: messages, batches
@@ -616,21 +555,8 @@ def _timed_flush(log: Log) -> None:
 
 
 def _maintain(log: Log) -> None:
-    """The process's maintenance thread, every ``retention_check_ms`` of a writer:
-    retention, compaction and delayed deletes, beside appends (the append lock is
-    taken only to swap the segment list)."""
+    """The process's maintenance thread, every ``retention_check_ms`` of a writer."""
     local = log._local
     if log._failed is not None or local.closing or local.closed:
         return
-    try:
-        with log._maintenance:
-            log.check_writable()
-            if log.config.deletes:
-                log._enforce(_now_ms())
-            if log.config.compacted:
-                log._compact(None)
-            log._deletes.purge()
-    except (SeglogError, OSError) as e:
-        if not local.closed and not local.closing:
-            _log.warning("seglog: maintenance of %s failed: %s", log.path, e)
-            log._background_error = e
+    log._maint.run(_now_ms())
