@@ -22,16 +22,18 @@ from .retention import DelayedDeletes, expired_prefix
 _log = logging.getLogger("seglog")
 
 
-class Maintenance:
-    """The retention and compaction passes over one writer's ``LocalLog``.
-    ``check_writable`` raises what an append would; ``fail`` poisons the log after
-    an I/O error and returns the ``StorageError`` to raise."""
+_Check = Callable[[], None]
+_Fail = Callable[[BaseException], StorageError]
 
-    def __init__(self, local: LocalLog, check_writable: Callable[[], None],
-                 fail: Callable[[BaseException], StorageError]) -> None:
+
+class Maintenance:
+    """The retention and compaction passes over one writer's ``LocalLog``. Each pass
+    is given the log's ``check`` (raises what an append would) and ``fail`` (poisons
+    the log after an I/O error, returning the ``StorageError`` to raise): passed
+    per call, never kept, so nothing here keeps the ``Log`` alive."""
+
+    def __init__(self, local: LocalLog) -> None:
         self._local = local
-        self._check_writable = check_writable
-        self._fail = fail
         # retention and compaction, one at a time, never holding the append lock long
         # (lock 1: close() takes it too, to wait for a running pass)
         self.lock = threading.RLock()
@@ -43,15 +45,16 @@ class Maintenance:
         """In a forked child: a new lock (another thread may have held it at the fork)."""
         self.lock = threading.RLock()
 
+    @staticmethod
     @contextmanager
-    def _poisoning(self) -> Iterator[None]:
+    def _poisoning(fail: _Fail) -> Iterator[None]:
         """An I/O error inside poisons the log, as a failed append does."""
         try:
             yield
         except OSError as e:
-            raise self._fail(e) from e
+            raise fail(e) from e
 
-    def enforce(self, now_ms: int) -> list[int]:
+    def enforce(self, now_ms: int, check: _Check, fail: _Fail) -> list[int]:
         """The delete policy: the new log start offset is checkpointed durably before
         any file is removed, so a crash in between leaves segments below the start
         offset, which the next open deletes, and never a start offset pointing at
@@ -60,8 +63,8 @@ class Maintenance:
         cfg = local.config
         if not cfg.deletes:
             return []
-        with self.lock, self._poisoning():
-            self._check_writable()
+        with self.lock, self._poisoning(fail):
+            check()
             self._deletes.purge()
             segs = local.segs
             m = local.metrics
@@ -77,12 +80,12 @@ class Maintenance:
             m.retention_deleted_bytes += sum(s.size for s in doomed)
         return [s.base_offset for s in doomed]
 
-    def compact(self, now_ms: int | None) -> CompactionStats:
+    def compact(self, now_ms: int | None, check: _Check, fail: _Fail) -> CompactionStats:
         """One compaction pass over the sealed segments (``cleaner.compact``), swapping
         each rewritten group in with ``LocalLog.replace``."""
         local = self._local
-        with self.lock, self._poisoning():
-            self._check_writable()
+        with self.lock, self._poisoning(fail):
+            check()
             st = compact(local.path, local.segs[:-1], local.start, local.config, local.replace,
                          now_ms)
             if st.skipped is None:
@@ -98,18 +101,18 @@ class Maintenance:
             raise storage_error(
                 e, f"the background maintenance of {self._local.path} failed: {e}") from e
 
-    def run(self, now_ms: int) -> None:
+    def run(self, now_ms: int, check: _Check, fail: _Fail) -> None:
         """The maintenance thread's pass: retention, compaction and delayed deletes,
         beside appends (the append lock is taken only to swap the segment list). A
         failure is logged and kept for ``raise_background_error``."""
         local = self._local
         try:
             with self.lock:
-                self._check_writable()
+                check()
                 if local.config.deletes:
-                    self.enforce(now_ms)
+                    self.enforce(now_ms, check, fail)
                 if local.config.compacted:
-                    self.compact(None)
+                    self.compact(None, check, fail)
                 self._deletes.purge()
         except (SeglogError, OSError) as e:
             if not local.closed and not local.closing:

@@ -38,9 +38,33 @@ def open_reader(path: str, options: dict[str, Any]) -> LocalLog:
     return local
 
 
-def open_writer(path: str, options: dict[str, Any]) -> tuple[LocalLog, int, recovery.Loaded]:
+class DirLock:
+    """The directory's ``flock`` (``<path>/.lock``): taken by a writer's open before
+    anything else, released by its close (or the process's end)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd      # -1: not held (a reader's, or released)
+
+    def release(self) -> None:
+        """Close the descriptor, which releases the flock; then nothing."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def drop_copy(self) -> None:
+        """In a forked child: close this process's copy of the descriptor, which
+        never releases the parent's flock (a child never holds it)."""
+        if self._fd >= 0:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = -1
+
+
+def open_writer(path: str, options: dict[str, Any]) -> tuple[LocalLog, DirLock, recovery.Loaded]:
     """A writer's segments, loaded and recovered, under the directory's flock: the
-    ``LocalLog``, the lock's descriptor and what the loader found."""
+    ``LocalLog``, the lock and what the loader found."""
     lock_fd, cfg = _lock_and_configure(path, options)
     try:
         loaded = recovery.load_for_writer(path, active_capacity(cfg), cfg.index_interval_bytes,
@@ -53,7 +77,7 @@ def open_writer(path: str, options: dict[str, Any]) -> tuple[LocalLog, int, reco
             raise storage_error(e, f"opening {path} failed: {e}") from e
         raise
     return (LocalLog(path, cfg, False, loaded.segments, loaded.start_offset, loaded.end_offset,
-                     loaded.recovery_point), lock_fd, loaded)
+                     loaded.recovery_point), DirLock(lock_fd), loaded)
 
 
 def _lock_and_configure(path: str, options: dict[str, Any]) -> tuple[int, LogConfig]:

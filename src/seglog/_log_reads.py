@@ -10,6 +10,7 @@ holds (``OffsetOutOfRangeError`` if its next offset was deleted).
 
 from __future__ import annotations
 
+import math
 import time
 from bisect import bisect_right
 from itertools import chain
@@ -457,9 +458,25 @@ def _check_covers(seg: Segment, covered: int, next_base: int, position: int) -> 
             f"(cut back?) before the next segment starts", seg.path, position, covered)
 
 
-def wait_polling(local: LocalLog, offset: int, deadline: float | None) -> bool:
-    """``Log.wait`` for a readonly reader: it polls the files (sub-millisecond at
-    first, backing off to 20 ms) until ``end_offset > offset`` or ``deadline``."""
+def wait(local: LocalLog, offset: int, timeout: float | None) -> bool:
+    """``Log.wait``: the timeout checked, then a writer's ``LocalLog.wait_for`` or a
+    readonly reader's polling."""
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
+        if math.isnan(timeout):
+            raise ValueError("timeout must be a number of seconds or None, not NaN")
+        if math.isinf(timeout):
+            timeout = None
+    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    if local.readonly:
+        return _wait_polling(local, offset, deadline)
+    return local.wait_for(offset, deadline)
+
+
+def _wait_polling(local: LocalLog, offset: int, deadline: float | None) -> bool:
+    """A readonly reader polls the files (sub-millisecond at first, backing off to
+    20 ms) until ``end_offset > offset`` or ``deadline``."""
     delay = 0.0005
     waited = False
     while True:

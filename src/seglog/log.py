@@ -12,7 +12,6 @@ segment list, rolling, the lifetime of segments); its read methods are
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 import threading
@@ -26,7 +25,7 @@ from .cleaner import CompactionStats
 from .config import LogConfig
 from .errors import MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
 from ._log_encode import check_window, encode
-from ._log_open import open_reader, open_writer, storage_error
+from ._log_open import DirLock, open_reader, open_writer, storage_error
 from ._log_maintenance import Maintenance
 from .local_log import LocalLog
 from .message import Headers, Message, MessageSet, Record, check_timestamp
@@ -56,23 +55,24 @@ class Log:
     bound how much un-flushed data a power loss can take.
     """
 
-    def __init__(self, local: LocalLog, lock_fd: int = -1,
-                 loaded: recovery.Loaded | None = None) -> None:
+    def __init__(self, local: LocalLog, dir_lock: DirLock | None = None,
+                 report: recovery.RecoveryReport | None = None) -> None:
         """Built by ``open``: over a ``LocalLog`` the loader filled (a writer holding
-        ``lock_fd``, the flock) or a readonly reader's."""
+        ``dir_lock``, the directory's flock; ``report``: what recovery did) or a
+        readonly reader's."""
         self._local = local
         self.path = local.path
         self.config = config = local.config
         self.readonly = readonly = local.readonly
         self._flush_lock = threading.Lock()
-        self._maint = Maintenance(local, self.check_writable, self._fail)
+        self._maint = Maintenance(local)
         self._failed: BaseException | None = None
-        self._lock_fd = lock_fd
+        self._dir_lock = dir_lock if dir_lock is not None else DirLock(-1)
         self._jobs: list[_scheduler.Job] = []
         self._compress = codec.CODEC_LZ4 if config.compression == "lz4" else codec.CODEC_NONE
         self._max_msg = config.max_message_bytes
         # what an unclean open recovered (None: a clean open, or a reader)
-        self.recovery: recovery.RecoveryReport | None = None
+        self.recovery = report
         self._ok = not readonly   # False once closed or failed: one test on the hot path
         self._fast_max = min(self._max_msg, 0xFFFE)
         # the packed checksummed tail of a one-record batch's header, by value length,
@@ -80,8 +80,6 @@ class Log:
         self._tail_ts = -1
         self._tails: dict[int, bytes] = {}
         self._batches_appended = 0
-        if loaded is not None:
-            self.recovery = loaded.report
 
     # -- opening and closing ------------------------------------------------------
     @classmethod
@@ -108,8 +106,8 @@ class Log:
             log = cls(open_reader(path, config))
             _READERS.add(log)
             return log
-        local, lock_fd, loaded = open_writer(path, config)
-        log = cls(local, lock_fd, loaded)
+        local, dir_lock, loaded = open_writer(path, config)
+        log = cls(local, dir_lock, loaded.report)
         cfg = local.config
         # one flusher and one maintenance thread per process serve every log; their
         # jobs hold the log weakly: a writer nobody references is closed (and its lock
@@ -162,9 +160,7 @@ class Log:
                 self._failed = e
                 raise storage_error(e, f"closing {self.path} failed: {e}") from e
             finally:
-                if self._lock_fd >= 0:
-                    os.close(self._lock_fd)  # releases the flock
-                    self._lock_fd = -1
+                self._dir_lock.release()
         local.notify()
 
     def __del__(self) -> None:
@@ -189,9 +185,7 @@ class Log:
         with self._flush_lock, self._local.lock:
             self._ok = False
             self._local.abandon()
-            if self._lock_fd >= 0:
-                os.close(self._lock_fd)
-                self._lock_fd = -1
+            self._dir_lock.release()
 
     def _after_fork(self) -> None:
         """In a forked child: this object belongs to the parent process.
@@ -207,12 +201,7 @@ class Log:
         if self.readonly:
             return
         self._ok = False
-        if self._lock_fd >= 0:
-            try:
-                os.close(self._lock_fd)   # closing a copy never releases the parent's flock
-            except OSError:
-                pass
-            self._lock_fd = -1
+        self._dir_lock.drop_copy()   # closing a copy never releases the parent's flock
 
     # -- state ----------------------------------------------------------------------
     @property
@@ -460,17 +449,7 @@ class Log:
         (sub-millisecond at first, backing off to 20 ms). Raises ``LogClosedError``
         if the log is closed.
         """
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
-            if math.isnan(timeout):
-                raise ValueError("timeout must be a number of seconds or None, not NaN")
-            if math.isinf(timeout):
-                timeout = None
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        if self.readonly:
-            return _log_reads.wait_polling(self._local, offset, deadline)
-        return self._local.wait_for(offset, deadline)
+        return _log_reads.wait(self._local, offset, timeout)
 
     # -- retention ---------------------------------------------------------------
     def enforce_retention(self, now_ms: int | None = None) -> list[int]:
@@ -485,7 +464,8 @@ class Log:
         """
         self.check_writable()
         self._maint.raise_background_error()
-        return self._maint.enforce(_now_ms() if now_ms is None else check_timestamp(now_ms))
+        return self._maint.enforce(_now_ms() if now_ms is None else check_timestamp(now_ms),
+                                   self.check_writable, self._fail)
 
     def compact(self, now_ms: int | None = None) -> CompactionStats:
         """One compaction pass (cleanup_policy "compact"): keep the latest record per key.
@@ -496,7 +476,8 @@ class Log:
         """
         self.check_writable()
         self._maint.raise_background_error()
-        return self._maint.compact(None if now_ms is None else check_timestamp(now_ms))
+        return self._maint.compact(None if now_ms is None else check_timestamp(now_ms),
+                                   self.check_writable, self._fail)
 
     def metrics(self) -> dict[str, Any]:
         """Counters since this ``Log`` was opened, as a plain dict: messages, batches
@@ -505,29 +486,10 @@ class Log:
         scanned and cut; corrupt batches seen by reads; retention runs and what they
         deleted; compaction runs and the bytes they saved; wake-ups of ``wait``.
         Cheap to keep on: appends add one integer increment."""
-        rec = self.recovery
-        local = self._local
-        messages, nbytes = local.appended()
-        out: dict[str, Any] = {
-            "messages_appended": messages, "batches_appended": self._batches_appended,
-            "bytes_appended": nbytes,
-            "recovery": None if rec is None else {
-                "segments_scanned": rec.segments_scanned, "scanned_bytes": rec.scanned_bytes,
-                "cut_bytes": rec.cut_data_bytes, "cut_messages": rec.cut_messages,
-                "reserved_bytes": rec.reserved_bytes,
-                "deleted_segments": len(rec.deleted_segments)}}
-        out.update(local.metrics.snapshot())
-        return out
+        return _metrics(self._local, self._batches_appended, self.recovery)
 
     def __repr__(self) -> str:
-        local = self._local
-        state = "closed" if local.closed else ("readonly" if self.readonly else "writer")
-        # the settings that differ from the defaults (all of them: log.config)
-        changed = " ".join(f"{f.name}={getattr(self.config, f.name)!r}"
-                           for f in fields(self.config)
-                           if getattr(self.config, f.name) != f.default)
-        return (f"<seglog.Log {self.path} [{local.start}, {local.end}) "
-                f"{len(local.segs)} segment(s) {state}{' ' + changed if changed else ''}>")
+        return _describe(self._local)
 
 
 _WRITERS: "weakref.WeakSet[Log]" = weakref.WeakSet()
@@ -559,4 +521,30 @@ def _maintain(log: Log) -> None:
     local = log._local
     if log._failed is not None or local.closing or local.closed:
         return
-    log._maint.run(_now_ms())
+    log._maint.run(_now_ms(), log.check_writable, log._fail)
+
+
+def _metrics(local: LocalLog, batches: int, rec: recovery.RecoveryReport | None
+             ) -> dict[str, Any]:
+    """``Log.metrics()``: the append counters, what recovery did, the LocalLog's counters."""
+    messages, nbytes = local.appended()
+    out: dict[str, Any] = {
+        "messages_appended": messages, "batches_appended": batches, "bytes_appended": nbytes,
+        "recovery": None if rec is None else {
+            "segments_scanned": rec.segments_scanned, "scanned_bytes": rec.scanned_bytes,
+            "cut_bytes": rec.cut_data_bytes, "cut_messages": rec.cut_messages,
+            "reserved_bytes": rec.reserved_bytes,
+            "deleted_segments": len(rec.deleted_segments)}}
+    out.update(local.metrics.snapshot())
+    return out
+
+
+def _describe(local: LocalLog) -> str:
+    """``repr(log)``: path, offsets, segments, state and the settings that differ from
+    the defaults (all of them: ``log.config``)."""
+    state = "closed" if local.closed else ("readonly" if local.readonly else "writer")
+    cfg = local.config
+    changed = " ".join(f"{f.name}={getattr(cfg, f.name)!r}" for f in fields(cfg)
+                       if getattr(cfg, f.name) != f.default)
+    return (f"<seglog.Log {local.path} [{local.start}, {local.end}) "
+            f"{len(local.segs)} segment(s) {state}{' ' + changed if changed else ''}>")
