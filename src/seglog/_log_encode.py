@@ -17,7 +17,8 @@ from .message import HEADER_FRAMING, PreparedBatch, prepare_batch
 _RECORD_OVERHEAD = 24
 
 
-def encode(items: Sequence[Any], now: int, config: LogConfig, compress: int) -> list[tuple[Any, int, int, int]]:
+def encode(items: Sequence[Any], now: int, config: LogConfig, compress: int
+           ) -> list[tuple[Any, int, int, int]]:
     """Every input check of ``Log.append_batch(items)`` (``now``: the writer's clock in
     ms) and its batches, encoded with ``compress`` (a codec id); writes nothing."""
     batches = None

@@ -51,14 +51,7 @@ def _look_again(local: LocalLog, offset: int, err: Exception) -> None:
 
 
 def read(local: LocalLog, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
-    """Whole batches holding messages from ``offset`` on, up to about ``max_bytes``.
-
-    ``OffsetOutOfRangeError`` unless ``start_offset <= offset <= end_offset``;
-    ``offset == end_offset`` gives an empty set. At least one whole batch is
-    returned when one exists, however large: in a compacted log whose hole runs
-    to a segment's end, its messages may all lie below ``offset`` (read on from
-    ``next_offset``, as ``iter()`` does).
-    """
+    """``Log.read`` (whose docstring states the contract)."""
     local.check_readable()
     if type(offset) is not int or type(max_bytes) is not int:
         if not isinstance(offset, int) or isinstance(offset, bool):
@@ -106,14 +99,7 @@ def _read_from(local: LocalLog, offset: int, max_bytes: int, end: int) -> Messag
 
 
 def read_arrow(local: LocalLog, start: int | None = None, end: int | None = None) -> Any:
-    """Messages with ``start <= offset < end`` as a ``pyarrow.Table``
-    (``seglog.message.arrow_schema()``), built from whole batches' buffers
-    without an object per message (``MessageSet.columns()``).
-
-    ``start`` defaults to ``start_offset``, ``end`` to ``end_offset`` when called.
-    ``OffsetOutOfRangeError`` if ``start`` is outside the log or retention
-    deletes what is being read. Needs pyarrow and numpy (the ``spark`` extra).
-    """
+    """``Log.read_arrow`` (whose docstring states the contract)."""
     pa = arrow_modules()[0]
     local.check_readable()
     if local.readonly:
@@ -142,14 +128,11 @@ def read_arrow(local: LocalLog, start: int | None = None, end: int | None = None
     return pa.Table.from_batches(batches, schema=arrow_schema(large))
 
 
-def iterate(local: LocalLog, start: int | None = None, end: int | None = None) -> Iterator[Message]:
-    """Messages with ``start <= offset < end``, in order.
-
-    ``start`` defaults to ``start_offset``; ``end`` to the end of the log as the
-    iteration reaches it (it does not wait for more: see ``wait``). Compaction
-    and retention may run meanwhile: the iterator goes on in the current
-    segments (``OffsetOutOfRangeError`` if retention deleted its next offset).
-    """
+def iterate(local: LocalLog, start: int | None = None, end: int | None = None,
+            owner: object = None) -> Iterator[Message]:
+    """``Log.iter`` (whose docstring states the contract). The iterator keeps
+    ``owner`` alive (a ``Log`` that nothing else references is closed when it is
+    collected: ``Log.open(p).iter()`` must still read to the end)."""
     local.check_readable()
     if local.readonly:
         local.refresh()
@@ -160,12 +143,12 @@ def iterate(local: LocalLog, start: int | None = None, end: int | None = None) -
         raise TypeError("end must be an int or None")
     if not local.start <= lo <= local.end:
         raise OffsetOutOfRangeError(f"offset {lo} is outside [{local.start}, {local.end}]")
-    return chain.from_iterable(_batch_iters(local, lo, end))
+    return chain.from_iterable(_batch_iters(local, lo, end, owner=owner))
 
-# -- for people: notebooks and operators ------------------------------------------
+
+# -- for people: notebooks and operators ----------------------------------------------
 def count(local: LocalLog) -> int:
-    """Messages between ``start_offset`` and ``end_offset``: the offsets in between,
-    or after compaction (which leaves gaps) the records, counted from the batches."""
+    """``len(log)`` (whose docstring states the contract)."""
     local.check_readable()
     if local.readonly:
         local.refresh()
@@ -190,11 +173,7 @@ def _count(local: LocalLog) -> tuple[int, int, int]:
 
 
 def stats(local: LocalLog) -> dict[str, Any]:
-    """A snapshot as a plain dict: offsets, messages (``len``), segments, bytes
-    (of stored batches: a writer's preallocated space is not counted), the oldest
-    and newest record timestamps (ms; None when empty): the first batch's and
-    the segments' largest. Reads batch headers only, whatever the batch sizes;
-    a reader beside a writer that deletes or replaces segments looks again."""
+    """``Log.stats`` (whose docstring states the contract)."""
     local.check_readable()
     return _settled(local, lambda: _stats(local))
 
@@ -251,12 +230,7 @@ def window(local: LocalLog, start: int | None, end: int | None, since: object,
 
 def to_pandas(local: LocalLog, start: int | None = None, end: int | None = None, *,
               since: object = None, until: object = None) -> Any:
-    """Messages as a ``pandas.DataFrame`` (columns offset, timestamp as UTC
-    datetimes, key, value, headers), from offset ``start`` to ``end`` and with
-    timestamps in ``[since, until)`` (datetimes, ISO 8601 strings or ms; naive
-    means UTC). Built from ``read_arrow``; needs pandas and pyarrow (the ``spark``
-    extra). Without ``start``, retention deleting the first messages meanwhile (a
-    writer in another process) makes it read again from the new start."""
+    """``Log.to_pandas`` (whose docstring states the contract)."""
     for _ in range(_RELOCATIONS):
         lo, hi, t0, t1 = window(local, start, end, since, until)
         try:
@@ -300,8 +274,9 @@ def _last(local: LocalLog, n: int, end: int) -> list[Message]:
     raise _unsettled(local)
 
 
-def _batch_iters(local: LocalLog, offset: int, end: int | None,
-                 columns: bool = False) -> Iterator[Any]:
+def _batch_iters(local: LocalLog, offset: int, end: int | None, columns: bool = False,
+                 owner: object = None) -> Iterator[Any]:
+    # ``owner`` lives as long as this generator's frame (see ``iterate``);
     # per batch an iterator of Messages, or with ``columns`` a codec.ColumnPart;
     # [segment, position, base offset of the batch there (None: unknown)]; files
     # are touched only inside _iter_step, never while messages are being yielded
@@ -402,7 +377,7 @@ def _iter_step(local: LocalLog, st: list[Any], offset: int, end: int | None,
 
 
 def offset_for_time(local: LocalLog, timestamp: int) -> int | None:
-    """The first offset whose message timestamp is >= ``timestamp``, or None."""
+    """``Log.offset_for_time`` (whose docstring states the contract)."""
     local.check_readable()
     ts = check_timestamp(timestamp)
     return _settled(local, lambda: _offset_for_time(local, ts))

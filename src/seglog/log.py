@@ -406,10 +406,10 @@ class Log:
         and retention may run meanwhile: the iterator goes on in the current
         segments (``OffsetOutOfRangeError`` if retention deleted its next offset).
         """
-        return _log_reads.iterate(self._local, start, end)
+        return _log_reads.iterate(self._local, start, end, self)
 
     def __iter__(self) -> Iterator[Message]:
-        return _log_reads.iterate(self._local, None, None)
+        return _log_reads.iterate(self._local, None, None, self)
 
     def offset_for_time(self, timestamp: int) -> int | None:
         """The first offset whose message timestamp is >= ``timestamp``, or None."""
