@@ -202,15 +202,15 @@ def test_maintenance_on_readonly_is_refused_whatever_the_policy(tmp_path):
 
 
 def test_background_maintenance_failure_is_logged_and_reported(tmp_path, monkeypatch, caplog):
-    import seglog.log
+    import seglog._log_maintenance
     log = seglog.Log.open(tmp_path / "l", retention_check_ms=10)
 
     def broken(*args):
         raise OSError(5, "injected")
 
-    monkeypatch.setattr(seglog.log, "expired_prefix", broken)
+    monkeypatch.setattr(seglog._log_maintenance, "expired_prefix", broken)
     deadline = time.monotonic() + 10
-    while log._background_error is None and time.monotonic() < deadline:
+    while log._maint.background_error is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert "maintenance of" in caplog.text and "injected" in caplog.text
     monkeypatch.undo()

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from seglog import Log, _live, cleaner, codec, recovery
-from seglog import log as log_module
+from seglog.local_log import LocalLog
 from seglog.segment import Segment
 from seglog.testing import abandon
 
@@ -137,7 +137,7 @@ def test_reader_of_a_log_whose_writer_died_inside_a_retention_pass(logdir, monke
 
         def killed(self, *args):
             raise KeyboardInterrupt("killed after the log start checkpoint")
-        monkeypatch.setattr(log_module.Log, "_retire", killed)
+        monkeypatch.setattr(LocalLog, "drop_prefix", killed)
         with pytest.raises(KeyboardInterrupt):
             log.enforce_retention()
         monkeypatch.undo()

@@ -500,3 +500,12 @@ def test_a_config_built_directly_is_checked_as_open_checks_it(tmp_path):
     with pytest.raises(InvalidConfigError):
         LogConfig(cleanup_policy="keep")
     assert LogConfig(segment_bytes=4096).segment_bytes == 4096
+
+
+def test_an_iterator_keeps_its_unreferenced_log_open(logdir):
+    """``Log.open(p).iter()``: nothing but the iterator references the Log, which the
+    collector would close; the iterator keeps it alive to the end."""
+    with Log.open(logdir, segment_bytes=1024, **SYNTHETIC_CLOCK) as w:
+        w.append_batch([b"x" * 100] * 50)
+    assert sum(1 for _ in Log.open(logdir, readonly=True).iter()) == 50
+    assert sum(1 for _ in iter(Log.open(logdir, readonly=True))) == 50

@@ -14,7 +14,7 @@ import time
 import pytest
 
 import seglog
-from seglog import Log, Record, Topic
+from seglog import Log, Record, Topic, _log_reads
 
 pd = pytest.importorskip("pandas")
 
@@ -299,14 +299,14 @@ def test_html_of_a_reader_when_retention_deletes_the_last_messages_meanwhile(tmp
             w.append(b"x" * 60)
         assert [s.base_offset for s in w.segments] == [0, 9, 18]
         with Log.open(path, readonly=True) as r:
-            real = Log._html_stats
+            real = _log_reads.html_stats
 
-            def stats_then_retention(self):
-                st = real(self)
-                monkeypatch.setattr(Log, "_html_stats", real)
+            def stats_then_retention(local):
+                st = real(local)
+                monkeypatch.setattr(_log_reads, "html_stats", real)
                 w.enforce_retention(T0 * 10)   # all but the active segment is due
                 return st
-            monkeypatch.setattr(Log, "_html_stats", stats_then_retention)
+            monkeypatch.setattr(_log_reads, "html_stats", stats_then_retention)
             h = r._repr_html_()
             assert r.start_offset == 18
     assert "<td>18</td>" in h and "<td>19</td>" in h and "<td>15</td>" not in h
@@ -322,14 +322,14 @@ def test_to_pandas_of_a_reader_when_retention_deletes_the_first_messages_meanwhi
         for _ in range(20):
             w.append(b"x" * 60)
         with Log.open(path, readonly=True) as r:
-            real = Log._window
+            real = _log_reads.window
 
-            def window_then_retention(self, *args):
-                got = real(self, *args)
-                monkeypatch.setattr(Log, "_window", real)
+            def window_then_retention(local, *args):
+                got = real(local, *args)
+                monkeypatch.setattr(_log_reads, "window", real)
                 w.enforce_retention(T0 * 10)   # all but the active segment is due
                 return got
-            monkeypatch.setattr(Log, "_window", window_then_retention)
+            monkeypatch.setattr(_log_reads, "window", window_then_retention)
             df = r.to_pandas()
             assert list(df["offset"]) == [18, 19]
             with pytest.raises(seglog.OffsetOutOfRangeError):
@@ -344,11 +344,11 @@ def test_html_of_a_compacted_log_reads_only_what_it_shows(tmp_path, monkeypatch)
         for i in range(200):
             log.append(b"v%d" % i, key=b"k%d" % (i % 7))
         starts = []
-        real = Log.iter
+        real = _log_reads.iterate
 
-        def iter_spy(self, start=None, end=None):
+        def iter_spy(local, start=None, end=None):
             starts.append(start)
-            return real(self, start, end)
-        monkeypatch.setattr(Log, "iter", iter_spy)
+            return real(local, start, end)
+        monkeypatch.setattr(_log_reads, "iterate", iter_spy)
         h = log._repr_html_()
         assert "<td>199</td>" in h and starts == [195]

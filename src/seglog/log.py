@@ -3,39 +3,34 @@
 Lifecycle (open, recovery, close, forks), validation and the append hot path, the
 flush policy and the recovery point, poisoning after an I/O error, tailing
 (``wait``), and the maintenance entry points with their policy (which segments
-retention deletes, when compaction runs). The segment list, rolling and the read
-path are ``LocalLog``'s, which ``Log`` extends; bytes in files are ``segment``,
-``index`` and ``codec``. docs/DESIGN.md has the layers and the lock order.
+retention deletes, when compaction runs). A ``Log`` holds a ``LocalLog`` (the
+segment list, rolling, the lifetime of segments); its read methods are
+``_log_reads``'s over that; bytes in files are ``segment``, ``index`` and
+``codec``. docs/DESIGN.md has the layers and the lock order.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 import threading
 import time
 import weakref
-from contextlib import contextmanager
-from dataclasses import asdict, fields
+from dataclasses import fields
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import _marker, _platform, _scheduler, codec, recovery
-from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, list_dir, make_dirs, path_error,
-                     require_dir, write_checkpoint)
-from .cleaner import CompactionStats, compact
+from . import _log_reads, _scheduler, codec, recovery
+from .cleaner import CompactionStats
 from .config import LogConfig
-from .errors import LogLockedError, MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
+from .errors import MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
+from ._log_encode import check_window, encode
+from ._log_open import DirLock, open_reader, open_writer, storage_error
+from ._log_maintenance import Maintenance
 from .local_log import LocalLog
-from .message import (HEADER_FRAMING, Headers, PreparedBatch, Record, check_timestamp,
-                      prepare_batch)
-from .retention import DelayedDeletes, expired_prefix
+from .message import Headers, Message, MessageSet, Record, check_timestamp
 from .segment import Segment
-
 _log = logging.getLogger("seglog")
-# per-record bookkeeping bytes counted against max_message_bytes when cutting batches
-_RECORD_OVERHEAD = 24
 _ONE_SIZE = codec.ONE_HEADER.size
 _TAIL_1H = codec.ONE_TAIL
 _checksum = codec.CHECKSUM
@@ -46,7 +41,8 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class Log(LocalLog):
+
+class Log:
     """An append-only log of messages with contiguous offsets, in one directory.
 
     Open with ``Log.open``. One writer per directory (``LogLockedError`` for a
@@ -59,36 +55,30 @@ class Log(LocalLog):
     bound how much un-flushed data a power loss can take.
     """
 
-    def __init__(self, path: str, config: LogConfig, readonly: bool) -> None:
-        super().__init__(path, config, readonly)
+    def __init__(self, local: LocalLog, dir_lock: DirLock | None = None,
+                 report: recovery.RecoveryReport | None = None) -> None:
+        """Built by ``open``: over a ``LocalLog`` the loader filled (a writer holding
+        ``dir_lock``, the directory's flock; ``report``: what recovery did) or a
+        readonly reader's."""
+        self._local = local
+        self.path = local.path
+        self.config = config = local.config
+        self.readonly = readonly = local.readonly
         self._flush_lock = threading.Lock()
-        # retention and compaction, one at a time, never holding the append lock long
-        self._maintenance = threading.RLock()
-        self._deletes = DelayedDeletes(path)
-        self._cond = threading.Condition(threading.Lock())
-        self._waiters = 0
+        self._maint = Maintenance(local)
         self._failed: BaseException | None = None
-        self._flushed = 0
-        self._checkpointed = -1
-        self._ckpt_lock = threading.Lock()
-        self._lock_fd = -1
+        self._dir_lock = dir_lock if dir_lock is not None else DirLock(-1)
         self._jobs: list[_scheduler.Job] = []
         self._compress = codec.CODEC_LZ4 if config.compression == "lz4" else codec.CODEC_NONE
         self._max_msg = config.max_message_bytes
-        self.recovery: recovery.RecoveryReport | None = None   # set by an unclean open
+        # what an unclean open recovered (None: a clean open, or a reader)
+        self.recovery = report
         self._ok = not readonly   # False once closed or failed: one test on the hot path
         self._fast_max = min(self._max_msg, 0xFFFE)
         # the packed checksummed tail of a one-record batch's header, by value length,
         # for the current millisecond (the hot path then packs nothing to checksum)
         self._tail_ts = -1
         self._tails: dict[int, bytes] = {}
-        self._flush_at = codec.NEVER if config.flush_messages is None else config.flush_messages - 1
-        self._background_error: BaseException | None = None
-        # metrics that cost the append path nothing: messages and bytes appended come
-        # from the end offset and the segments' sizes against these
-        self._end_at_open = 0
-        self._active_bytes_at_open = 0
-        self._rolled_bytes = 0
         self._batches_appended = 0
 
     # -- opening and closing ------------------------------------------------------
@@ -113,65 +103,12 @@ class Log(LocalLog):
         LogConfig.from_kwargs(config)      # bad options: an error before anything is made
         path = os.path.abspath(os.fspath(path))
         if readonly:
-            require_dir(path, "log", create=False)
-            marker = None
-            if _marker.ownership(path, list_dir(path)) == "marked":
-                marker = _marker.read(path)
-            cfg = (_marker.stored_config(marker, config, strict=False) if marker is not None
-                   else LogConfig.from_kwargs(config))
-            log = cls(path, cfg, True)
-            try:
-                log._refresh(force=True)
-            except BaseException as e:
-                log.close()
-                if isinstance(e, OSError) and not isinstance(e, SeglogError):
-                    raise path_error(e, f"reading {path} failed") from e
-                raise
+            log = cls(open_reader(path, config))
             _READERS.add(log)
             return log
-        # refuse before creating anything: a file, a foreign directory
-        if require_dir(path, "log", create=True):
-            _marker.ownership(path, list_dir(path))
-        else:
-            make_dirs(path)
-        try:
-            lock_fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise path_error(e, f"cannot open the lock file of {path}") from e
-        try:
-            _platform.flock(lock_fd, _platform.LOCK_EX_NB)
-        except BlockingIOError:
-            os.close(lock_fd)
-            raise LogLockedError(f"another writer holds {path}") from None
-        try:
-            cfg = _writer_config(path, config)
-        except BaseException:
-            os.close(lock_fd)
-            raise
-        log = cls(path, cfg, False)
-        log._lock_fd = lock_fd
-        try:
-            loaded = recovery.load_for_writer(path, log._capacity, cfg.index_interval_bytes,
-                                              cfg.max_index_bytes)
-        except BaseException as e:
-            os.close(log._lock_fd)
-            log._lock_fd = -1          # never closed again by __del__ (the number is reused)
-            log._closed = True
-            if isinstance(e, OSError) and not isinstance(e, SeglogError):
-                # a full disk or an I/O error while recovering: nothing was lost, and
-                # a readonly open still works; retry once the cause is fixed
-                raise _storage_error(e, f"opening {path} failed: {e}") from e
-            raise
-        log._set_segments(loaded.segments)
-        log._start = loaded.start_offset
-        log._end = loaded.end_offset
-        log._flushed = loaded.end_offset
-        log._checkpointed = loaded.recovery_point
-        log.recovery = loaded.report
-        log._end_at_open = loaded.end_offset
-        log._active_bytes_at_open = loaded.segments[-1].size
-        log._update_flush_at()
-        loaded.segments[-1].set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
+        local, dir_lock, loaded = open_writer(path, config)
+        log = cls(local, dir_lock, loaded.report)
+        cfg = local.config
         # one flusher and one maintenance thread per process serve every log; their
         # jobs hold the log weakly: a writer nobody references is closed (and its lock
         # released) by the garbage collector, not kept alive by a thread
@@ -198,58 +135,33 @@ class Log(LocalLog):
         as do pending ``wait`` calls. Every descriptor the log opened is closed. In a
         process forked from the writer's, ``close`` touches no file.
         """
-        if self._closed:
+        if self._local.closed:
             return
         for job in self._jobs:
             job.cancel()
         # a compact() or enforce_retention() in another thread (or the maintenance
         # thread's pass) finishes first
-        with self._maintenance:
+        with self._maint.lock:
             self._close()
 
     def _close(self) -> None:
-        with self._rlock:
-            if self._closed:
+        local = self._local
+        if not local.begin_close():
+            return
+        self._maint.purge_all()
+        with self._flush_lock, local.lock:
+            if local.closed:
                 return
-            self._closing = True
-            while self._inflight:
-                self._idle.wait()
-        if len(self._deletes):
-            try:
-                self._deletes.purge(everything=True)
-            except OSError:
-                # the next writer removes them at open
-                pass
-        with self._flush_lock, self._lock:
-            if self._closed:
-                return
-            self._closed = True
             self._ok = False
             try:
-                if not self.readonly and self._failed is None:
-                    active = self._segs[-1]
-                    active.seal()
-                    write_checkpoint(self.path, RECOVERY_POINT, self._end)
-                    recovery.write_marker(self.path, active, self._end)
-                    self._flushed = self._end
+                local.close(clean=not self.readonly and self._failed is None)
             except OSError as e:
                 # no clean-shutdown marker: the next open recovers what reached the disk
                 self._failed = e
-                raise _storage_error(e, f"closing {self.path} failed: {e}") from e
+                raise storage_error(e, f"closing {self.path} failed: {e}") from e
             finally:
-                for seg in self._segs:
-                    try:
-                        seg.close(seal=False)    # sealed above, unless it failed
-                    except OSError:
-                        pass
-                for close in self._graveyard:
-                    close()
-                self._graveyard.clear()
-                if self._lock_fd >= 0:
-                    os.close(self._lock_fd)  # releases the flock
-                    self._lock_fd = -1
-        with self._cond:
-            self._cond.notify_all()
+                self._dir_lock.release()
+        local.notify()
 
     def __del__(self) -> None:
         if sys.is_finalizing():
@@ -258,8 +170,8 @@ class Log(LocalLog):
             # Leave it as a killed process would: the data is in the page cache, the
             # lock goes with the process, and the next open recovers.
             return
-        if (getattr(self, "_lock_fd", -1) >= 0 or getattr(self, "readonly", False)) \
-                and not getattr(self, "_closed", True):
+        local = getattr(self, "_local", None)
+        if local is not None and not local.closed:
             try:
                 self.close()
             except Exception:
@@ -270,17 +182,10 @@ class Log(LocalLog):
         crash tests): no flush, no seal, no marker; the lock is released."""
         for job in self._jobs:
             job.cancel()
-        with self._flush_lock, self._lock:
-            self._closed = True
+        with self._flush_lock, self._local.lock:
             self._ok = False
-            for seg in self._segs:
-                seg.abandon()
-            for close in self._graveyard:      # retired segments' descriptors
-                close()
-            self._graveyard.clear()
-            if self._lock_fd >= 0:
-                os.close(self._lock_fd)
-                self._lock_fd = -1
+            self._local.abandon()
+            self._dir_lock.release()
 
     def _after_fork(self) -> None:
         """In a forked child: this object belongs to the parent process.
@@ -290,56 +195,39 @@ class Log(LocalLog):
         descriptor (the parent keeps the lock; a child never holds it). Locks are made
         anew: another thread of the parent may have held one at the fork.
         """
-        self._lock = threading.Lock()
+        self._local.after_fork()
         self._flush_lock = threading.Lock()
-        self._maintenance = threading.RLock()
-        self._ckpt_lock = threading.Lock()
-        self._cond = threading.Condition(threading.Lock())
-        self._rlock = threading.Lock()
-        self._idle = threading.Condition(self._rlock)
-        self._refresh_lock = threading.Lock()
-        self._inflight = 0
-        self._waiters = 0
-        for seg in self._segs:
-            seg.reset_locks()
+        self._maint.after_fork()
         if self.readonly:
             return
-        self._forked_from = self._pid
-        self._pid = os.getpid()
-        self._closed = True
         self._ok = False
-        if self._lock_fd >= 0:
-            try:
-                os.close(self._lock_fd)   # closing a copy never releases the parent's flock
-            except OSError:
-                pass
-            self._lock_fd = -1
+        self._dir_lock.drop_copy()   # closing a copy never releases the parent's flock
 
     # -- state ----------------------------------------------------------------------
     @property
     def flushed_offset(self) -> int:
         """Every offset below this survives power loss."""
-        return self._flushed
+        return self._local.flushed
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._local.closed
 
     def check_writable(self) -> None:
         """Raise what an append would raise now: ``LogClosedError``, ``ReadOnlyError``,
         or ``StorageError`` after an I/O error poisoned the log."""
-        if self._closed:
-            raise self._closed_error()
+        if self._local.closed:
+            raise self._local.closed_error()
         if self.readonly:
             raise ReadOnlyError(f"log {self.path} was opened readonly")
         if self._failed is not None:
-            raise _storage_error(self._failed, f"log {self.path} refuses writes after an I/O "
+            raise storage_error(self._failed, f"log {self.path} refuses writes after an I/O "
                                  f"error: {self._failed}; reopen it") from self._failed
 
     def _fail(self, e: BaseException) -> StorageError:
         self._failed = e
         self._ok = False
-        return _storage_error(e, f"write to {self.path} failed: {e}")
+        return storage_error(e, f"write to {self.path} failed: {e}")
 
     # -- appending ------------------------------------------------------------------
     def append(self, value: bytes | None, key: bytes | None = None, timestamp: int | None = None,
@@ -359,7 +247,7 @@ class Log(LocalLog):
                 ts = _time_ns() // 1_000_000
             else:
                 ts = check_timestamp(timestamp)
-                self._check_window(ts, ts, _time_ns() // 1_000_000)
+                check_window(self.config, ts, ts, _time_ns() // 1_000_000)
             if n <= self._fast_max:
                 if ts != self._tail_ts:
                     self._tail_ts = ts
@@ -371,14 +259,15 @@ class Log(LocalLog):
                 # the joined bytes is the fastest way for short values (measured)
                 check = _checksum(tail + value)
                 size = _ONE_SIZE + n
-                lock = self._lock
+                local = self._local
+                lock = local.lock
                 # acquire/release, not `with`: a third of the cost on this path
                 lock.acquire()
                 try:
                     if not self._ok:
                         self.check_writable()
-                    off = self._end
-                    seg = self._segs[-1]
+                    off = local.end
+                    seg = local.active
                     try:
                         pos = seg.append_one(off, ts, check, value, size)
                         if pos < 0:
@@ -387,13 +276,13 @@ class Log(LocalLog):
                         raise                   # a roll failed, and poisoned the log
                     except OSError as e:
                         raise self._fail(e) from e
-                    self._end = off + 1
+                    local.end = off + 1
                     self._batches_appended += 1
                 finally:
                     lock.release()
-                if self._waiters:
-                    self._notify()
-                if off >= self._flush_at:
+                if local.waiters:
+                    local.notify()
+                if off >= local.flush_at:
                     self.flush()
                 return off
             if n > self._max_msg:
@@ -410,45 +299,28 @@ class Log(LocalLog):
         """
         items = items if isinstance(items, (list, tuple)) else list(items)
         if not items:
-            with self._lock:
+            with self._local.lock:
                 self.check_writable()
-                return range(self._end, self._end)
+                return range(self._local.end, self._local.end)
         return self.append_encoded(self.encode(items, _time_ns() // 1_000_000))
 
     def encode(self, items: Sequence[Any], now: int) -> list[tuple[Any, int, int, int]]:
         """Every input check of ``append_batch(items)`` (``now``: the writer's clock in
         ms) and its batches, encoded for ``append_encoded``; writes nothing (a topic
         encodes every partition's part before writing any)."""
-        batches = None
-        try:
-            # bytes-like values only (Records, str, None make join raise): the join is
-            # the type check and the batch body at once
-            body = b"".join(items)  # a Record raises: the type check
-        except TypeError:
-            body = None
-        # the whole batch within max_message_bytes: so is every value in it
-        if body is not None and len(body) + _RECORD_OVERHEAD * len(items) <= self._max_msg:
-            lens = list(map(len, items))
-            # len() is the byte size of bytes only (a memoryview, array or ctypes array
-            # counts items): other buffers take the careful path
-            if sum(lens) == len(body) and list(map(type, items)).count(bytes) == len(lens):
-                size, parts = codec.encode_values_parts(body, lens, now, self._compress)
-                batches = [(parts, len(items), now, size)]
-        if batches is None:
-            values, keys, stamps, headers = self._prepared(items, now)
-            batches = self._encode(values, keys, stamps, headers)
-        return batches
+        return encode(items, now, self.config, self._compress)
 
     def append_encoded(self, batches: list[tuple[Any, int, int, int]]) -> range:
         """Append what ``encode`` returned, atomically per batch; the range of offsets."""
-        lock = self._lock
+        local = self._local
+        lock = local.lock
         lock.acquire()
         try:
             if not self._ok:
                 self.check_writable()
-            first = off = self._end
+            first = off = local.end
             for data, n, max_ts, size in batches:
-                seg = self._segs[-1]
+                seg = local.active
                 try:
                     if seg.append(data, off, off + n, max_ts, size) < 0:
                         self._roll(seg).append(data, off, off + n, max_ts, size)
@@ -457,135 +329,118 @@ class Log(LocalLog):
                 except OSError as e:
                     raise self._fail(e) from e
                 off += n
-                self._end = off
+                local.end = off
             self._batches_appended += len(batches)
         finally:
             lock.release()
-        if self._waiters:
-            self._notify()
-        if off - 1 >= self._flush_at:
+        if local.waiters:
+            local.notify()
+        if off - 1 >= local.flush_at:
             self.flush()
         return range(first, off)
 
-    def _prepared(self, items: Sequence[Any], now: int) -> PreparedBatch:
-        """``prepare_batch`` and the timestamp window: every input check of a batch."""
-        prepared = prepare_batch(items, now, self._max_msg)
-        stamps = prepared[2]
-        if isinstance(stamps, int):
-            self._check_window(stamps, stamps, now)
-        else:
-            self._check_window(min(stamps), max(stamps), now)
-        return prepared
-
-    def _check_window(self, lo: int, hi: int, now: int) -> None:
-        """Record timestamps ``lo``..``hi`` within the configured window around ``now``."""
-        before = self.config.message_timestamp_before_max_ms
-        after = self.config.message_timestamp_after_max_ms
-        if before is not None and lo < now - before:
-            raise ValueError(
-                f"timestamp {lo} is more than message_timestamp_before_max_ms={before} before "
-                f"now ({now}); timestamps are milliseconds since the epoch (seconds given?)")
-        if after is not None and hi > now + after:
-            raise ValueError(
-                f"timestamp {hi} is more than message_timestamp_after_max_ms={after} after "
-                f"now ({now}); timestamps are milliseconds since the epoch")
-
-    def _encode(self, values: list[bytes | None], keys: list[bytes | None] | None,
-                stamps: int | list[int], headers: list[tuple[tuple[bytes, bytes], ...]] | None
-                ) -> list[tuple[Any, int, int, int]]:
-        """Encode into batches of at most max_message_bytes: (bytes, count, max_ts, size)."""
-        n = len(values)
-        cuts = [0]
-        sizes = [len(v) if v else 0 for v in values]
-        if keys is not None or headers is not None:
-            for i in range(n):
-                k = keys[i] if keys is not None else None
-                if k:
-                    sizes[i] += len(k)
-                if headers is not None:
-                    sizes[i] += sum(len(a) + len(b) + HEADER_FRAMING for a, b in headers[i])
-        limit = self._max_msg
-        if sum(sizes) + _RECORD_OVERHEAD * n > limit:
-            acc = 0
-            for i, s in enumerate(sizes):
-                s += _RECORD_OVERHEAD
-                if acc and acc + s > limit:
-                    cuts.append(i)
-                    acc = 0
-                acc += s
-        cuts.append(n)
-        out = []
-        for a, b in zip(cuts, cuts[1:]):
-            ts = stamps if isinstance(stamps, int) else stamps[a:b]
-            data = codec.encode_batch(0, values[a:b], ts, keys[a:b] if keys is not None else None,
-                                      headers[a:b] if headers is not None else None, self._compress)
-            out.append((data, b - a, ts if isinstance(ts, int) else max(ts), len(data)))
-        return out
-
     def _roll(self, old: Segment) -> Segment:
-        """Roll (lock held); the sealed segment was fsynced, so everything before the
-        new base offset is durable: it becomes the recovery point."""
-        if not old.size:
-            return old          # an empty segment never rolls
+        """Roll (append lock held); a failure poisons the log."""
         try:
-            new = self._roll_segment(old)
+            return self._local.roll(old)
         except OSError as e:
             raise self._fail(e) from e
-        self._metrics.rolls += 1
-        self._rolled_bytes += old.size - self._active_bytes_at_open
-        self._active_bytes_at_open = 0
-        if self._flushed < self._end:
-            self._flushed = self._end
-            self._update_flush_at()
-        self._write_recovery_point(self._end)
-        return new
 
     # -- flushing -----------------------------------------------------------------
     def flush(self) -> int:
         """fsync what was appended; return the offset below which all survives power loss."""
         with self._flush_lock:
-            with self._lock:
+            local = self._local
+            with local.lock:
                 self.check_writable()
-                target = self._end
-                seg = self._segs[-1]
-            if target > self._flushed:
-                # in flight: a compaction that retires this (rolled meanwhile) segment
-                # must not close its descriptors under the fsync
-                self._enter()
-                t0 = time.perf_counter()
-                try:
-                    seg.flush()
-                except (OSError, ValueError) as e:
-                    raise self._fail(e) from e
-                finally:
-                    self._leave()
-                m = self._metrics
-                m.fsync.observe(time.perf_counter() - t0)
-                m.flushes += 1
-                # the checkpoint is what lets recovery tell flushed data (whose damage
-                # is corruption) from a torn tail: it moves with every flush (R6)
-                self._write_recovery_point(target)
-                self._flushed = max(self._flushed, target)
-                self._update_flush_at()
-            return self._flushed
-
-    def _update_flush_at(self) -> None:
-        every = self.config.flush_messages
-        if every is not None:
-            self._flush_at = self._flushed + every - 1
-
-    def _write_recovery_point(self, offset: int) -> None:
-        """Durably record that every offset below ``offset`` was fsynced (monotonic)."""
-        with self._ckpt_lock:       # innermost lock: flush and roll both get here
-            if offset <= self._checkpointed:
-                return
+                target = local.end
+                seg = local.active
             try:
-                write_checkpoint(self.path, RECOVERY_POINT, offset)
-            except OSError as e:
+                return local.flush(seg, target)
+            except (OSError, ValueError) as e:
                 raise self._fail(e) from e
-            self._checkpointed = offset
 
-    # -- reading ----------------------------------------------------------------
+    # -- reading (the read path is _log_reads's, over the LocalLog) -----------------
+    @property
+    def start_offset(self) -> int:
+        """The first offset still in the log."""
+        return self._local.start_offset
+
+    @property
+    def end_offset(self) -> int:
+        """The next offset to assign (one past the last message)."""
+        return self._local.end_offset
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The segments, oldest first; the last one is active."""
+        return self._local.segments
+
+    def read(self, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
+        """Whole batches holding messages from ``offset`` on, up to about ``max_bytes``.
+
+        ``OffsetOutOfRangeError`` unless ``start_offset <= offset <= end_offset``;
+        ``offset == end_offset`` gives an empty set. At least one whole batch is
+        returned when one exists, however large: in a compacted log whose hole runs
+        to a segment's end, its messages may all lie below ``offset`` (read on from
+        ``next_offset``, as ``iter()`` does).
+        """
+        return _log_reads.read(self._local, offset, max_bytes)
+
+    def read_arrow(self, start: int | None = None, end: int | None = None) -> Any:
+        """Messages with ``start <= offset < end`` as a ``pyarrow.Table``
+        (``seglog.message.arrow_schema()``), built from whole batches' buffers
+        without an object per message (``MessageSet.columns()``).
+
+        ``start`` defaults to ``start_offset``, ``end`` to ``end_offset`` when called.
+        ``OffsetOutOfRangeError`` if ``start`` is outside the log or retention
+        deletes what is being read. Needs pyarrow and numpy (the ``spark`` extra).
+        """
+        return _log_reads.read_arrow(self._local, start, end)
+
+    def iter(self, start: int | None = None, end: int | None = None) -> Iterator[Message]:
+        """Messages with ``start <= offset < end``, in order.
+
+        ``start`` defaults to ``start_offset``; ``end`` to the end of the log as the
+        iteration reaches it (it does not wait for more: see ``wait``). Compaction
+        and retention may run meanwhile: the iterator goes on in the current
+        segments (``OffsetOutOfRangeError`` if retention deleted its next offset).
+        """
+        return _log_reads.iterate(self._local, start, end, self)
+
+    def __iter__(self) -> Iterator[Message]:
+        return _log_reads.iterate(self._local, None, None, self)
+
+    def offset_for_time(self, timestamp: int) -> int | None:
+        """The first offset whose message timestamp is >= ``timestamp``, or None."""
+        return _log_reads.offset_for_time(self._local, timestamp)
+
+    def __len__(self) -> int:
+        """Messages between ``start_offset`` and ``end_offset``: the offsets in between,
+        or after compaction (which leaves gaps) the records, counted from the batches."""
+        return _log_reads.count(self._local)
+
+    def stats(self) -> dict[str, Any]:
+        """A snapshot as a plain dict: offsets, messages (``len``), segments, bytes
+        (of stored batches: a writer's preallocated space is not counted), the oldest
+        and newest record timestamps (ms; None when empty): the first batch's and
+        the segments' largest. Reads batch headers only, whatever the batch sizes;
+        a reader beside a writer that deletes or replaces segments looks again."""
+        return _log_reads.stats(self._local)
+
+    def to_pandas(self, start: int | None = None, end: int | None = None, *,
+                  since: object = None, until: object = None) -> Any:
+        """Messages as a ``pandas.DataFrame`` (columns offset, timestamp as UTC
+        datetimes, key, value, headers), from offset ``start`` to ``end`` and with
+        timestamps in ``[since, until)`` (datetimes, ISO 8601 strings or ms; naive
+        means UTC). Built from ``read_arrow``; needs pandas and pyarrow (the ``spark``
+        extra). Without ``start``, retention deleting the first messages meanwhile (a
+        writer in another process) makes it read again from the new start."""
+        return _log_reads.to_pandas(self._local, start, end, since=since, until=until)
+
+    def _repr_html_(self) -> str:
+        return _log_reads.repr_html(self._local)
+
     def wait(self, offset: int, timeout: float | None = None) -> bool:
         """Block until ``end_offset > offset``; True if so, False on timeout.
 
@@ -594,49 +449,7 @@ class Log(LocalLog):
         (sub-millisecond at first, backing off to 20 ms). Raises ``LogClosedError``
         if the log is closed.
         """
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
-            if math.isnan(timeout):
-                raise ValueError("timeout must be a number of seconds or None, not NaN")
-            if math.isinf(timeout):
-                timeout = None
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        if self.readonly:
-            delay = 0.0005
-            waited = False
-            while True:
-                self._check_readable()
-                if self.end_offset > offset:
-                    if waited:
-                        self._metrics.wait_wakeups += 1
-                    return True
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                time.sleep(delay if left is None else min(delay, left))
-                waited = True
-                delay = min(delay * 2, 0.02)
-        with self._cond:
-            self._waiters += 1
-            try:
-                waited = False
-                while self._end <= offset:
-                    self._check_readable()
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        return False
-                    self._cond.wait(None if left is None else min(left, threading.TIMEOUT_MAX))
-                    waited = True
-                if waited:
-                    self._metrics.wait_wakeups += 1
-                return True
-            finally:
-                self._waiters -= 1
-
-    def _notify(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
+        return _log_reads.wait(self._local, offset, timeout)
 
     # -- retention ---------------------------------------------------------------
     def enforce_retention(self, now_ms: int | None = None) -> list[int]:
@@ -650,55 +463,9 @@ class Log(LocalLog):
         or of ``compact``.
         """
         self.check_writable()
-        self._raise_background_error()
-        return self._enforce(_now_ms() if now_ms is None else check_timestamp(now_ms))
-
-    def _enforce(self, now_ms: int) -> list[int]:
-        """The delete policy (Kafka's ``deleteOldSegments``): the new log start offset
-        is checkpointed durably before any file is removed, so a crash in between
-        leaves segments below the start offset, which the next open deletes, and
-        never a start offset pointing at deleted data."""
-        cfg = self.config
-        if not cfg.deletes:
-            return []
-        with self._maintenance, self._poisoning():
-            self.check_writable()
-            self._deletes.purge()
-            segs = self._segs
-            self._metrics.retention_runs += 1
-            n = expired_prefix(segs, now_ms, cfg.retention_ms, cfg.retention_bytes)
-            if not n:
-                return []
-            doomed = segs[:n]
-            new_start = segs[n].base_offset
-            write_checkpoint(self.path, LOG_START, new_start)
-            with self._lock:   # appends only add segments at the end: the prefix is ours
-                self._start = max(self._start, new_start)
-                self._set_segments(self._segs[n:])
-            # readers of this process re-find their place; the files close once no read
-            # is in flight (readers in other processes are what the delay is for)
-            self._retire(doomed, "deleted by retention")
-            self._deletes.delete(doomed, cfg.file_delete_delay_ms)
-            self._metrics.retention_deleted_segments += len(doomed)
-            self._metrics.retention_deleted_bytes += sum(s.size for s in doomed)
-        return [s.base_offset for s in doomed]
-
-    @contextmanager
-    def _poisoning(self) -> Iterator[None]:
-        """An I/O error inside poisons the log, as a failed append does."""
-        try:
-            yield
-        except OSError as e:
-            raise self._fail(e) from e
-
-    def _replace_segments(self, old: list[Segment], new: Segment) -> None:
-        """Swap compaction's ``new`` segment in for the consecutive ``old`` ones
-        (Kafka's ``replaceSegments``); the files were swapped on disk already."""
-        with self._lock:
-            cur = self._segs
-            i = next(k for k, s in enumerate(cur) if s is old[0])
-            self._set_segments(cur[:i] + (new,) + cur[i + len(old):])
-        self._retire(old, "replaced by compaction")
+        self._maint.raise_background_error()
+        return self._maint.enforce(_now_ms() if now_ms is None else check_timestamp(now_ms),
+                                   self.check_writable, self._fail)
 
     def compact(self, now_ms: int | None = None) -> CompactionStats:
         """One compaction pass (cleanup_policy "compact"): keep the latest record per key.
@@ -708,24 +475,9 @@ class Log(LocalLog):
         nothing). See ``seglog.cleaner``.
         """
         self.check_writable()
-        self._raise_background_error()
-        return self._compact(None if now_ms is None else check_timestamp(now_ms))
-
-    def _compact(self, now_ms: int | None) -> CompactionStats:
-        with self._maintenance, self._poisoning():
-            self.check_writable()
-            st = compact(self.path, self._segs[:-1], self._start, self.config,
-                         self._replace_segments, now_ms)
-            if st.skipped is None:
-                self._metrics.compaction_runs += 1
-                self._metrics.compaction_bytes_saved += st.bytes_before - st.bytes_after
-            return st
-
-    def _raise_background_error(self) -> None:
-        e = self._background_error
-        if e is not None:
-            self._background_error = None
-            raise _storage_error(e, f"the background maintenance of {self.path} failed: {e}") from e
+        self._maint.raise_background_error()
+        return self._maint.compact(None if now_ms is None else check_timestamp(now_ms),
+                                   self.check_writable, self._fail)
 
     def metrics(self) -> dict[str, Any]:
         """Counters since this ``Log`` was opened, as a plain dict: messages, batches
@@ -734,50 +486,10 @@ class Log(LocalLog):
         scanned and cut; corrupt batches seen by reads; retention runs and what they
         deleted; compaction runs and the bytes they saved; wake-ups of ``wait``.
         Cheap to keep on: appends add one integer increment."""
-        rec = self.recovery
-        appended = 0 if self.readonly else max(0, self._end - self._end_at_open)
-        segs = self._segs
-        active = segs[-1].size if segs and not self.readonly else 0
-        out: dict[str, Any] = {
-            "messages_appended": appended, "batches_appended": self._batches_appended,
-            "bytes_appended": (self._rolled_bytes + active - self._active_bytes_at_open
-                               if not self.readonly else 0),
-            "recovery": None if rec is None else {
-                "segments_scanned": rec.segments_scanned, "scanned_bytes": rec.scanned_bytes,
-                "cut_bytes": rec.cut_data_bytes, "cut_messages": rec.cut_messages,
-                "reserved_bytes": rec.reserved_bytes,
-                "deleted_segments": len(rec.deleted_segments)}}
-        out.update(self._metrics.snapshot())
-        return out
+        return _metrics(self._local, self._batches_appended, self.recovery)
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("readonly" if self.readonly else "writer")
-        # the settings that differ from the defaults (all of them: log.config)
-        changed = " ".join(f"{f.name}={getattr(self.config, f.name)!r}"
-                           for f in fields(self.config)
-                           if getattr(self.config, f.name) != f.default)
-        return (f"<seglog.Log {self.path} [{self._start}, {self._end}) "
-                f"{len(self._segs)} segment(s) {state}{' ' + changed if changed else ''}>")
-
-
-def _writer_config(path: str, options: dict[str, Any]) -> LogConfig:
-    """The writer's settings (lock held): stored ones with ``options`` applied; the
-    marker is written when the log is new or a setting changed."""
-    state = _marker.ownership(path, list_dir(path))
-    marker = _marker.read(path) if state == "marked" else None
-    if marker is not None:
-        cfg = _marker.stored_config(marker, options, strict=True)
-        if asdict(cfg) == marker["config"]:
-            return cfg
-    else:
-        cfg = LogConfig.from_kwargs(options)
-    try:
-        _marker.write(path, cfg, marker)
-    except OSError as e:
-        raise _storage_error(e, f"writing the settings of {path} failed: {e}") from e
-    return cfg
-
-
+        return _describe(self._local)
 
 
 _WRITERS: "weakref.WeakSet[Log]" = weakref.WeakSet()
@@ -795,35 +507,44 @@ if hasattr(os, "register_at_fork"):
 
 def _timed_flush(log: Log) -> None:
     """The process's flusher thread, every ``flush_ms`` of a writer."""
-    if log._end > log._flushed and log._failed is None and not log._closing:
+    local = log._local
+    if local.end > local.flushed and log._failed is None and not local.closing:
         try:
             log.flush()
         except SeglogError as e:
-            if not log._closed and not log._closing:
+            if not local.closed and not local.closing:
                 _log.warning("seglog: timed flush of %s failed: %s", log.path, e)
 
 
 def _maintain(log: Log) -> None:
-    """The process's maintenance thread, every ``retention_check_ms`` of a writer:
-    retention, compaction and delayed deletes, beside appends (the append lock is
-    taken only to swap the segment list)."""
-    if log._failed is not None or log._closing or log._closed:
+    """The process's maintenance thread, every ``retention_check_ms`` of a writer."""
+    local = log._local
+    if log._failed is not None or local.closing or local.closed:
         return
-    try:
-        with log._maintenance:
-            log.check_writable()
-            if log.config.deletes:
-                log._enforce(_now_ms())
-            if log.config.compacted:
-                log._compact(None)
-            log._deletes.purge()
-    except (SeglogError, OSError) as e:
-        if not log._closed and not log._closing:
-            _log.warning("seglog: maintenance of %s failed: %s", log.path, e)
-            log._background_error = e
+    log._maint.run(_now_ms(), log.check_writable, log._fail)
 
 
-def _storage_error(cause: BaseException, message: str) -> StorageError:
-    """A StorageError that keeps its cause's errno (``e.errno == errno.ENOSPC``)."""
-    code = getattr(cause, "errno", None)
-    return StorageError(code, message) if code is not None else StorageError(message)
+def _metrics(local: LocalLog, batches: int, rec: recovery.RecoveryReport | None
+             ) -> dict[str, Any]:
+    """``Log.metrics()``: the append counters, what recovery did, the LocalLog's counters."""
+    messages, nbytes = local.appended()
+    out: dict[str, Any] = {
+        "messages_appended": messages, "batches_appended": batches, "bytes_appended": nbytes,
+        "recovery": None if rec is None else {
+            "segments_scanned": rec.segments_scanned, "scanned_bytes": rec.scanned_bytes,
+            "cut_bytes": rec.cut_data_bytes, "cut_messages": rec.cut_messages,
+            "reserved_bytes": rec.reserved_bytes,
+            "deleted_segments": len(rec.deleted_segments)}}
+    out.update(local.metrics.snapshot())
+    return out
+
+
+def _describe(local: LocalLog) -> str:
+    """``repr(log)``: path, offsets, segments, state and the settings that differ from
+    the defaults (all of them: ``log.config``)."""
+    state = "closed" if local.closed else ("readonly" if local.readonly else "writer")
+    cfg = local.config
+    changed = " ".join(f"{f.name}={getattr(cfg, f.name)!r}" for f in fields(cfg)
+                       if getattr(cfg, f.name) != f.default)
+    return (f"<seglog.Log {local.path} [{local.start}, {local.end}) "
+            f"{len(local.segs)} segment(s) {state}{' ' + changed if changed else ''}>")

@@ -1,0 +1,129 @@
+"""A writer's maintenance policy (Kafka's ``deleteOldSegments`` and the cleaner's
+passes): retention, which checkpoints the new log start before any file goes;
+compaction through ``cleaner.compact``; the delayed deletes of what they removed;
+one pass at a time. ``Log`` runs them when called and on the process's maintenance
+thread, where a failure is logged and kept for the next call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from ._files import LOG_START, write_checkpoint
+from ._log_open import storage_error
+from .cleaner import CompactionStats, compact
+from .errors import SeglogError, StorageError
+from .local_log import LocalLog
+from .retention import DelayedDeletes, expired_prefix
+
+_log = logging.getLogger("seglog")
+
+
+_Check = Callable[[], None]
+_Fail = Callable[[BaseException], StorageError]
+
+
+class Maintenance:
+    """The retention and compaction passes over one writer's ``LocalLog``. Each pass
+    is given the log's ``check`` (raises what an append would) and ``fail`` (poisons
+    the log after an I/O error, returning the ``StorageError`` to raise): passed
+    per call, never kept, so nothing here keeps the ``Log`` alive."""
+
+    def __init__(self, local: LocalLog) -> None:
+        self._local = local
+        # retention and compaction, one at a time, never holding the append lock long
+        # (lock 1: close() takes it too, to wait for a running pass)
+        self.lock = threading.RLock()
+        self._deletes = DelayedDeletes(local.path)
+        # a failure of the background pass, raised by the next call of either
+        self.background_error: BaseException | None = None
+
+    def after_fork(self) -> None:
+        """In a forked child: a new lock (another thread may have held it at the fork)."""
+        self.lock = threading.RLock()
+
+    @staticmethod
+    @contextmanager
+    def _poisoning(fail: _Fail) -> Iterator[None]:
+        """An I/O error inside poisons the log, as a failed append does."""
+        try:
+            yield
+        except OSError as e:
+            raise fail(e) from e
+
+    def enforce(self, now_ms: int, check: _Check, fail: _Fail) -> list[int]:
+        """The delete policy: the new log start offset is checkpointed durably before
+        any file is removed, so a crash in between leaves segments below the start
+        offset, which the next open deletes, and never a start offset pointing at
+        deleted data. The deleted base offsets."""
+        local = self._local
+        cfg = local.config
+        if not cfg.deletes:
+            return []
+        with self.lock, self._poisoning(fail):
+            check()
+            self._deletes.purge()
+            segs = local.segs
+            m = local.metrics
+            m.retention_runs += 1
+            n = expired_prefix(segs, now_ms, cfg.retention_ms, cfg.retention_bytes)
+            if not n:
+                return []
+            new_start = segs[n].base_offset
+            write_checkpoint(local.path, LOG_START, new_start)
+            doomed = local.drop_prefix(n, new_start)
+            self._deletes.delete(doomed, cfg.file_delete_delay_ms)
+            m.retention_deleted_segments += len(doomed)
+            m.retention_deleted_bytes += sum(s.size for s in doomed)
+        return [s.base_offset for s in doomed]
+
+    def compact(self, now_ms: int | None, check: _Check, fail: _Fail) -> CompactionStats:
+        """One compaction pass over the sealed segments (``cleaner.compact``), swapping
+        each rewritten group in with ``LocalLog.replace``."""
+        local = self._local
+        with self.lock, self._poisoning(fail):
+            check()
+            st = compact(local.path, local.segs[:-1], local.start, local.config, local.replace,
+                         now_ms)
+            if st.skipped is None:
+                local.metrics.compaction_runs += 1
+                local.metrics.compaction_bytes_saved += st.bytes_before - st.bytes_after
+            return st
+
+    def raise_background_error(self) -> None:
+        """Raise (once) what the last background pass failed with."""
+        e = self.background_error
+        if e is not None:
+            self.background_error = None
+            raise storage_error(
+                e, f"the background maintenance of {self._local.path} failed: {e}") from e
+
+    def run(self, now_ms: int, check: _Check, fail: _Fail) -> None:
+        """The maintenance thread's pass: retention, compaction and delayed deletes,
+        beside appends (the append lock is taken only to swap the segment list). A
+        failure is logged and kept for ``raise_background_error``."""
+        local = self._local
+        try:
+            with self.lock:
+                check()
+                if local.config.deletes:
+                    self.enforce(now_ms, check, fail)
+                if local.config.compacted:
+                    self.compact(None, check, fail)
+                self._deletes.purge()
+        except (SeglogError, OSError) as e:
+            if not local.closed and not local.closing:
+                _log.warning("seglog: maintenance of %s failed: %s", local.path, e)
+                self.background_error = e
+
+    def purge_all(self) -> None:
+        """At close: delete what waits for its delay now (the next writer's open
+        removes what this could not)."""
+        if len(self._deletes):
+            try:
+                self._deletes.purge(everything=True)
+            except OSError:
+                pass

@@ -1,0 +1,469 @@
+"""The read path over a ``LocalLog``: ``read``, ``iter``, ``read_arrow``, offset and
+time lookups, counting, and the notebook views, each over a snapshot of the segment
+tuple (Kafka's ``LocalLog.read``). ``Log``'s read methods are these, one call each.
+
+A reader holds no lock while it yields messages: it counts itself in flight
+(``LocalLog.enter``/``leave``) only around each ``pread``, index lookup or chunk
+read, and re-finds its place when retention or compaction retired the segment it
+holds (``OffsetOutOfRangeError`` if its next offset was deleted).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from bisect import bisect_right
+from itertools import chain
+from operator import attrgetter
+from typing import Any, Callable, Iterator, TypeVar
+
+from . import _notebook, codec
+from .errors import CorruptRecordError, OffsetOutOfRangeError, SeglogError
+from .local_log import LocalLog
+from .message import (Columns, Message, MessageSet, arrow_modules, arrow_schema, as_ms,
+                      check_timestamp)
+from .segment import Segment, SegmentGoneError
+
+_BASE = attrgetter("base_offset")
+_ARROW_BATCH_BYTES = 16 << 20    # one RecordBatch per about this many bytes of values
+_RELOCATIONS = 64         # a reader re-finds its place at most this often per step
+_T = TypeVar("_T")
+_ITER_CHUNK = 1 << 20
+
+
+def _locate(local: LocalLog, offset: int) -> tuple[tuple[Segment, ...], int]:
+    segs = local.segs
+    return segs, max(0, bisect_right(segs, offset, key=_BASE) - 1)
+
+
+def _look_again(local: LocalLog, offset: int, err: Exception) -> None:
+    """A segment left the list (retired), or vanished before this reader opened
+    it (retention or compaction in the writer's process): find the current list.
+    Raises ``OffsetOutOfRangeError`` if ``offset`` was deleted meanwhile."""
+    if local.readonly:
+        local.refresh(force=True)
+    elif not isinstance(err, SegmentGoneError):
+        # the writer's own list is always current: a file went away behind its back
+        raise CorruptRecordError(f"a segment file of {local.path} vanished: {err}") from err
+    if offset < local.start:
+        raise OffsetOutOfRangeError(
+            f"offset {offset} was deleted (log start is now {local.start})") from None
+
+
+def read(local: LocalLog, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
+    """``Log.read`` (whose docstring states the contract)."""
+    local.check_readable()
+    if type(offset) is not int or type(max_bytes) is not int:
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise TypeError("offset must be an int")
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool):
+            raise TypeError("max_bytes must be an int")
+    if max_bytes < 1:
+        raise ValueError("max_bytes must be >= 1")
+    local.enter()
+    try:
+        for _ in range(_RELOCATIONS):
+            if local.readonly:
+                local.refresh()
+            start, end = local.start, local.end
+            if not start <= offset <= end:
+                raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}]")
+            if offset == end:
+                local.raise_damage()
+                return MessageSet(b"", min_offset=offset, next_offset=offset)
+            try:
+                return _read_from(local, offset, max_bytes, end)
+            except (SegmentGoneError, FileNotFoundError) as e:
+                _look_again(local, offset, e)
+        raise _unsettled(local)
+    finally:
+        local.leave()
+
+
+def _unsettled(local: LocalLog) -> SeglogError:
+    return SeglogError(f"the segments of {local.path} changed {_RELOCATIONS} times "
+                       f"under one read; try again")
+
+
+def _read_from(local: LocalLog, offset: int, max_bytes: int, end: int) -> MessageSet:
+    segs, i = _locate(local, offset)
+    for j in range(i, len(segs)):
+        seg = segs[j]
+        ms = seg.read(max(offset, seg.base_offset), max_bytes)
+        if ms:
+            return ms
+        if j + 1 < len(segs):
+            # nothing at or after offset here: the next segment must start there
+            _check_covers(seg, ms.next_offset, segs[j + 1].base_offset, seg.size)
+    return MessageSet(b"", min_offset=offset, next_offset=end)
+
+
+def read_arrow(local: LocalLog, start: int | None = None, end: int | None = None) -> Any:
+    """``Log.read_arrow`` (whose docstring states the contract)."""
+    pa = arrow_modules()[0]
+    local.check_readable()
+    if local.readonly:
+        local.refresh()
+    lo = local.start if start is None else start
+    hi = local.end if end is None else end
+    for name, v in (("start", lo), ("end", hi)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError(f"{name} must be an int or None")
+    if not local.start <= lo <= local.end:
+        raise OffsetOutOfRangeError(f"offset {lo} is outside [{local.start}, {local.end}]")
+    batches = []
+    parts: list[codec.ColumnPart] = []
+    size = 0
+    for part in _batch_iters(local, lo, hi, columns=True):
+        parts.append(part)
+        size += len(part.values)
+        if size >= _ARROW_BATCH_BYTES:
+            batches.append(Columns.from_parts(parts).to_arrow())
+            parts, size = [], 0
+    if parts or not batches:
+        batches.append(Columns.from_parts(parts).to_arrow())
+    large = any(b.schema.field("value").type == pa.large_binary() for b in batches)
+    if large:
+        batches = [b.cast(arrow_schema(True)) for b in batches]
+    return pa.Table.from_batches(batches, schema=arrow_schema(large))
+
+
+def iterate(local: LocalLog, start: int | None = None, end: int | None = None,
+            owner: object = None) -> Iterator[Message]:
+    """``Log.iter`` (whose docstring states the contract). The iterator keeps
+    ``owner`` alive (a ``Log`` that nothing else references is closed when it is
+    collected: ``Log.open(p).iter()`` must still read to the end)."""
+    local.check_readable()
+    if local.readonly:
+        local.refresh()
+    lo = local.start if start is None else start
+    if not isinstance(lo, int) or isinstance(lo, bool):
+        raise TypeError("start must be an int")
+    if end is not None and (not isinstance(end, int) or isinstance(end, bool)):
+        raise TypeError("end must be an int or None")
+    if not local.start <= lo <= local.end:
+        raise OffsetOutOfRangeError(f"offset {lo} is outside [{local.start}, {local.end}]")
+    return chain.from_iterable(_batch_iters(local, lo, end, owner=owner))
+
+
+# -- for people: notebooks and operators ----------------------------------------------
+def count(local: LocalLog) -> int:
+    """``len(log)`` (whose docstring states the contract)."""
+    local.check_readable()
+    if local.readonly:
+        local.refresh()
+    if "compact" not in local.config.cleanup_policy:
+        return local.end - local.start
+    return _count(local)[2]
+
+
+def _count(local: LocalLog) -> tuple[int, int, int]:
+    """(start, end, the records from start to end), counted again from the new
+    start if retention deletes some under the count."""
+    for _ in range(_RELOCATIONS):
+        start, end = local.start, local.end
+        try:
+            return start, end, sum(1 for _ in iterate(local, start, end))
+        except OffsetOutOfRangeError:
+            if local.readonly:
+                local.refresh(force=True)
+            if local.start <= start:
+                raise
+    raise _unsettled(local)
+
+
+def stats(local: LocalLog) -> dict[str, Any]:
+    """``Log.stats`` (whose docstring states the contract)."""
+    local.check_readable()
+    return _settled(local, lambda: _stats(local))
+
+
+def _settled(local: LocalLog, look: Callable[[], _T]) -> _T:
+    """``look()`` over the current segments, again over the new list when
+    retention or compaction retired a segment under it (a bounded number of
+    times: ``_unsettled`` past that)."""
+    local.enter()
+    try:
+        for _ in range(_RELOCATIONS):
+            if local.readonly:
+                local.refresh()
+            try:
+                return look()
+            except (SegmentGoneError, FileNotFoundError) as e:
+                try:
+                    _look_again(local, local.start, e)
+                except OffsetOutOfRangeError:
+                    pass
+        raise _unsettled(local)
+    finally:
+        local.leave()
+
+
+def _stats(local: LocalLog, count: bool = True) -> dict[str, Any]:
+    if count and "compact" in local.config.cleanup_policy:
+        start, end, n = _count(local)
+    else:
+        start, end = local.start, local.end
+        n = end - start
+    return _notebook.log_stats(local.path, start, end, n if count else None, local.segs,
+                               local.readonly)
+
+
+def window(local: LocalLog, start: int | None, end: int | None, since: object,
+            until: object) -> tuple[int, int, int | None, int | None]:
+    """Offsets [lo, hi) and the time bounds in ms of a to_pandas-style window."""
+    local.check_readable()
+    if local.readonly:
+        local.refresh()
+    lo = local.start if start is None else start
+    hi = local.end if end is None else min(end, local.end)
+    t0 = None if since is None else as_ms(since, "since")
+    t1 = None if until is None else as_ms(until, "until")
+    if t0 is not None:
+        at = offset_for_time(local, t0)
+        lo = max(lo, local.end if at is None else at)
+    if t1 is not None:
+        at = offset_for_time(local, t1)
+        hi = min(hi, local.end if at is None else at)
+    return lo, max(lo, hi), t0, t1
+
+
+def to_pandas(local: LocalLog, start: int | None = None, end: int | None = None, *,
+              since: object = None, until: object = None) -> Any:
+    """``Log.to_pandas`` (whose docstring states the contract)."""
+    for _ in range(_RELOCATIONS):
+        lo, hi, t0, t1 = window(local, start, end, since, until)
+        try:
+            return _notebook.frame(read_arrow(local, lo, hi), t0, t1)
+        except OffsetOutOfRangeError:
+            if start is not None or local.start <= lo:
+                raise
+    raise _unsettled(local)
+
+
+def html_stats(local: LocalLog) -> dict[str, Any]:
+    """``stats()`` without the message count, which the view does not show (in a
+    compacted log it would read every record)."""
+    local.check_readable()
+    return _settled(local, lambda: _stats(local, count=False))
+
+
+def repr_html(local: LocalLog) -> str:
+    if local.closed:
+        return _notebook.closed_html("seglog.Log", [("path", local.path)])
+    st = html_stats(local)
+    last = _last(local, 5, st["end_offset"])
+    return _notebook.log_html(st, local.segs, local.config, last)
+
+
+def _last(local: LocalLog, n: int, end: int) -> list[Message]:
+    """The messages of the ``n`` offsets before ``end``; if retention deletes
+    them meanwhile (a writer in another process), those from the new start."""
+    for _ in range(_RELOCATIONS):
+        if local.readonly:
+            local.refresh()
+        start = local.start
+        end = max(end, start)
+        try:
+            return list(iterate(local, max(start, end - n), end))
+        except OffsetOutOfRangeError:
+            if local.readonly:
+                local.refresh(force=True)
+            if local.start <= start:
+                raise
+    raise _unsettled(local)
+
+
+def _batch_iters(local: LocalLog, offset: int, end: int | None, columns: bool = False,
+                 owner: object = None) -> Iterator[Any]:
+    # ``owner`` lives as long as this generator's frame (see ``iterate``);
+    # per batch an iterator of Messages, or with ``columns`` a codec.ColumnPart;
+    # [segment, position, base offset of the batch there (None: unknown)]; files
+    # are touched only inside _iter_step, never while messages are being yielded
+    st: list[Any] = [None, 0, None]
+    careful = False
+    while True:
+        if end is not None and offset >= end:
+            return
+        local.enter()
+        try:
+            step = _iter_step(local, st, offset, end, careful)
+        finally:
+            local.leave()
+        careful = False
+        if step is None:
+            return
+        seg, pos = st[0], st[1]
+        if isinstance(step, bytes):
+            # decode the chunk's whole batches straight from the buffer
+            try:
+                if columns:
+                    done = yield from codec.iter_column_parts(
+                        step, 0, len(step), offset, end, expect=st[2], partial=True)
+                else:
+                    done = yield from codec.iter_messages(
+                        step, 0, len(step), offset, end, expect=st[2], partial=True,
+                        message_type=Message)
+            except CorruptRecordError as e:
+                local.metrics.corrupt_batches += 1
+                raise e.at(seg.path, pos + (e.position or 0), e.offset) from None
+            if done.position:
+                st[1] = pos + done.position
+                st[2] = done.next_offset
+                offset = max(offset, done.next_offset)
+            else:
+                # a batch larger than the chunk, a short read or damage
+                careful = True
+            continue
+        yield from step.column_parts() if columns else step.message_iters()
+        st[1] = pos + step.size_in_bytes
+        offset = max(offset, step.next_offset)
+        if step.end_of_batches is not None:
+            st[2] = step.end_of_batches
+
+
+def _iter_step(local: LocalLog, st: list[Any], offset: int, end: int | None,
+               careful: bool) -> bytes | MessageSet | None:
+    """The next chunk of the current segment (bytes), or a MessageSet read
+    carefully, or None at the end of the log. Moves ``st`` to the next segment
+    when the current one is done; re-finds ``offset`` after the segment list
+    changed (compaction, retention, a reader's re-listing)."""
+    for _ in range(_RELOCATIONS):
+        try:
+            seg: Segment | None = st[0]
+            if seg is None or seg.retired:
+                if offset < local.start:
+                    raise OffsetOutOfRangeError(
+                        f"offset {offset} was deleted by retention while iterating "
+                        f"(log start is now {local.start})")
+                segs, i = _locate(local, offset)
+                if not segs:
+                    return None
+                seg = segs[i]
+                pos, hdr = seg.find_position(offset)
+                st[:] = [seg, pos, hdr[codec.H_BASE] if hdr is not None else None]
+            while True:
+                pos = st[1]
+                seg_end = seg.size
+                if pos >= seg_end and local.readonly:
+                    local.refresh()
+                    if seg.retired:
+                        raise SegmentGoneError("re-listed")
+                    seg_end = seg.size
+                if pos < seg_end:
+                    break
+                if offset < local.start:
+                    raise OffsetOutOfRangeError(
+                        f"offset {offset} was deleted by retention while iterating "
+                        f"(log start is now {local.start})")
+                segs = local.segs
+                k = bisect_right(segs, seg.base_offset, key=_BASE)
+                if k >= len(segs):
+                    local.raise_damage()
+                    return None
+                _check_covers(seg, st[2] if st[2] is not None else offset,
+                              segs[k].base_offset, seg_end)
+                seg = segs[k]
+                st[:] = [seg, 0, seg.base_offset]
+            if not careful:
+                buf = seg.pread(min(_ITER_CHUNK, seg_end - pos), pos)
+                if len(buf) >= _ITER_CHUNK or pos + len(buf) >= seg_end:
+                    return buf
+            return seg.read_at(pos, offset, _ITER_CHUNK, seg_end, end, st[2])
+        except (SegmentGoneError, FileNotFoundError) as e:
+            _look_again(local, offset, e)
+            st[0] = None
+    raise _unsettled(local)
+
+
+def offset_for_time(local: LocalLog, timestamp: int) -> int | None:
+    """``Log.offset_for_time`` (whose docstring states the contract)."""
+    local.check_readable()
+    ts = check_timestamp(timestamp)
+    return _settled(local, lambda: _offset_for_time(local, ts))
+
+
+def _offset_for_time(local: LocalLog, ts: int) -> int | None:
+    lo = local.start
+    segs = local.segs
+    for j, seg in enumerate(segs):
+        if seg.max_timestamp < ts or not seg.size:
+            continue
+        entry = seg.time_index.lookup(ts)
+        ix_off, pos = seg.index.lookup(entry[1]) if entry is not None else (seg.base_offset, 0)
+        end = seg.size
+        covered = ix_off
+        for p, hdr in seg.batches(pos, end):
+            covered = codec.last_offset(hdr) + 1
+            if hdr[codec.H_MAX_TS] < ts or covered <= lo:
+                continue
+            ms = seg.read_at(p, lo, 1, end)
+            for m in ms:
+                if m[1] >= ts:
+                    if j and segs[j - 1].base_offset >= lo:
+                        # the answer may have been in records missing from the end
+                        # of the segment before (timestamps mostly ascend)
+                        prev = segs[j - 1]
+                        _check_covers(prev, _end_offset(prev), seg.base_offset, prev.size)
+                    return m[0]
+        if j + 1 < len(segs):
+            # walked to the end of a segment whose records reach ts: it must end
+            # where the next begins, or the answer may be in what is missing
+            _check_covers(seg, covered, segs[j + 1].base_offset, end)
+    return None
+
+
+def _end_offset(seg: Segment) -> int:
+    """One past the last offset of a sealed segment's last batch (a short walk from
+    its last offset-index entry)."""
+    off, pos = seg.index.last_entry()
+    end = off
+    for _, hdr in seg.batches(pos, seg.size, off):
+        end = codec.last_offset(hdr) + 1
+    return end
+
+
+def _check_covers(seg: Segment, covered: int, next_base: int, position: int) -> None:
+    """A sealed segment's batches end where the next segment begins (compaction
+    leaves an empty batch over offsets it removed at the end): else offsets are
+    missing from the middle of the log, which is damage, never a silent skip."""
+    if covered < next_base:
+        raise CorruptRecordError(
+            f"offsets {covered} to {next_base - 1} are missing: the segment ends early "
+            f"(cut back?) before the next segment starts", seg.path, position, covered)
+
+
+def wait(local: LocalLog, offset: int, timeout: float | None) -> bool:
+    """``Log.wait``: the timeout checked, then a writer's ``LocalLog.wait_for`` or a
+    readonly reader's polling."""
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
+        if math.isnan(timeout):
+            raise ValueError("timeout must be a number of seconds or None, not NaN")
+        if math.isinf(timeout):
+            timeout = None
+    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    if local.readonly:
+        return _wait_polling(local, offset, deadline)
+    return local.wait_for(offset, deadline)
+
+
+def _wait_polling(local: LocalLog, offset: int, deadline: float | None) -> bool:
+    """A readonly reader polls the files (sub-millisecond at first, backing off to
+    20 ms) until ``end_offset > offset`` or ``deadline``."""
+    delay = 0.0005
+    waited = False
+    while True:
+        local.check_readable()
+        local.refresh()
+        if local.end > offset:
+            if waited:
+                local.metrics.wait_wakeups += 1
+            return True
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        time.sleep(delay if left is None else min(delay, left))
+        waited = True
+        delay = min(delay * 2, 0.02)
