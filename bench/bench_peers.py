@@ -24,8 +24,8 @@ quiet machine; never as a test.
 
     scripts/bench bench_peers.py --compare /path/to/other/checkout/src
 
-runs seglog's workloads twice more, alternating this tree's seglog and the other
-source tree's (each in its own process, best of both rounds), and prints the two
+runs seglog's workloads again, alternating this tree's seglog and the other source
+tree's (each in its own process; ``--rounds``, best of them), and prints the two
 side by side with their ratio: a change's cost, measured in one run.
 """
 
@@ -180,10 +180,10 @@ def seglog_figures(root: str, msgs: list[bytes], tail_mb: int) -> tuple[dict[str
     return r, disk, recovery_scan(root, tail_mb)
 
 
-def compare(other_src: str, n: int, tail_mb: int, where: str | None) -> None:
+def compare(other_src: str, n: int, tail_mb: int, where: str | None, rounds: int) -> None:
     """This tree's seglog and ``other_src``'s, alternating, each in its own process."""
     best: dict[str, dict[str, float]] = {OWN_SRC: {}, other_src: {}}
-    for rnd in range(2):
+    for rnd in range(rounds):
         for src in (other_src, OWN_SRC):
             with tempfile.NamedTemporaryFile(suffix=".json") as out:
                 cmd = [sys.executable, os.path.abspath(__file__), "--seglog-only", "--src", src,
@@ -212,6 +212,8 @@ def main() -> None:
     ap.add_argument("--compare", metavar="SRC", default=None,
                     help="also run seglog's workloads with the seglog package under SRC "
                          "(another checkout's src/), alternating, and print both")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="with --compare: alternations (each side's best is kept)")
     ap.add_argument("--src", default=OWN_SRC, help=argparse.SUPPRESS)
     ap.add_argument("--seglog-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help=argparse.SUPPRESS)
@@ -280,7 +282,7 @@ def main() -> None:
           f"{'ok' if arrow_vps >= 20e6 else 'MISSED'}")
     if args.compare:
         del msgs
-        compare(os.path.abspath(args.compare), n, args.tail_mb, args.dir)
+        compare(os.path.abspath(args.compare), n, args.tail_mb, args.dir, args.rounds)
 
 
 if __name__ == "__main__":
