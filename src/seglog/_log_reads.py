@@ -157,19 +157,31 @@ def count(local: LocalLog) -> int:
     return _count(local)[2]
 
 
-def _count(local: LocalLog) -> tuple[int, int, int]:
-    """(start, end, the records from start to end), counted again from the new
-    start if retention deletes some under the count."""
+def _from_start(local: LocalLog, read: Callable[[int], _T], relist: bool = False) -> _T:
+    """``read(start)`` from the log's start offset, done again from the new start if
+    retention deletes what it reads meanwhile (a writer in another process);
+    ``relist``: a readonly reader looks for new segments first."""
     for _ in range(_RELOCATIONS):
-        start, end = local.start, local.end
+        if relist and local.readonly:
+            local.refresh()
+        start = local.start
         try:
-            return start, end, sum(1 for _ in iterate(local, start, end))
+            return read(start)
         except OffsetOutOfRangeError:
             if local.readonly:
                 local.refresh(force=True)
             if local.start <= start:
                 raise
     raise _unsettled(local)
+
+
+def _count(local: LocalLog) -> tuple[int, int, int]:
+    """(start, end, the records from start to end), counted again from the new
+    start if retention deletes some under the count."""
+    def count(start: int) -> tuple[int, int, int]:
+        end = local.end
+        return start, end, sum(1 for _ in iterate(local, start, end))
+    return _from_start(local, count)
 
 
 def stats(local: LocalLog) -> dict[str, Any]:
@@ -259,19 +271,10 @@ def repr_html(local: LocalLog) -> str:
 def _last(local: LocalLog, n: int, end: int) -> list[Message]:
     """The messages of the ``n`` offsets before ``end``; if retention deletes
     them meanwhile (a writer in another process), those from the new start."""
-    for _ in range(_RELOCATIONS):
-        if local.readonly:
-            local.refresh()
-        start = local.start
-        end = max(end, start)
-        try:
-            return list(iterate(local, max(start, end - n), end))
-        except OffsetOutOfRangeError:
-            if local.readonly:
-                local.refresh(force=True)
-            if local.start <= start:
-                raise
-    raise _unsettled(local)
+    def last(start: int) -> list[Message]:
+        stop = max(end, start)
+        return list(iterate(local, max(start, stop - n), stop))
+    return _from_start(local, last, relist=True)
 
 
 def _batch_iters(local: LocalLog, offset: int, end: int | None, columns: bool = False,

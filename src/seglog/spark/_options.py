@@ -258,21 +258,16 @@ def parse_options(options: Mapping[str, str], streaming: bool | None) -> Options
         raise InvalidConfigError(f"option startingOffsetsByTimestampStrategy must be error or "
                                  f"latest, not {strategy!r}")
     kw["ts_strategy"] = strategy
-    for name, key in (("minPartitions", "min_partitions"),
-                      ("maxRecordsPerPartition", "max_records_per_partition"),
-                      ("maxOffsetsPerTrigger", "max_offsets_per_trigger"),
-                      ("minOffsetsPerTrigger", "min_offsets_per_trigger")):
+    for name, key, parse in (("minPartitions", "min_partitions", _positive),
+                             ("maxRecordsPerPartition", "max_records_per_partition", _positive),
+                             ("maxOffsetsPerTrigger", "max_offsets_per_trigger", _positive),
+                             ("minOffsetsPerTrigger", "min_offsets_per_trigger", _positive),
+                             ("maxTriggerDelay", "max_trigger_delay_ms", _duration_ms),
+                             ("failOnDataLoss", "fail_on_data_loss", _bool),
+                             ("includeHeaders", "include_headers", _bool)):
         v = get(name)
         if v is not None:
-            kw[key] = _positive(name, v)
-    v = get("maxTriggerDelay")
-    if v is not None:
-        kw["max_trigger_delay_ms"] = _duration_ms("maxTriggerDelay", v)
-    for name, key in (("failOnDataLoss", "fail_on_data_loss"),
-                      ("includeHeaders", "include_headers")):
-        v = get(name)
-        if v is not None:
-            kw[key] = _bool(name, v)
+            kw[key] = parse(name, v)
     v = get("groupId")
     if v is not None:
         kw["group_id"] = check_name(v, "group")
