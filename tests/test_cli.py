@@ -24,6 +24,8 @@ from seglog._cli_inspect import reread_records
 from seglog._cli_output import Progress
 from seglog.testing import abandon
 
+from kills import kill_inside_compaction_swap
+
 COMMANDS = ["dump", "verify", "recover", "stats", "tail", "groups", "compact", "retention"]
 
 
@@ -748,22 +750,12 @@ def test_reading_commands_on_a_log_whose_writer_died_inside_a_compaction_swap(tm
     replaced segment as starting below where the new one ended, exit 1). Before
     the new .log is renamed in, the old segments are the log, checked against
     their own indexes, not the new ones waiting beside them."""
-    from seglog import cleaner
     path = str(tmp_path / "c")
     with Log.open(path, cleanup_policy="compact", segment_bytes=1024, index_interval_bytes=1,
                   min_cleanable_dirty_ratio=0.0) as log:
         for i in range(200):     # batch sizes vary: old and new positions differ
             log.append(b"v%d" % i + b"." * (i % 13), key=b"k%d" % (i % 7))
-
-        def killed(directory, base, end):
-            raise KeyboardInterrupt("killed after the commit point")
-        monkeypatch.setattr(cleaner, "swap_in", killed)
-        with pytest.raises(KeyboardInterrupt):
-            log.compact()
-        monkeypatch.undo()
-        abandon(log)
-    (manifest,) = [n for n in os.listdir(path) if n.startswith(".seglog-swap.")]
-    name = manifest[len(".seglog-swap."):]
+        name = kill_inside_compaction_swap(log, monkeypatch)
     for ext in renamed:          # the swap's first steps, as the writer took them
         os.rename(os.path.join(path, ".seglog-cleaned." + name + ext),
                   os.path.join(path, name + ext))

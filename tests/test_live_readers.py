@@ -13,10 +13,12 @@ import time
 
 import pytest
 
-from seglog import Log, _live, cleaner, codec, recovery
+from seglog import Log, _live, codec, recovery
 from seglog.local_log import LocalLog
 from seglog.segment import Segment
 from seglog.testing import abandon
+
+from kills import kill_inside_compaction_swap
 
 
 def test_reader_does_not_take_a_batch_whose_offset_is_not_stamped_yet(logdir):
@@ -103,16 +105,7 @@ def test_reader_of_a_log_whose_writer_died_inside_a_compaction_swap(logdir, monk
                   min_cleanable_dirty_ratio=0.0) as log:
         for i in range(200):
             log.append(b"v%d" % i, key=b"k%d" % (i % 7))
-
-        def killed(directory, base, end):
-            raise KeyboardInterrupt("killed after the commit point")
-        monkeypatch.setattr(cleaner, "swap_in", killed)
-        with pytest.raises(KeyboardInterrupt):
-            log.compact()
-        monkeypatch.undo()
-        abandon(log)
-    (manifest,) = [n for n in os.listdir(logdir) if n.startswith(".seglog-swap.")]
-    name = manifest[len(".seglog-swap."):]
+        name = kill_inside_compaction_swap(log, monkeypatch)
     os.rename(os.path.join(logdir, ".seglog-cleaned." + name + ".log"),
               os.path.join(logdir, name + ".log"))        # the swap's first step
     with Log.open(logdir, readonly=True) as r:
