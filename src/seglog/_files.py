@@ -195,7 +195,10 @@ def list_topics(root: str) -> list[str]:
 RECOVERY_POINT = "recovery-point"
 LOG_START = "log-start-offset"
 CHECKPOINT_MAGIC = "seglog-checkpoint 1"
-LOCK_FILE = ".lock"             # the writer's flock
+LOCK_FILE = ".lock"             # the writer's flock (shared by multi-writers)
+WRITERS_FILE = ".writers"       # multi-writers: the shared header, its flock the append lock
+MAINTENANCE_LOCK = ".maintenance"   # multi-writers: one retention or compaction pass at a time
+LOCK_FILES = (LOCK_FILE, WRITERS_FILE, MAINTENANCE_LOCK)
 
 
 def read_checkpoint(directory: str, name: str) -> int | None:

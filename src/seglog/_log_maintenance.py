@@ -8,13 +8,15 @@ thread, where a failure is logged and kept for the next call.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from ._files import LOG_START, write_checkpoint
+from . import _platform
+from ._files import CLEANED, LOG_START, MAINTENANCE_LOCK, SWAP, fsync_dir, remove, write_checkpoint
 from ._log_open import storage_error
-from .cleaner import CompactionStats, compact
+from .cleaner import CompactionStats, compact, resolve_interrupted
 from .errors import SeglogError, StorageError
 from .local_log import LocalLog
 from .retention import DelayedDeletes, expired_prefix
@@ -63,8 +65,10 @@ class Maintenance:
         cfg = local.config
         if not cfg.deletes:
             return []
-        with self.lock, self._poisoning(fail):
+        with self.lock, self._poisoning(fail), self._one_process() as mine:
             check()
+            if not mine:
+                return []
             self._deletes.purge()
             segs = local.segs
             m = local.metrics
@@ -84,14 +88,49 @@ class Maintenance:
         """One compaction pass over the sealed segments (``cleaner.compact``), swapping
         each rewritten group in with ``LocalLog.replace``."""
         local = self._local
-        with self.lock, self._poisoning(fail):
+        with self.lock, self._poisoning(fail), self._one_process() as mine:
             check()
+            if not mine:
+                return CompactionStats(skipped="another writer process runs a maintenance pass")
             st = compact(local.path, local.segs[:-1], local.start, local.config, local.replace,
                          now_ms)
             if st.skipped is None:
                 local.metrics.compaction_runs += 1
                 local.metrics.compaction_bytes_saved += st.bytes_before - st.bytes_after
             return st
+
+    @contextmanager
+    def _one_process(self) -> Iterator[bool]:
+        """With several writer processes, one maintenance pass at a time among them (a
+        flock on ``.maintenance``; False: another runs one, this pass is skipped).
+        What a dead writer's compaction left is finished first; the segment list is
+        brought up to date."""
+        local = self._local
+        if local.shared is None:
+            yield True
+            return
+        fd = os.open(os.path.join(local.path, MAINTENANCE_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                _platform.flock(fd, _platform.LOCK_EX_NB)
+            except BlockingIOError:
+                yield False
+                return
+            names = os.listdir(local.path)
+            if any(n.startswith((SWAP, CLEANED)) for n in names):
+                with local.lock:
+                    resolve_interrupted(local.path)     # committed swaps finished
+                    for n in os.listdir(local.path):
+                        if n.startswith(CLEANED):       # uncommitted output
+                            remove(os.path.join(local.path, n))
+                    fsync_dir(local.path)
+                    local.files_changed()
+                local.refresh(force=True)
+            else:
+                local.refresh()
+            yield True
+        finally:
+            os.close(fd)
 
     def raise_background_error(self) -> None:
         """Raise (once) what the last background pass failed with."""

@@ -10,11 +10,25 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-from . import _marker, _platform, recovery
+from . import _marker, _platform, _writers, recovery
 from ._files import LOCK_FILE, list_dir, make_dirs, path_error, require_dir
+from ._shared_log import SharedLock
 from .config import LogConfig
-from .errors import LogLockedError, SeglogError, StorageError
+from .errors import InvalidConfigError, LogLockedError, SeglogError, StorageError
 from .local_log import LocalLog, active_capacity
+
+
+def check_open_options(readonly: bool, multi_writer: bool, lock_timeout_ms: int) -> None:
+    """``Log.open``'s own options: ``TypeError`` or ``InvalidConfigError``."""
+    for name, v in (("readonly", readonly), ("multi_writer", multi_writer)):
+        if not isinstance(v, bool):
+            raise TypeError(f"{name} must be a bool, not {type(v).__name__}")
+    if isinstance(lock_timeout_ms, bool) or not isinstance(lock_timeout_ms, int):
+        raise TypeError(f"lock_timeout_ms must be an int, not {type(lock_timeout_ms).__name__}")
+    if not 0 <= lock_timeout_ms <= 86_400_000:
+        raise InvalidConfigError(f"lock_timeout_ms must be 0 to 86400000, not {lock_timeout_ms}")
+    if readonly and multi_writer:
+        raise InvalidConfigError("readonly and multi_writer exclude each other")
 
 
 def open_reader(path: str, options: dict[str, Any]) -> LocalLog:
@@ -45,6 +59,16 @@ class DirLock:
     def __init__(self, fd: int) -> None:
         self._fd = fd      # -1: not held (a reader's, or released)
 
+    def alone(self) -> bool:
+        """True if no other process holds the lock (this one holding it exclusively
+        now; one of several writers holds it shared, and on False has let go of it,
+        as a failed conversion of a flock does: it is closing)."""
+        try:
+            _platform.flock(self._fd, _platform.LOCK_EX_NB)
+            return True
+        except BlockingIOError:
+            return False
+
     def release(self) -> None:
         """Close the descriptor, which releases the flock; then nothing."""
         if self._fd >= 0:
@@ -67,6 +91,7 @@ def open_writer(path: str, options: dict[str, Any]) -> tuple[LocalLog, DirLock, 
     ``LocalLog``, the lock and what the loader found."""
     lock_fd, cfg = _lock_and_configure(path, options)
     try:
+        _writers.invalidate(path)
         loaded = recovery.load_for_writer(path, active_capacity(cfg), cfg.index_interval_bytes,
                                           cfg.max_index_bytes)
     except BaseException as e:
@@ -80,17 +105,92 @@ def open_writer(path: str, options: dict[str, Any]) -> tuple[LocalLog, DirLock, 
                      loaded.recovery_point), DirLock(lock_fd), loaded)
 
 
-def _lock_and_configure(path: str, options: dict[str, Any]) -> tuple[int, LogConfig]:
-    """A writer's first steps: refuse a file or a foreign directory before creating
-    anything, take the directory's flock, settle the settings; (lock fd, config)."""
+def open_shared(path: str, options: dict[str, Any], timeout_ms: int
+                ) -> tuple[LocalLog, DirLock, recovery.Loaded | None]:
+    """One of several writers (``multi_writer=True``): the mode lock taken shared, then,
+    under the writers' append lock (openers one at a time), either recovery from the
+    files (the first writer of a log all writers had left: it finds the mode lock
+    free) or the header's view of the log the others write. (the LocalLog, the mode
+    lock, what the loader found or None)."""
+    lock_fd = _open_lock_file(path)
+    try:
+        w = _writers.WritersFile(path, timeout_ms)
+    except OSError as e:
+        os.close(lock_fd)
+        raise path_error(e, f"cannot open the writers' file of {path}") from e
+    local: LocalLog | None = None
+    try:
+        w.lock()
+        try:
+            first = _try_flock(lock_fd, _platform.LOCK_EX_NB)
+            if not first and not _try_flock(lock_fd, _platform.LOCK_SH_NB):
+                raise LogLockedError(f"a writer without multi_writer=True holds {path}")
+            loaded = None
+            if first or not w.live():
+                cfg = _writer_config(path, options)
+                loaded = recovery.load_for_writer(path, active_capacity(cfg),
+                                                  cfg.index_interval_bytes, cfg.max_index_bytes)
+                local = LocalLog(path, cfg, False, loaded.segments, loaded.start_offset,
+                                 loaded.end_offset, loaded.recovery_point)
+            else:
+                local = LocalLog(path, _joining_config(path, options), False)
+            lock = SharedLock(local, w)
+            local.lock, local.shared, local.follows = lock, lock, True
+            lock.attach(loaded is not None)
+            if first and not _try_flock(lock_fd, _platform.LOCK_SH_NB):
+                raise LogLockedError(f"a writer without multi_writer=True took {path}")
+        finally:
+            w.unlock()
+    except BaseException as e:
+        if local is not None:
+            local.abandon()
+        w.close()
+        os.close(lock_fd)
+        if isinstance(e, OSError) and not isinstance(e, SeglogError):
+            raise storage_error(e, f"opening {path} failed: {e}") from e
+        raise
+    return local, DirLock(lock_fd), loaded
+
+
+def _try_flock(fd: int, how: int) -> bool:
+    try:
+        _platform.flock(fd, how)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _joining_config(path: str, options: dict[str, Any]) -> LogConfig:
+    """A writer joining others: the stored settings, which options may not change."""
+    marker = _marker.read(path)
+    if marker is None:
+        raise InvalidConfigError(f"{path} has writers but no stored settings")
+    cfg = _marker.stored_config(marker, options, strict=True)
+    if asdict(cfg) != marker["config"]:
+        changed = sorted(k for k, v in asdict(cfg).items() if marker["config"].get(k) != v)
+        raise InvalidConfigError(
+            f"other writers have {path} open with its stored settings; "
+            f"{', '.join(changed)} may change only when all writers have closed it")
+    return cfg
+
+
+def _open_lock_file(path: str) -> int:
+    """Refuse a file or a foreign directory before creating anything; the lock
+    file's descriptor."""
     if require_dir(path, "log", create=True):
         _marker.ownership(path, list_dir(path))
     else:
         make_dirs(path)
     try:
-        lock_fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        return os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise path_error(e, f"cannot open the lock file of {path}") from e
+
+
+def _lock_and_configure(path: str, options: dict[str, Any]) -> tuple[int, LogConfig]:
+    """A writer's first steps: refuse a file or a foreign directory before creating
+    anything, take the directory's flock, settle the settings; (lock fd, config)."""
+    lock_fd = _open_lock_file(path)
     try:
         _platform.flock(lock_fd, _platform.LOCK_EX_NB)
     except BlockingIOError:

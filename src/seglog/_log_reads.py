@@ -40,7 +40,7 @@ def _look_again(local: LocalLog, offset: int, err: Exception) -> None:
     """A segment left the list (retired), or vanished before this reader opened
     it (retention or compaction in the writer's process): find the current list.
     Raises ``OffsetOutOfRangeError`` if ``offset`` was deleted meanwhile."""
-    if local.readonly:
+    if local.follows:
         local.refresh(force=True)
     elif not isinstance(err, SegmentGoneError):
         # the writer's own list is always current: a file went away behind its back
@@ -63,7 +63,7 @@ def read(local: LocalLog, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
     local.enter()
     try:
         for _ in range(_RELOCATIONS):
-            if local.readonly:
+            if local.follows:
                 local.refresh()
             start, end = local.start, local.end
             if not start <= offset <= end:
@@ -102,7 +102,7 @@ def read_arrow(local: LocalLog, start: int | None = None, end: int | None = None
     """``Log.read_arrow`` (whose docstring states the contract)."""
     pa = arrow_modules()[0]
     local.check_readable()
-    if local.readonly:
+    if local.follows:
         local.refresh()
     lo = local.start if start is None else start
     hi = local.end if end is None else end
@@ -134,7 +134,7 @@ def iterate(local: LocalLog, start: int | None = None, end: int | None = None,
     ``owner`` alive (a ``Log`` that nothing else references is closed when it is
     collected: ``Log.open(p).iter()`` must still read to the end)."""
     local.check_readable()
-    if local.readonly:
+    if local.follows:
         local.refresh()
     lo = local.start if start is None else start
     if not isinstance(lo, int) or isinstance(lo, bool):
@@ -150,7 +150,7 @@ def iterate(local: LocalLog, start: int | None = None, end: int | None = None,
 def count(local: LocalLog) -> int:
     """``len(log)`` (whose docstring states the contract)."""
     local.check_readable()
-    if local.readonly:
+    if local.follows:
         local.refresh()
     if "compact" not in local.config.cleanup_policy:
         return local.end - local.start
@@ -162,13 +162,13 @@ def _from_start(local: LocalLog, read: Callable[[int], _T], relist: bool = False
     retention deletes what it reads meanwhile (a writer in another process);
     ``relist``: a readonly reader looks for new segments first."""
     for _ in range(_RELOCATIONS):
-        if relist and local.readonly:
+        if relist and local.follows:
             local.refresh()
         start = local.start
         try:
             return read(start)
         except OffsetOutOfRangeError:
-            if local.readonly:
+            if local.follows:
                 local.refresh(force=True)
             if local.start <= start:
                 raise
@@ -197,7 +197,7 @@ def _settled(local: LocalLog, look: Callable[[], _T]) -> _T:
     local.enter()
     try:
         for _ in range(_RELOCATIONS):
-            if local.readonly:
+            if local.follows:
                 local.refresh()
             try:
                 return look()
@@ -225,7 +225,7 @@ def window(local: LocalLog, start: int | None, end: int | None, since: object,
             until: object) -> tuple[int, int, int | None, int | None]:
     """Offsets [lo, hi) and the time bounds in ms of a to_pandas-style window."""
     local.check_readable()
-    if local.readonly:
+    if local.follows:
         local.refresh()
     lo = local.start if start is None else start
     hi = local.end if end is None else min(end, local.end)
@@ -348,7 +348,7 @@ def _iter_step(local: LocalLog, st: list[Any], offset: int, end: int | None,
             while True:
                 pos = st[1]
                 seg_end = seg.size
-                if pos >= seg_end and local.readonly:
+                if pos >= seg_end and local.follows:
                     local.refresh()
                     if seg.retired:
                         raise SegmentGoneError("re-listed")
@@ -447,7 +447,7 @@ def wait(local: LocalLog, offset: int, timeout: float | None) -> bool:
         if math.isinf(timeout):
             timeout = None
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-    if local.readonly:
+    if local.follows:
         return _wait_polling(local, offset, deadline)
     return local.wait_for(offset, deadline)
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from . import codec
-from ._files import (CHECKPOINT_MAGIC, LOCK_FILE, LOG_START, MARKER, RECOVERY_POINT, WRITER_SESSION,
+from ._files import (CHECKPOINT_MAGIC, LOCK_FILES, LOG_START, MARKER, RECOVERY_POINT, WRITER_SESSION,
                      atomic_write, is_leftover, list_segments, segment_path)
 from .config import LogConfig
 from .errors import CorruptRecordError, InvalidConfigError, NotALogError
@@ -85,7 +85,7 @@ def ownership(directory: str, names: list[str]) -> str:
     before markers existed); ``NotALogError`` for anything else."""
     if MARKER in names:
         return "marked"
-    others = [n for n in names if n != LOCK_FILE and not is_leftover(n)]
+    others = [n for n in names if n not in LOCK_FILES and not is_leftover(n)]
     if not others:
         return "empty"
     for name in _LEGACY_PROOF:

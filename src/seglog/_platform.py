@@ -24,6 +24,7 @@ MACOS = sys.platform == "darwin"
 flock = fcntl.flock
 LOCK_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
 LOCK_EX = fcntl.LOCK_EX
+LOCK_SH_NB = fcntl.LOCK_SH | fcntl.LOCK_NB
 LOCK_UN = fcntl.LOCK_UN
 
 _ZEROS = bytes(1 << 20)

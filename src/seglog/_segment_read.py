@@ -144,3 +144,14 @@ def read_at(seg: Any, start: int, min_offset: int, max_bytes: int, end: int,
     return MessageSet(buf, 0, p, min_offset=min_offset, max_offset=max_offset,
                       next_offset=max(nxt, min_offset), file=seg,
                       file_position=start, path=seg.path, expect=expect, last_next=after)
+
+
+def largest_timestamp(seg: Any) -> int:
+    """A sealed segment's largest record timestamp (-1: none): its time index's last
+    entry, or (a segment rolled before its first entry) a walk over its batches."""
+    last = seg.time_index.last_entry()
+    if last is not None:
+        return int(last[0])                  # (timestamp, offset)
+    if not seg.size:
+        return -1
+    return max((h[codec.H_MAX_TS] for _, h in seg.batches()), default=-1)

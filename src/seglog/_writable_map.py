@@ -20,6 +20,7 @@ from typing import Callable
 from . import _platform, _prefault
 
 _ALLOC_CHUNK = 8 << 20
+_ZEROS = bytes(1 << 16)
 # with a prefaulter thread, reserve the next chunk this far before the reserved end,
 # so that the thread faults pages in while the writer still has some to fill
 _LEAD = 4 << 20
@@ -99,6 +100,17 @@ class WritableMap:
         except OSError:
             _disable_populate()
         return reserved
+
+    def zero(self, start: int, end: int) -> None:
+        """Zero ``[start, end)`` (within the capacity), writing only pages not zero."""
+        mm = self.mm
+        assert mm is not None
+        end = min(end, self.capacity)
+        while start < end:
+            stop = min(end, start + len(_ZEROS))
+            if mm[start:stop] != _ZEROS[:stop - start]:
+                mm[start:stop] = _ZEROS[:stop - start]
+            start = stop
 
     def prefault(self, prefaulter: _prefault.Prefaulter) -> None:
         """Fault in the reserved pages not yet faulted in (the prefaulter thread)."""

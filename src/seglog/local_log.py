@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from . import _live, recovery
 from ._files import LOG_START, RECOVERY_POINT, read_checkpoint, write_checkpoint
@@ -31,6 +31,15 @@ from .errors import LogClosedError, SeglogError
 from .segment import Segment
 
 _RACY_NS = 3_000_000_000  # a directory listing this close to its mtime is not trusted
+
+
+class AppendLock(Protocol):
+    """A ``threading.Lock`` (one writer process), or a ``_shared_log.SharedLock``."""
+
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> bool: ...
+    def __exit__(self, *exc: Any) -> Any: ...
 
 
 def active_capacity(config: LogConfig) -> int:
@@ -54,8 +63,16 @@ class LocalLog:
         self.path = path
         self.config = config
         self.readonly = readonly
-        # the append lock: appends, rolls and every change of the segment list
-        self.lock = threading.Lock()
+        # the append lock: appends, rolls and every change of the segment list; with
+        # several writer processes, a SharedLock (``shared``), which also follows them
+        self.lock: AppendLock = threading.Lock()
+        self.shared: Any = None
+        # a readonly reader or one of several writers: others change the files
+        self.follows = readonly
+        # bumped by every change of the segment list (``list_gen``) and of the start
+        # or flushed offset (``changes``): what other writers must learn
+        self.list_gen = 0
+        self.changes = 0
         self.segs: tuple[Segment, ...] = ()
         self._set(tuple(segments))
         self.start = start
@@ -106,23 +123,30 @@ class LocalLog:
     @property
     def start_offset(self) -> int:
         """The first offset still in the log (a readonly reader looks again first)."""
-        if self.readonly:
+        if self.follows:
             self.refresh()
         return self.start
 
     @property
     def end_offset(self) -> int:
         """The next offset to assign (a readonly reader looks again first)."""
-        if self.readonly:
+        if self.follows:
             self.refresh()
         return self.end
 
     @property
     def segments(self) -> tuple[Segment, ...]:
         """The segments, oldest first (a readonly reader looks again first)."""
-        if self.readonly:
+        if self.follows:
             self.refresh()
         return self.segs
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every offset below this survives power loss (the writers' shared one)."""
+        if self.shared is not None:
+            self.refresh()
+        return self.flushed
 
     # -- open, closed, forked ---------------------------------------------------------
     def closed_error(self) -> SeglogError:
@@ -154,11 +178,15 @@ class LocalLog:
         """True from ``begin_close`` on."""
         return self._closing
 
-    def close(self, clean: bool = False) -> None:
+    def close(self, clean: bool = False, alone: Callable[[], bool] | None = None) -> None:
         """Close (append lock held). ``clean``: the writer's clean shutdown first (seal
         the active segment, checkpoint, write the clean-shutdown marker; an
         ``OSError`` propagates), then every segment's files and retired segments'
-        files, whatever happened."""
+        files, whatever happened. One of several writers does that only if it is the
+        last (``alone()``); else it lets go of its files as they are."""
+        if self.shared is not None and not self.shared.close(clean, alone):
+            self.abandon()
+            return
         self.closed = True
         try:
             if clean:
@@ -197,6 +225,8 @@ class LocalLog:
         self._cond = threading.Condition(threading.Lock())
         self._inflight = 0
         self.waiters = 0
+        if self.shared is not None:
+            self.shared.after_fork()
         for seg in self.segs:
             seg.reset_locks()
         if self.readonly:
@@ -233,10 +263,10 @@ class LocalLog:
     def _retire(self, segs: Iterable[Segment], why: str) -> None:
         """Segments that left the list (retention, compaction, a reader's re-listing):
         readers that meet them re-find their place; their files close once no read
-        is in flight."""
+        is in flight (one this writer had active and another sealed: as they are)."""
         for seg in segs:
             # marked at once (a reader between steps re-finds), closed once no read is
-            self._dispose(seg.retire(why))
+            self._dispose(seg.retire(why, keep_files=seg.is_active))
 
     # -- changes of the list -----------------------------------------------------------
     def roll(self, old: Segment) -> Segment:
@@ -254,6 +284,9 @@ class LocalLog:
                              cfg.max_index_bytes)
         new.set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
         self._set(self.segs + (new,))
+        self._list_changed()
+        if self.shared is not None:
+            self.shared.rolled(new)
         self.metrics.rolls += 1
         self._rolled_bytes += old.size - self._active_bytes_at_open
         self._active_bytes_at_open = 0
@@ -281,11 +314,46 @@ class LocalLog:
             m.fsync.observe(time.perf_counter() - t0)
             m.flushes += 1
             # the checkpoint is what lets recovery tell flushed data (whose damage
-            # is corruption) from a torn tail: it moves with every flush (R6)
-            self.write_recovery_point(target)
-            self.flushed = max(self.flushed, target)
-            self._update_flush_at()
+            # is corruption) from a torn tail: it moves with every flush (R6); with
+            # several writers it is theirs, moved under their lock
+            if self.shared is not None:
+                with self.lock:
+                    self._flushed_to(target)
+            else:
+                self._flushed_to(target)
         return self.flushed
+
+    def _flushed_to(self, target: int) -> None:
+        self.write_recovery_point(target)
+        if target > self.flushed:
+            self.flushed = target
+            self.changes += 1
+            self._update_flush_at()
+
+    def _list_changed(self) -> None:
+        self.list_gen += 1
+        self.changes += 1
+
+    def files_changed(self) -> None:
+        """Segment files changed on disk behind the list (lock held): the writers
+        re-list them."""
+        self._list_changed()
+
+    def follow_flushed(self, flushed: int) -> None:
+        """Another writer fsynced up to ``flushed`` and checkpointed it."""
+        self._checkpointed = max(self._checkpointed, flushed)
+        if flushed > self.flushed:
+            self.flushed = flushed
+            self._update_flush_at()
+
+    def follow_list(self, segs: list[Segment], gone: list[Segment]) -> None:
+        """The segment list another writer made (``_writers.follow``), lock held."""
+        if self.segs and segs[-1] is not self.segs[-1]:
+            self._rolled_bytes += max(0, self.segs[-1].size - self._active_bytes_at_open)
+            self._active_bytes_at_open = 0
+        self._set(tuple(segs))
+        self._retire(gone, "replaced by compaction, deleted by retention or sealed by another "
+                           "writer")
 
     def _update_flush_at(self) -> None:
         every = self.config.flush_messages
@@ -341,6 +409,7 @@ class LocalLog:
             doomed = self.segs[:n]
             self.start = max(self.start, new_start)
             self._set(self.segs[n:])
+            self._list_changed()
         # readers of this process re-find their place; the files close once no read
         # is in flight (readers in other processes are what a delayed delete is for)
         self._retire(doomed, "deleted by retention")
@@ -353,6 +422,7 @@ class LocalLog:
             cur = self.segs
             i = next(k for k, s in enumerate(cur) if s is old[0])
             self._set(cur[:i] + (new,) + cur[i + len(old):])
+            self._list_changed()
         self._retire(old, "replaced by compaction")
 
     # -- a readonly reader's view of another process's writer ---------------------------
@@ -367,7 +437,10 @@ class LocalLog:
 
     def refresh(self, force: bool = False) -> None:
         """Pick up new data and new or deleted segments written by another process."""
-        if self.closed:
+        if self.closed or not self.follows:
+            return
+        if self.shared is not None:
+            self.shared.refresh(force)
             return
         with self._refresh_lock:
             self._refresh_locked(force)

@@ -25,7 +25,8 @@ from .cleaner import CompactionStats
 from .config import LogConfig
 from .errors import MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
 from ._log_encode import check_window, encode
-from ._log_open import DirLock, open_reader, open_writer, storage_error
+from ._log_open import (DirLock, check_open_options, open_reader, open_shared, open_writer,
+                        storage_error)
 from ._log_maintenance import Maintenance
 from .local_log import LocalLog
 from .message import Headers, Message, MessageSet, Record, check_timestamp
@@ -46,8 +47,8 @@ class Log:
     """An append-only log of messages with contiguous offsets, in one directory.
 
     Open with ``Log.open``. One writer per directory (``LogLockedError`` for a
-    second); any number of ``readonly=True`` readers in any process. Safe to share
-    between threads; readers never block the writer.
+    second), or several in any processes with ``multi_writer=True``; any number of
+    ``readonly=True`` readers in any process. Safe to share between threads.
 
     Durability: when ``append`` returns, the message is readable by every reader and
     survives a crash of this process. When ``flush`` returns, everything appended
@@ -57,13 +58,11 @@ class Log:
 
     def __init__(self, local: LocalLog, dir_lock: DirLock | None = None,
                  report: recovery.RecoveryReport | None = None) -> None:
-        """Built by ``open``: over a ``LocalLog`` the loader filled (a writer holding
-        ``dir_lock``, the directory's flock; ``report``: what recovery did) or a
-        readonly reader's."""
-        self._local = local
-        self.path = local.path
-        self.config = config = local.config
-        self.readonly = readonly = local.readonly
+        """Built by ``open``: over a writer's ``LocalLog`` (holding ``dir_lock``, the
+        directory's flock; ``report``: what recovery did) or a readonly reader's."""
+        self._local, self.path, self.config = local, local.path, local.config
+        config, readonly = local.config, local.readonly
+        self.readonly = readonly
         self._flush_lock = threading.Lock()
         self._maint = Maintenance(local)
         self._failed: BaseException | None = None
@@ -71,23 +70,26 @@ class Log:
         self._jobs: list[_scheduler.Job] = []
         self._compress = codec.CODEC_LZ4 if config.compression == "lz4" else codec.CODEC_NONE
         self._max_msg = config.max_message_bytes
-        # what an unclean open recovered (None: a clean open, or a reader)
-        self.recovery = report
+        self.recovery = report      # what an unclean open recovered (None: clean, a reader)
         self._ok = not readonly   # False once closed or failed: one test on the hot path
         self._fast_max = min(self._max_msg, 0xFFFE)
         # the packed checksummed tail of a one-record batch's header, by value length,
         # for the current millisecond (the hot path then packs nothing to checksum)
-        self._tail_ts = -1
-        self._tails: dict[int, bytes] = {}
+        self._tail_ts, self._tails = -1, {}  # type: int, dict[int, bytes]
         self._batches_appended = 0
 
     # -- opening and closing ------------------------------------------------------
     @classmethod
-    def open(cls, path: str | os.PathLike[str], readonly: bool = False, **config: Any) -> "Log":
+    def open(cls, path: str | os.PathLike[str], readonly: bool = False,
+             multi_writer: bool = False, lock_timeout_ms: int = 10_000, **config: Any) -> "Log":
         """Open (and for a writer, create) the log in directory ``path``.
 
         A writer takes an exclusive ``flock`` on ``<path>/.lock``
-        (``LogLockedError`` at once if held) and recovers from a crash. A
+        (``LogLockedError`` at once if held) and recovers from a crash. With
+        ``multi_writer=True`` any number of processes write it (the lock taken
+        shared; the first recovers): each append waits at most ``lock_timeout_ms``
+        for the others (then ``LogLockedError``, nothing written), and a joining
+        writer takes the stored settings (DESIGN.md, "Several writers"). A
         ``readonly`` reader takes no lock and never writes. Unknown or
         out-of-range options raise ``InvalidConfigError``.
 
@@ -101,13 +103,15 @@ class Log:
         a path the process may not read or write is a ``StorageError``.
         """
         LogConfig.from_kwargs(config)      # bad options: an error before anything is made
+        check_open_options(readonly, multi_writer, lock_timeout_ms)
         path = os.path.abspath(os.fspath(path))
         if readonly:
             log = cls(open_reader(path, config))
             _READERS.add(log)
             return log
-        local, dir_lock, loaded = open_writer(path, config)
-        log = cls(local, dir_lock, loaded.report)
+        local, dir_lock, loaded = (open_shared(path, config, lock_timeout_ms) if multi_writer
+                                   else open_writer(path, config))
+        log = cls(local, dir_lock, loaded.report if loaded is not None else None)
         cfg = local.config
         # one flusher and one maintenance thread per process serve every log; their
         # jobs hold the log weakly: a writer nobody references is closed (and its lock
@@ -154,7 +158,8 @@ class Log:
                 return
             self._ok = False
             try:
-                local.close(clean=not self.readonly and self._failed is None)
+                local.close(clean=not self.readonly and self._failed is None,
+                            alone=self._dir_lock.alone)
             except OSError as e:
                 # no clean-shutdown marker: the next open recovers what reached the disk
                 self._failed = e
@@ -165,11 +170,7 @@ class Log:
 
     def __del__(self) -> None:
         if sys.is_finalizing():
-            # the interpreter is exiting: daemon threads (the prefaulter, the flusher)
-            # are frozen wherever they stood, possibly holding a lock close() needs.
-            # Leave it as a killed process would: the data is in the page cache, the
-            # lock goes with the process, and the next open recovers.
-            return
+            return   # threads frozen anywhere, maybe holding a lock: left as if killed
         local = getattr(self, "_local", None)
         if local is not None and not local.closed:
             try:
@@ -184,6 +185,8 @@ class Log:
             job.cancel()
         with self._flush_lock, self._local.lock:
             self._ok = False
+            if self._local.shared is not None:
+                self._local.shared.abandoned()
             self._local.abandon()
             self._dir_lock.release()
 
@@ -207,7 +210,7 @@ class Log:
     @property
     def flushed_offset(self) -> int:
         """Every offset below this survives power loss."""
-        return self._local.flushed
+        return self._local.flushed_offset
 
     @property
     def closed(self) -> bool:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Generator, Iterator
 
-from . import _marker, _platform, codec
+from . import _marker, _platform, _writers, codec
 from ._files import (CLEANED, LOCK_FILE, LOG_START, MARKER, RECOVERY_POINT, SWAP, fsync_dir,
                      fsync_file, list_segments, read_checkpoint, remove, segment_path, write_checkpoint)
 from ._scan import Damage, survey, walk, zeros_to
@@ -535,6 +535,7 @@ def cut(plan: CutPlan) -> None:
                               f"plan again")
         if _marker.ownership(d, os.listdir(d)) == "empty":     # raises for foreign files
             raise NotALogError(f"{d} holds no log")
+        _writers.invalidate(d)      # the next multi-writer recovers from the files
         rp = read_checkpoint(d, RECOVERY_POINT)
         if rp is None or rp > plan.offset:
             write_checkpoint(d, RECOVERY_POINT, plan.offset)

@@ -71,19 +71,13 @@ class WriterState:
 
 
 class Segment:
-    """One segment: ``<base>.log``, ``<base>.index`` and ``<base>.timeindex``.
-
-    ``size`` is the number of bytes of whole batches; ``next_offset`` the offset
-    after its last batch (None until known); ``max_timestamp`` its largest record
-    timestamp (-1 when empty).
-
-    The writer interface (used by ``LocalLog`` and the loader, nothing else): ``create``
-    a new active segment or ``activate`` a loaded one at a ``WriterState``; ``append``
-    and ``append_one`` copy batches in (-1: the segment must roll first, by
-    ``segment_bytes``, ``segment_ms``, its offset range or a full index, set with
-    ``set_roll_policy``); ``writer_state`` and ``reload``; ``flush``, ``seal``,
-    ``close``, ``abandon``, ``retire``, ``delete``. The loader interface:
-    ``set_measured`` (what a scan found) and ``write_indexes``.
+    """One segment: ``<base>.log``, ``<base>.index`` and ``<base>.timeindex``; ``size``
+    (bytes of whole batches), ``next_offset`` (after the last batch; None until known),
+    ``max_timestamp`` (-1 when empty). The writer interface (``LocalLog``, the loader
+    and the writers' repair, nothing else): ``create`` or ``activate`` at a
+    ``WriterState``; ``append``, ``append_one`` (-1: roll first, ``set_roll_policy``);
+    ``writer_state``, ``reload``, ``erase_after``; ``flush``, ``seal``, ``close``,
+    ``abandon``, ``retire``, ``delete``. The loader's: ``set_measured``, ``write_indexes``.
     """
 
     def __init__(self, directory: str, base_offset: int, *, size: int | None = None,
@@ -93,9 +87,8 @@ class Segment:
         self.directory = directory
         self.base_offset = base_offset
         stem = os.path.join(directory, segment_name(base_offset))
-        self.path = stem + ".log"
-        self.index_path = stem + ".index"
-        self.timeindex_path = stem + ".timeindex"
+        self.path, self.index_path, self.timeindex_path = (stem + ".log", stem + ".index",
+                                                           stem + ".timeindex")
         # _size and _max_ts are None until known (a reader measures lazily); the
         # writer's are always known, and its hot paths use them as ints
         self._size: int = size  # type: ignore[assignment]
@@ -104,14 +97,14 @@ class Segment:
         self._live = live          # another process may still append to it
         # the .log descriptor; its lock also guards the lazy index loads
         self._log = SegmentFile(self.path, f"segment {base_offset} of {directory}")
-        self._index: OffsetIndex | None = None
-        self._timeindex: TimeIndex | None = None
+        self._index: OffsetIndex | None
+        self._timeindex: TimeIndex | None
+        self._index = self._timeindex = None
         self._max_ts: int = None  # type: ignore[assignment]
         # writer state, set by activate(); _mm is _map.mm, cached for the appends
         self._map: WritableMap | None = None
         self._mm: mmap.mmap = None  # type: ignore[assignment]  # the writer's active map
-        # appends ending at or below _alloc_end need no _allocate() call
-        self._alloc_end = 0
+        self._alloc_end = 0         # appends ending at or below need no _allocate() call
         self._interval = index_interval_bytes
         self._next_index_pos = 1 << 62
         self._max_ts_offset = base_offset
@@ -120,9 +113,12 @@ class Segment:
         self._roll_bytes = self._roll_ms = None  # type: int | None
         self._roll_size = self._roll_ts = self._roll_off = NEVER
         self.writer = writer        # this process owns the directory: it may repair files
+        # bumped by appends that changed more than size and next offset (what other
+        # writers must reload); on_reserve: told each reservation's end before a write
+        self.marks = 0
+        self.on_reserve: Callable[[int], None] | None = None
         self.index_repairs = 0      # indexes found damaged and rebuilt
-        # set by a reader's scan that found damage which cannot be a torn tail
-        self.corruption: CorruptRecordError | None = None
+        self.corruption: CorruptRecordError | None = None   # a reader's scan: not a torn tail
 
     # -- the writer interface: creation, activation, state ------------------------------
     @classmethod
@@ -144,19 +140,22 @@ class Segment:
             raise
         return seg
 
-    def set_measured(self, size: int, next_offset: int | None, max_timestamp: int) -> None:
-        """The loader's (or a live reader's) measurement of the segment's data: whole
-        batches up to ``size``, the offset after them and their largest timestamp."""
+    def set_measured(self, size: int, next_offset: int | None,
+                     max_timestamp: int | None = None) -> None:
+        """What a scan found (the loader's, a live reader's), or another writer of this
+        active segment appended: whole batches up to ``size``, the offset after them,
+        their largest timestamp (None: unchanged)."""
         self._size = size
         self.next_offset = next_offset
-        self._max_ts = max_timestamp
+        if max_timestamp is not None:
+            self._max_ts = max_timestamp
 
     def activate(self, capacity: int, state: WriterState) -> None:
         """Open this segment for appends at ``state`` (its files hold what it says;
         ``next_index_pos`` -1: from the last index entry, by Kafka's rule)."""
         self._size = state.size
-        self._map = WritableMap(self._log.open_for_writing().fileno(), self._size, capacity, lambda end: reserve_room(
-            (self._index, self._timeindex), end, self._interval))
+        self._map = WritableMap(self._log.open_for_writing().fileno(), self._size, capacity,
+                                self._reserved)
         self._mm = cast(mmap.mmap, self._map.mm)
         self._alloc_end = self._size
         self._index = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes,
@@ -184,6 +183,15 @@ class Segment:
         self._max_ts_offset = state.max_ts_offset
         self.first_timestamp = None if state.first_timestamp < 0 else state.first_timestamp
         self._set_roll_limits()
+
+    def _reserved(self, end: int) -> None:
+        reserve_room((self._index, self._timeindex), end, self._interval)
+        if self.on_reserve is not None:
+            self.on_reserve(end)
+
+    def erase_after(self, limit: int) -> None:
+        """Zero the map from ``size`` to ``limit`` (a dead writer's torn batch)."""
+        cast(WritableMap, self._map).zero(self._size, limit)
 
     def writer_state(self) -> WriterState:
         """The active segment's tail now (``WriterState``)."""
@@ -228,8 +236,7 @@ class Segment:
         return self._log.fio is not None
 
     def end_live(self) -> list[Callable[[], None]]:
-        """Its writer sealed it: read it as a file from now on. Returns the closers of
-        the live index views, to run once no read uses them."""
+        """Its writer sealed it: read it as a file now; the live views' closers."""
         with self._log.lock:
             self._live = False
             old = [ix for ix in (self._index, self._timeindex) if ix is not None]
@@ -255,11 +262,7 @@ class Segment:
     def max_timestamp(self) -> int:
         """Largest record timestamp in the segment, -1 if it has none."""
         if self._max_ts is None:
-            last = self.time_index.last_entry()
-            self._max_ts = last[0] if last is not None else NO_TIMESTAMP   # (timestamp, offset)
-            if last is None and self.size:
-                # no entry (a segment rolled before its first index entry): scan
-                self._max_ts = max((h[codec.H_MAX_TS] for _, h in self.batches()), default=NO_TIMESTAMP)
+            self._max_ts = _segment_read.largest_timestamp(self)
         return self._max_ts
 
     @property
@@ -273,7 +276,10 @@ class Segment:
         return tix if tix is not None else self._indexes()[1]
 
     def _indexes(self) -> tuple[OffsetIndex, TimeIndex]:
-        """Both indexes, loaded once even when threads ask at the same time."""
+        """Both indexes, loaded once even when threads ask at the same time: a live
+        segment's as views that follow its writer, a sealed one's checked once and
+        rebuilt from the log if missing or damaged (``_segment_indexes.load``: the
+        writer rebuilds them on disk, a reader in memory)."""
         with self._log.lock:
             if self._index is None or self._timeindex is None:
                 self._log.check_present()
@@ -282,10 +288,6 @@ class Segment:
             return self._index, self._timeindex
 
     def _load_indexes(self) -> None:
-        """Open the indexes: a live segment's as views that follow its writer, a
-        sealed one's checked once and rebuilt from the log if missing or damaged
-        (``_segment_indexes.load``: the writer rebuilds them on disk, a reader in
-        memory)."""
         if self._live:
             self._index, self._timeindex = open_pair(self, self._max_index_bytes, live=True)
             return
@@ -391,6 +393,7 @@ class Segment:
         if max_timestamp > self._max_ts:
             self._max_ts = max_timestamp
             self._max_ts_offset = base_offset
+        self.marks += 1
         if self.first_timestamp is None:
             # the first batch's, or (a segment reopened without it known) the first
             # seen: segment_ms then rolls a little late, never not at all
@@ -473,12 +476,12 @@ class Segment:
         unmapping loses nothing, the pages are in the cache."""
         self._release_files(trim=False)
 
-    def retire(self, why: str) -> Callable[[], None]:
+    def retire(self, why: str, keep_files: bool = False) -> Callable[[], None]:
         """Leave the log: from now on uses raise ``SegmentGoneError`` (a reader between
-        steps re-finds its place). Returns the closer of its files, which the log runs
-        once no read is in flight, so no descriptor closes under one."""
+        steps re-finds its place). Returns the closer of its files, run once no read
+        is in flight (``keep_files``: as they are, another writer sealed them)."""
         self._log.retire(why)
-        return self._release_files
+        return self.abandon if keep_files else self._release_files
 
     def reset_locks(self) -> None:
         """In a forked child: new locks (another thread of the parent may have held one

@@ -1,0 +1,286 @@
+"""``SharedLock``: the append lock of a log several processes write (``multi_writer``).
+
+It stands where an exclusive writer's ``threading.Lock`` stands (``LocalLog.lock``),
+so the append path is the same code: entering takes this process's lock, then the
+other writers' (the ``.writers`` file's flock, ``_writers.WritersFile``), and brings
+the ``LocalLog`` up to the header when its counter moved: the new tail (one compare
+and two ints when only appends happened), or the new segment list after a roll,
+retention or compaction (``_writers.follow``). Leaving publishes what this writer
+changed. A writer that died holding the lock is repaired after: the whole batches it
+wrote are kept, a torn one is erased, a roll it left half done is finished.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+from . import codec
+from ._scan import Damage, walk
+from ._files import LOG_START, SEGMENT_SUFFIXES, fsync_dir, read_checkpoint, remove, segment_path
+from ._writers import Shared, WritersFile, follow, stray_segments
+from .errors import CorruptRecordError, StorageError
+from .local_log import LocalLog
+from .segment import Segment
+
+
+class SharedLock:
+    """The append lock of ``local`` shared with the other writers through ``w``."""
+
+    def __init__(self, local: LocalLog, w: WritersFile) -> None:
+        self._t = threading.Lock()
+        self._local = local
+        self._w = w
+        # the header as this writer last saw or published it
+        self._seen = -1                 # counter
+        self._version = 0
+        self._session = 0
+        self._gen = 0                   # the header's list generation
+        self._local_gen = local.list_gen
+        self._pub_end = local.end
+        self._pub_marks = -1
+        self._pub_changes = -1
+        self._keep_holder = False       # closing after a failure: the next writer repairs
+
+    # -- the lock --------------------------------------------------------------------
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self._t.acquire()
+        try:
+            self._enter()
+        except BaseException:
+            self._t.release()
+            raise
+        return True
+
+    def release(self) -> None:
+        try:
+            self._leave()
+        finally:
+            self._t.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def locked(self) -> bool:
+        return self._t.locked()
+
+    def _enter(self) -> None:
+        w = self._w
+        if w.fd < 0:
+            raise self._local.closed_error()
+        w.lock()
+        try:
+            counter, holder = w.peek()
+            if counter != self._seen or holder:
+                self._sync(counter, holder)
+            w.hold()
+        except OSError as e:
+            w.unlock()
+            raise StorageError(e.errno, f"following the other writers of "
+                                        f"{self._local.path} failed: {e}") from e
+        except BaseException:
+            w.unlock()
+            raise
+
+    def _leave(self) -> None:
+        w = self._w
+        if w.fd < 0:
+            return
+        local = self._local
+        try:
+            if local.closed:
+                if not self._keep_holder:
+                    w.unhold()
+                return
+            seg = local.active
+            if seg.marks != self._pub_marks or local.changes != self._pub_changes:
+                self._publish()
+            elif local.end != self._pub_end:
+                self._seen += 1
+                w.publish_tail(self._seen, seg.size, local.end)
+                self._pub_end = local.end
+            else:
+                w.unhold()
+        finally:
+            w.unlock()
+            if local.closed:
+                w.close()
+
+    # -- following the header ------------------------------------------------------------
+    def _sync(self, counter: int, holder: int) -> None:
+        w = self._w
+        local = self._local
+        if not holder:
+            size, nxt, version = w.fast()
+            if version == self._version:
+                local.active.set_measured(size, nxt)
+                local.end = self._pub_end = nxt
+                self._seen = counter
+                return
+        sh = w.read()
+        self._apply(sh, False)
+        if holder:
+            self._repair(sh)
+
+    def _apply(self, sh: Shared, force: bool) -> None:
+        local = self._local
+        cfg = local.config
+        if force or sh.list_gen != self._gen or not local.segs:
+            new, gone = follow(local.path, local.segs, sh, local.capacity,
+                               cfg.index_interval_bytes, cfg.max_index_bytes)
+            local.follow_list(new, gone)
+            local.active.set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
+            local.active.on_reserve = self._w.reserve
+        else:
+            local.active.reload(sh.state)
+        local.start = max(local.start, sh.start)
+        local.end = sh.state.next_offset
+        local.follow_flushed(sh.flushed)
+        self._seen, self._version, self._gen, self._session = (sh.counter, sh.version,
+                                                               sh.list_gen, sh.session)
+        self._mark_published()
+
+    def _mark_published(self) -> None:
+        local = self._local
+        self._local_gen = local.list_gen
+        self._pub_end = local.end
+        self._pub_marks = local.active.marks
+        self._pub_changes = local.changes
+
+    def _publish(self) -> None:
+        local = self._local
+        self._seen += 1
+        self._version += 1
+        if local.list_gen != self._local_gen:
+            self._gen += 1
+        self._w.publish(self._seen, self._version, self._session, self._gen, local.start,
+                        local.flushed, local.active.writer_state())
+        self._mark_published()
+
+    def _repair(self, sh: Shared) -> None:
+        """A writer died holding the lock (it never published what it did last)."""
+        local = self._local
+        seg = local.active
+        size = os.fstat(seg.fileno()).st_size
+        rolling = size < local.capacity
+        if rolling:
+            # it died inside a roll, after cutting the segment (and maybe its indexes)
+            # back: this writer's maps of them are never touched again; the files are
+            # mapped whole anew, the batches it had appended kept, the roll finished
+            cfg = local.config
+            fresh = Segment(local.path, seg.base_offset, max_index_bytes=cfg.max_index_bytes,
+                            writer=True, index_interval_bytes=cfg.index_interval_bytes)
+            fresh.activate(local.capacity, sh.state)
+            fresh.set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
+            local.follow_list(list(local.segs[:-1]) + [fresh], [seg])
+            seg = fresh
+            adopt(seg, size)
+        else:
+            adopt(seg, min(max(self._w.reserved(), seg.size), local.capacity))
+        local.end = seg.next_offset if seg.next_offset is not None else local.end
+        for base in stray_segments(local.path, seg.base_offset):
+            _remove_unwritten(local.path, base)
+        if rolling:
+            local.roll(seg)
+        # a retention pass that died between its checkpoint and its swap
+        local.start = max(local.start, read_checkpoint(local.path, LOG_START) or 0)
+        local.changes += 1
+
+    # -- what LocalLog and the opener call ----------------------------------------------
+    def attach(self, first: bool) -> None:
+        """Opening (the opener holds ``w``'s flock): ``first``, the writer that recovered
+        the files, starts a session and publishes; any other takes the header's view,
+        repairing after a writer that died holding the lock."""
+        w = self._w
+        if first:
+            counter = w.peek()[0] + 1
+            self._session = w.begin(counter)
+            self._seen, self._version, self._gen = counter, 1, 1
+            self._local.active.on_reserve = w.reserve
+            self._publish()
+            return
+        sh = w.read()
+        self._apply(sh, True)
+        if sh.holder:
+            self._repair(sh)
+        if self._local.changes != self._pub_changes:
+            self._publish()
+
+    def refresh(self, force: bool) -> None:
+        """A reader of this writer's ``Log``: the other writers' appends and list changes
+        (``force``: the files, after one vanished under a read)."""
+        with self:
+            if force:
+                self._apply(self._w.read(), True)
+
+    def close(self, clean: bool, alone: Callable[[], bool] | None) -> bool:
+        """Closing (lock held): True if this is the last writer and closes the log
+        cleanly (the caller then seals and writes the clean-shutdown marker, and the
+        session ends); else this writer publishes what it did (after a failure it
+        leaves that to the next writer's repair) and lets go of its files."""
+        if clean and alone is not None and alone():
+            self._w.end()
+            return True
+        if clean and (self._local.changes != self._pub_changes
+                      or self._local.active.marks != self._pub_marks
+                      or self._local.end != self._pub_end):
+            self._publish()
+        self._keep_holder = not clean
+        return False
+
+    def rolled(self, new: Segment) -> None:
+        """This writer rolled (lock held): the new active segment reserves afresh."""
+        new.on_reserve = self._w.reserve
+        self._w.clear_reserved()
+
+    def abandoned(self) -> None:
+        """``testing.abandon``: as a process killed outside an append."""
+        self._keep_holder = False
+
+    def after_fork(self) -> None:
+        self._t = threading.Lock()
+        self._w.drop_copy()
+
+
+def adopt(seg: Segment, limit: int) -> int:
+    """After a writer of the active ``seg`` died inside an append: keep the whole
+    batches it wrote past ``seg.size`` that continue the log (readers may have seen
+    them), appended again over themselves (the same bytes), and zero what follows up
+    to ``limit`` (a torn batch). Returns the batches kept."""
+    kept = 0
+    try:
+        for buf, p, _, hdr in walk(seg.fileno(), seg.size, limit, expect=seg.next_offset,
+                                   check=True):
+            n = codec.LENGTH_END + hdr[codec.H_LENGTH]
+            if seg.append(buf[p:p + n], hdr[codec.H_BASE], codec.last_offset(hdr) + 1,
+                          hdr[codec.H_MAX_TS]) < 0:
+                break
+            kept += 1
+    except Damage:
+        pass
+    seg.erase_after(limit)
+    return kept
+
+
+def _remove_unwritten(directory: str, base: int) -> None:
+    """Remove a segment a dead writer created inside a roll, once shown to hold no
+    batch; anything else after the active segment is damage, never deleted."""
+    path = segment_path(directory, base, ".log")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        fd = -1
+    if fd >= 0:
+        try:
+            if any(os.pread(fd, codec.HEADER_SIZE, 0)):
+                raise CorruptRecordError(f"segment {base} after the active segment holds data",
+                                         path, 0, base)
+        finally:
+            os.close(fd)
+    for ext in SEGMENT_SUFFIXES:
+        remove(segment_path(directory, base, ext))
+    fsync_dir(directory)

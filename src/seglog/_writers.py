@@ -1,0 +1,282 @@
+"""What the writer processes of one log share (``Log.open(multi_writer=True)``).
+
+Modelled on SQLite's WAL index and LMDB's lock file: the writers map one small file,
+``<log>/.writers``, whose header holds the writer's tail of the active segment (the
+``WriterState`` of ``segment.py``), the log start, the shared recovery point and two
+change counters; its ``flock`` is the append lock across processes. A writer reads
+the header under that lock and reloads its view only when the counter moved, so an
+uncontended append pays one lock round trip and one compare. A writer that dies
+holding the lock leaves its token in ``holder``: the next one repairs the tail
+(``LocalLog`` does, with ``follow`` and ``Segment.adopt``). The mode lock (the
+exclusive writer's ``.lock``, taken shared by multi-writers) is ``_log_open``'s.
+
+Header (little-endian, from byte 0): magic, boot hash; counter, holder, size,
+next offset (what every append publishes); version, session, list generation,
+log start, flushed offset, the rest of the ``WriterState`` (what a roll, a new
+index entry or timestamp, or a change of the segment list publishes); reserved
+(the end of the disk blocks any writer reserved in the active segment).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import random
+import time
+from struct import Struct
+from typing import NamedTuple
+
+import xxhash
+
+from . import _platform
+from ._files import WRITERS_FILE, list_segments, superseded_segments
+from .errors import LogLockedError
+from .segment import Segment, WriterState
+
+MAGIC = b"SEGLOGW1"
+_SIZE = 4096
+_HEAD = Struct("<8sQ")              # magic, boot hash (at 0)
+_PEEK = Struct("<QQ")               # counter, holder (at 16)
+_TAIL = Struct("<QQqq")             # counter, holder, size, next offset (at 16)
+_FAST = Struct("<qqQ")              # size, next offset, version (at 32)
+# version, session, list generation, start, flushed, then the WriterState but its
+# size and next offset (at 48)
+_SLOW = Struct("<QQQqq7q")
+_Q = Struct("<Q")
+_HOLDER, _RESERVED, _SESSION = 24, 160, 56
+_POLL_FIRST, _POLL_MAX = 0.00002, 0.002
+
+
+class Shared(NamedTuple):
+    """A snapshot of the header (read under the append lock)."""
+
+    counter: int
+    holder: int
+    version: int
+    session: int
+    list_gen: int
+    start: int
+    flushed: int
+    reserved: int
+    state: WriterState
+
+
+def _boot_hash() -> int:
+    return xxhash.xxh64_intdigest((_platform.boot_id() or "").encode()) | 1
+
+
+class WritersFile:
+    """The mapped ``.writers`` file of a log: the header and the append lock.
+
+    ``lock`` waits at most ``timeout`` seconds (``LogLockedError``); the other
+    methods are called with the lock held. One object per ``Log``: its descriptor
+    is its own open file description, so two ``Log`` objects of one process
+    exclude each other as two processes do."""
+
+    __slots__ = ("path", "fd", "mm", "timeout", "token")
+
+    def __init__(self, directory: str, timeout_ms: int) -> None:
+        self.path = os.path.join(directory, WRITERS_FILE)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < _SIZE:
+                os.ftruncate(fd, _SIZE)      # two openers extending it at once agree
+            self.mm = mmap.mmap(fd, _SIZE)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        self.timeout = timeout_ms / 1000.0
+        # nonzero: what ``holder`` says while this writer holds the lock
+        self.token = random.getrandbits(62) | 1
+
+    # -- the append lock across processes ---------------------------------------------
+    def lock(self) -> None:
+        """Take the append lock, waiting at most ``timeout``: else ``LogLockedError``
+        (a stopped or slow writer holds it). ``flock`` cannot wait with a deadline,
+        so a held lock is polled, backing off from 20 us to 2 ms."""
+        try:
+            _platform.flock(self.fd, _platform.LOCK_EX_NB)
+            return
+        except BlockingIOError:
+            pass
+        deadline = time.monotonic() + self.timeout
+        delay = _POLL_FIRST
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LogLockedError(
+                    f"another writer held the append lock of {os.path.dirname(self.path)} "
+                    f"for lock_timeout_ms={round(self.timeout * 1000)} (stopped or slow); "
+                    f"nothing was written")
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, _POLL_MAX)
+            try:
+                _platform.flock(self.fd, _platform.LOCK_EX_NB)
+                return
+            except BlockingIOError:
+                continue
+
+    def unlock(self) -> None:
+        _platform.flock(self.fd, _platform.LOCK_UN)
+
+    # -- the header (lock held) ----------------------------------------------------------
+    def live(self) -> bool:
+        """True if the header is a live session's: written in this boot, not ended."""
+        magic, boot = _HEAD.unpack_from(self.mm, 0)
+        session: int = _Q.unpack_from(self.mm, _SESSION)[0]
+        return magic == MAGIC and boot == _boot_hash() and session != 0
+
+    def peek(self) -> tuple[int, int]:
+        """(counter, holder)."""
+        return _PEEK.unpack_from(self.mm, 16)
+
+    def fast(self) -> tuple[int, int, int]:
+        """(size, next offset, version)."""
+        return _FAST.unpack_from(self.mm, 32)
+
+    def read(self) -> Shared:
+        counter, holder, size, nxt = _TAIL.unpack_from(self.mm, 16)
+        (version, session, gen, start, flushed, base, ie, te, nip, mts, mto,
+         first) = _SLOW.unpack_from(self.mm, 48)
+        reserved = _Q.unpack_from(self.mm, _RESERVED)[0]
+        return Shared(counter, holder, version, session, gen, start, flushed, reserved,
+                      WriterState(base, size, nxt, ie, te, nip, mts, mto, first))
+
+    def hold(self) -> None:
+        """Say that this writer holds the lock (a death before ``publish`` shows)."""
+        _Q.pack_into(self.mm, _HOLDER, self.token)
+
+    def unhold(self) -> None:
+        _Q.pack_into(self.mm, _HOLDER, 0)
+
+    def publish_tail(self, counter: int, size: int, next_offset: int) -> None:
+        """The common publish after appends: the counter, no holder, size, next offset."""
+        _TAIL.pack_into(self.mm, 16, counter, 0, size, next_offset)
+
+    def publish(self, counter: int, version: int, session: int, list_gen: int, start: int,
+                flushed: int, st: WriterState) -> None:
+        """Everything: the slow fields first, the counter (and no holder) last."""
+        _SLOW.pack_into(self.mm, 48, version, session, list_gen, start, flushed,
+                        st.base_offset, st.index_entries, st.time_entries, st.next_index_pos,
+                        st.max_timestamp, st.max_ts_offset, st.first_timestamp)
+        _TAIL.pack_into(self.mm, 16, counter, 0, st.size, st.next_offset)
+
+    def begin(self, counter: int) -> int:
+        """Start a session (the first writer, after recovery): this boot, a new
+        session id; returns it. ``publish`` follows."""
+        session = random.getrandbits(62) | 1
+        _HEAD.pack_into(self.mm, 0, MAGIC, _boot_hash())
+        _Q.pack_into(self.mm, _SESSION, session)
+        _TAIL.pack_into(self.mm, 16, counter, 0, 0, 0)
+        _Q.pack_into(self.mm, _RESERVED, 0)
+        return session
+
+    def end(self) -> None:
+        """End the session (the last writer's clean close, or an exclusive writer's
+        open): the next multi-writer recovers from the files."""
+        _Q.pack_into(self.mm, _SESSION, 0)
+
+    def reserved(self) -> int:
+        end: int = _Q.unpack_from(self.mm, _RESERVED)[0]
+        return end
+
+    def reserve(self, end: int) -> None:
+        """A writer reserved disk blocks up to ``end`` in the active segment (before
+        writing below it): the bound of what a dead writer may have left there."""
+        if end > self.reserved():
+            _Q.pack_into(self.mm, _RESERVED, end)
+
+    def clear_reserved(self) -> None:
+        _Q.pack_into(self.mm, _RESERVED, 0)
+
+    # -- lifetime -------------------------------------------------------------------
+    def close(self) -> None:
+        """Unmap and close (which releases the append lock if held)."""
+        if self.fd >= 0:
+            self.mm.close()
+            os.close(self.fd)
+            self.fd = -1
+
+    def drop_copy(self) -> None:
+        """In a forked child: close this process's copies (never the parent's lock)."""
+        if self.fd >= 0:
+            try:
+                self.mm.close()
+                os.close(self.fd)
+            except (OSError, ValueError):
+                pass
+            self.fd = -1
+
+
+def invalidate(directory: str) -> None:
+    """An exclusive writer's open: a multi-writer header left by an earlier session
+    no longer describes the files (no multi-writer can be open: the exclusive writer
+    holds the mode lock)."""
+    path = os.path.join(directory, WRITERS_FILE)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return
+    try:
+        if os.fstat(fd).st_size >= _SIZE:
+            os.pwrite(fd, bytes(8), _SESSION)
+    finally:
+        os.close(fd)
+
+
+def follow(directory: str, segs: tuple[Segment, ...], shared: Shared, capacity: int,
+           interval: int, max_index_bytes: int) -> tuple[list[Segment], list[Segment]]:
+    """The segment list as the header says it is after another writer rolled, or
+    retention or compaction changed it: (the new list, the objects that left it).
+
+    Objects whose files are unchanged are kept; the active one (the header's) is
+    activated at the header's state, reloaded if this writer had it active. A
+    segment this writer had active and another sealed leaves (its copy of the
+    writable map is dropped, never touched: the file was cut back under it)."""
+    names = os.listdir(directory)
+    bases = list_segments(directory, names)
+    gone = superseded_segments(directory, names, bases)
+    active = shared.state.base_offset
+    bases = [b for b in bases if b not in gone and b <= active]
+    bases = bases[sum(1 for nxt in bases[1:] if nxt <= shared.start):]
+    if not bases or bases[-1] != active:
+        raise FileNotFoundError(f"the active segment {active} of {directory} is missing")
+    known = {s.base_offset: s for s in segs}
+    new: list[Segment] = []
+    for b in bases[:-1]:
+        s = known.get(b)
+        if s is not None and (s.retired or s.is_active or _replaced(s)):
+            s = None
+        new.append(s if s is not None else
+                   Segment(directory, b, max_index_bytes=max_index_bytes, writer=True,
+                           index_interval_bytes=interval))
+    s = known.get(active)
+    if s is not None and s.is_active and not s.retired:
+        s.reload(shared.state)
+    else:
+        s = Segment(directory, active, max_index_bytes=max_index_bytes, writer=True,
+                    index_interval_bytes=interval)
+        s.activate(capacity, shared.state)
+    new.append(s)
+    for prev, nxt in zip(new, new[1:]):
+        prev.next_offset = nxt.base_offset
+    kept = set(map(id, new))
+    return new, [s for s in segs if id(s) not in kept]
+
+
+def _replaced(seg: Segment) -> bool:
+    """Compaction swapped another file in under this sealed segment's name."""
+    if not seg.opened:
+        return False
+    try:
+        ino: int = seg.inode
+        return os.stat(seg.path).st_ino != ino
+    except FileNotFoundError:
+        return True
+
+
+def stray_segments(directory: str, active: int) -> list[int]:
+    """Segments after the active one: a writer died inside a roll, after creating the
+    next segment and before publishing it. Nothing was written to them."""
+    return [b for b in list_segments(directory) if b > active]
