@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 import sys
 
 if os.name != "posix":
@@ -25,6 +26,31 @@ flock = fcntl.flock
 LOCK_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
 LOCK_EX = fcntl.LOCK_EX
 LOCK_SH_NB = fcntl.LOCK_SH | fcntl.LOCK_NB
+_POLL_FIRST, _POLL_MAX = 0.00002, 0.002
+
+
+def lock_within(fd: int, timeout: float) -> bool:
+    """``flock(fd, LOCK_EX)`` waiting at most ``timeout`` seconds; False if it did not
+    come. ``flock`` cannot wait with a deadline, so a held lock is polled, backing off
+    from 20 us to 2 ms (a holder that is stopped or killed never hangs the caller)."""
+    try:
+        flock(fd, LOCK_EX_NB)
+        return True
+    except BlockingIOError:
+        pass
+    deadline = time.monotonic() + timeout
+    delay = _POLL_FIRST
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, _POLL_MAX)
+        try:
+            flock(fd, LOCK_EX_NB)
+            return True
+        except BlockingIOError:
+            continue
 LOCK_UN = fcntl.LOCK_UN
 
 _ZEROS = bytes(1 << 20)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import mmap
 import os
 import random
-import time
 from struct import Struct
 from typing import NamedTuple
 
@@ -44,7 +43,6 @@ _FAST = Struct("<qqQ")              # size, next offset, version (at 32)
 _SLOW = Struct("<QQQqq7q")
 _Q = Struct("<Q")
 _HOLDER, _RESERVED, _SESSION = 24, 160, 56
-_POLL_FIRST, _POLL_MAX = 0.00002, 0.002
 
 
 class Shared(NamedTuple):
@@ -93,29 +91,12 @@ class WritersFile:
     # -- the append lock across processes ---------------------------------------------
     def lock(self) -> None:
         """Take the append lock, waiting at most ``timeout``: else ``LogLockedError``
-        (a stopped or slow writer holds it). ``flock`` cannot wait with a deadline,
-        so a held lock is polled, backing off from 20 us to 2 ms."""
-        try:
-            _platform.flock(self.fd, _platform.LOCK_EX_NB)
-            return
-        except BlockingIOError:
-            pass
-        deadline = time.monotonic() + self.timeout
-        delay = _POLL_FIRST
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise LogLockedError(
-                    f"another writer held the append lock of {os.path.dirname(self.path)} "
-                    f"for lock_timeout_ms={round(self.timeout * 1000)} (stopped or slow); "
-                    f"nothing was written")
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, _POLL_MAX)
-            try:
-                _platform.flock(self.fd, _platform.LOCK_EX_NB)
-                return
-            except BlockingIOError:
-                continue
+        (a stopped or slow writer holds it)."""
+        if not _platform.lock_within(self.fd, self.timeout):
+            raise LogLockedError(
+                f"another writer held the append lock of {os.path.dirname(self.path)} "
+                f"for lock_timeout_ms={round(self.timeout * 1000)} (stopped or slow); "
+                f"nothing was written")
 
     def unlock(self) -> None:
         _platform.flock(self.fd, _platform.LOCK_UN)

@@ -20,14 +20,17 @@ import os
 import re
 import threading
 import time
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 import xxhash
 
 from . import _notebook
+from ._log_open import check_open_options
+from ._platform import lock_within
 from ._files import TOPICS_DIR, atomic_write, fsync_dir, make_dirs, path_error, require_dir, topic_file
 from .config import LogConfig
-from .errors import InvalidConfigError, LogClosedError
+from .errors import InvalidConfigError, LogClosedError, LogLockedError
 from .log import Log
 from .message import Headers, Record
 
@@ -82,13 +85,16 @@ class Topic:
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], name: str, partitions: int | None = None,
-             readonly: bool = False, **config: Any) -> "Topic":
+             readonly: bool = False, multi_writer: bool = False, lock_timeout_ms: int = 10_000,
+             **config: Any) -> "Topic":
         """Open topic ``name`` under ``root``; a writer creates it with ``partitions``.
 
         ``InvalidConfigError`` for a bad name, a bad or missing partition count, or a
         count that differs from the topic's; options are ``Log`` options, applied to
         every partition. A writer holds every partition's log lock
-        (``LogLockedError`` if another process writes one of them). A ``root`` (or
+        (``LogLockedError`` if another process writes one of them), or with
+        ``multi_writer=True`` shares them with other such writers (``Log.open``); two
+        processes creating a topic at once agree on it. A ``root`` (or
         a partition's directory) that is a file is a ``NotALogError``, as
         ``Log.open`` says, and nothing is changed.
         """
@@ -99,10 +105,22 @@ class Topic:
             if not 1 <= partitions <= MAX_PARTITIONS:
                 raise InvalidConfigError(f"partitions must be 1 to {MAX_PARTITIONS}, not {partitions}")
         LogConfig.from_kwargs(config)     # bad options: an error before anything is made
+        check_open_options(readonly, multi_writer, lock_timeout_ms)
         root = os.path.abspath(os.fspath(root))
         # a file (or a link to nothing) where the root should be: refused untouched;
         # a missing root is a topic that does not exist, or one to create
         require_dir(root, "topic root", create=True)
+        n = read_partition_count(root, name)
+        if n is None and partitions is not None and not readonly:
+            # writers creating it at once: one at a time, the later ones find it made
+            with _creating(root, lock_timeout_ms):
+                return cls._open(root, name, partitions, readonly, multi_writer,
+                                 lock_timeout_ms, config)
+        return cls._open(root, name, partitions, readonly, multi_writer, lock_timeout_ms, config)
+
+    @classmethod
+    def _open(cls, root: str, name: str, partitions: int | None, readonly: bool,
+              multi_writer: bool, lock_timeout_ms: int, config: dict[str, Any]) -> "Topic":
         n = read_partition_count(root, name)
         if n is None:
             if partitions is None:
@@ -121,7 +139,9 @@ class Topic:
             if create:
                 make_dirs(os.path.join(root, TOPICS_DIR))
             for p in range(n):
-                logs.append(Log.open(partition_dir(root, name, p), readonly=readonly, **config))
+                logs.append(Log.open(partition_dir(root, name, p), readonly=readonly,
+                                     multi_writer=multi_writer,
+                                     lock_timeout_ms=lock_timeout_ms, **config))
             if create:
                 try:
                     fsync_dir(root)
@@ -309,3 +329,21 @@ def _key_bytes(key: object) -> bytes:
     if isinstance(key, (bytearray, memoryview)):
         return bytes(key)
     raise TypeError(f"key must be bytes or None, not {type(key).__name__}")
+
+
+@contextmanager
+def _creating(root: str, timeout_ms: int) -> Iterator[None]:
+    """The topic root's creation lock (``__topics/.create``): ``LogLockedError`` after
+    ``timeout_ms`` if another process holds it."""
+    make_dirs(os.path.join(root, TOPICS_DIR))
+    try:
+        fd = os.open(os.path.join(root, TOPICS_DIR, ".create"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise path_error(e, f"cannot create topics under {root}") from e
+    try:
+        if not lock_within(fd, timeout_ms / 1000.0):
+            raise LogLockedError(f"another process was creating a topic under {root} for "
+                                 f"lock_timeout_ms={timeout_ms}")
+        yield
+    finally:
+        os.close(fd)
