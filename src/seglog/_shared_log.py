@@ -233,9 +233,13 @@ class SharedLock:
         return False
 
     def rolled(self, new: Segment) -> None:
-        """This writer rolled (lock held): the new active segment reserves afresh."""
+        """This writer rolled (lock held): published at once, so the header always names
+        the active segment (an append that rolls several times and dies leaves whole
+        sealed segments, never unpublished ones); the new one reserves afresh."""
         new.on_reserve = self._w.reserve
         self._w.clear_reserved()
+        self._publish()
+        self._w.hold()
 
     def abandoned(self) -> None:
         """``testing.abandon``: as a process killed outside an append."""
