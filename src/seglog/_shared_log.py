@@ -19,7 +19,9 @@ from typing import Callable
 from . import codec
 from ._scan import Damage, walk
 from ._files import LOG_START, SEGMENT_SUFFIXES, fsync_dir, read_checkpoint, remove, segment_path
-from ._writers import Shared, WritersFile, follow, stray_segments
+from ._platform import LOCK_EX_NB as _EX_NB, LOCK_UN as _UN, flock as _flock
+from ._writers import (COUNTER_AT, HOLDER_AT, PEEK, TAIL, WORD, Shared, WritersFile, follow,
+                       stray_segments)
 from .errors import CorruptRecordError, StorageError
 from .local_log import LocalLog
 from .segment import Segment
@@ -43,19 +45,59 @@ class SharedLock:
         self._pub_changes = -1
         self._keep_holder = False       # closing after a failure: the next writer repairs
 
-    # -- the lock --------------------------------------------------------------------
+    # -- the lock (the append path: one flock round trip, one compare, two packs) ----
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         self._t.acquire()
         try:
-            self._enter()
+            fd = self._w.fd
+            if fd < 0:
+                raise self._local.closed_error()
+            try:
+                _flock(fd, _EX_NB)
+            except BlockingIOError:
+                self._w.lock()         # waits at most lock_timeout_ms
+            try:
+                mm = self._w.mm
+                counter, holder = PEEK.unpack_from(mm, COUNTER_AT)
+                if counter != self._seen or holder:
+                    self._sync(counter, holder)
+                WORD.pack_into(mm, HOLDER_AT, self._w.token)
+            except OSError as e:
+                _flock(fd, _UN)
+                raise StorageError(e.errno, f"following the other writers of "
+                                            f"{self._local.path} failed: {e}") from e
+            except BaseException:
+                _flock(fd, _UN)
+                raise
         except BaseException:
             self._t.release()
             raise
         return True
 
     def release(self) -> None:
+        w = self._w
+        local = self._local
         try:
-            self._leave()
+            if w.fd < 0:
+                return
+            try:
+                if local.closed:
+                    if not self._keep_holder:
+                        w.unhold()
+                    return
+                seg = local.active
+                if seg.marks != self._pub_marks or local.changes != self._pub_changes:
+                    self._publish()
+                elif local.end != self._pub_end:
+                    self._seen += 1
+                    TAIL.pack_into(w.mm, COUNTER_AT, self._seen, 0, seg.size, local.end)
+                    self._pub_end = local.end
+                else:
+                    WORD.pack_into(w.mm, HOLDER_AT, 0)
+            finally:
+                _flock(w.fd, _UN)
+                if local.closed:
+                    w.close()
         finally:
             self._t.release()
 
@@ -67,48 +109,6 @@ class SharedLock:
 
     def locked(self) -> bool:
         return self._t.locked()
-
-    def _enter(self) -> None:
-        w = self._w
-        if w.fd < 0:
-            raise self._local.closed_error()
-        w.lock()
-        try:
-            counter, holder = w.peek()
-            if counter != self._seen or holder:
-                self._sync(counter, holder)
-            w.hold()
-        except OSError as e:
-            w.unlock()
-            raise StorageError(e.errno, f"following the other writers of "
-                                        f"{self._local.path} failed: {e}") from e
-        except BaseException:
-            w.unlock()
-            raise
-
-    def _leave(self) -> None:
-        w = self._w
-        if w.fd < 0:
-            return
-        local = self._local
-        try:
-            if local.closed:
-                if not self._keep_holder:
-                    w.unhold()
-                return
-            seg = local.active
-            if seg.marks != self._pub_marks or local.changes != self._pub_changes:
-                self._publish()
-            elif local.end != self._pub_end:
-                self._seen += 1
-                w.publish_tail(self._seen, seg.size, local.end)
-                self._pub_end = local.end
-            else:
-                w.unhold()
-        finally:
-            w.unlock()
-            if local.closed:
-                w.close()
 
     # -- following the header ------------------------------------------------------------
     def _sync(self, counter: int, holder: int) -> None:
@@ -207,6 +207,7 @@ class SharedLock:
         self._apply(sh, True)
         if sh.holder:
             self._repair(sh)
+        self._local.count_from_here()
         if self._local.changes != self._pub_changes:
             self._publish()
 

@@ -35,14 +35,17 @@ from .segment import Segment, WriterState
 MAGIC = b"SEGLOGW1"
 _SIZE = 4096
 _HEAD = Struct("<8sQ")              # magic, boot hash (at 0)
-_PEEK = Struct("<QQ")               # counter, holder (at 16)
-_TAIL = Struct("<QQqq")             # counter, holder, size, next offset (at 16)
+# what the append path packs and unpacks itself (``SharedLock``), at COUNTER_AT
+COUNTER_AT, HOLDER_AT = 16, 24
+PEEK = Struct("<QQ")                # counter, holder
+TAIL = Struct("<QQqq")              # counter, holder, size, next offset
+WORD = Struct("<Q")
 _FAST = Struct("<qqQ")              # size, next offset, version (at 32)
 # version, session, list generation, start, flushed, then the WriterState but its
 # size and next offset (at 48)
 _SLOW = Struct("<QQQqq7q")
 _Q = Struct("<Q")
-_HOLDER, _RESERVED, _SESSION = 24, 160, 56
+_RESERVED, _SESSION = 160, 56
 
 
 class Shared(NamedTuple):
@@ -110,14 +113,14 @@ class WritersFile:
 
     def peek(self) -> tuple[int, int]:
         """(counter, holder)."""
-        return _PEEK.unpack_from(self.mm, 16)
+        return PEEK.unpack_from(self.mm, 16)
 
     def fast(self) -> tuple[int, int, int]:
         """(size, next offset, version)."""
         return _FAST.unpack_from(self.mm, 32)
 
     def read(self) -> Shared:
-        counter, holder, size, nxt = _TAIL.unpack_from(self.mm, 16)
+        counter, holder, size, nxt = TAIL.unpack_from(self.mm, 16)
         (version, session, gen, start, flushed, base, ie, te, nip, mts, mto,
          first) = _SLOW.unpack_from(self.mm, 48)
         reserved = _Q.unpack_from(self.mm, _RESERVED)[0]
@@ -126,14 +129,10 @@ class WritersFile:
 
     def hold(self) -> None:
         """Say that this writer holds the lock (a death before ``publish`` shows)."""
-        _Q.pack_into(self.mm, _HOLDER, self.token)
+        _Q.pack_into(self.mm, HOLDER_AT, self.token)
 
     def unhold(self) -> None:
-        _Q.pack_into(self.mm, _HOLDER, 0)
-
-    def publish_tail(self, counter: int, size: int, next_offset: int) -> None:
-        """The common publish after appends: the counter, no holder, size, next offset."""
-        _TAIL.pack_into(self.mm, 16, counter, 0, size, next_offset)
+        _Q.pack_into(self.mm, HOLDER_AT, 0)
 
     def publish(self, counter: int, version: int, session: int, list_gen: int, start: int,
                 flushed: int, st: WriterState) -> None:
@@ -141,7 +140,7 @@ class WritersFile:
         _SLOW.pack_into(self.mm, 48, version, session, list_gen, start, flushed,
                         st.base_offset, st.index_entries, st.time_entries, st.next_index_pos,
                         st.max_timestamp, st.max_ts_offset, st.first_timestamp)
-        _TAIL.pack_into(self.mm, 16, counter, 0, st.size, st.next_offset)
+        TAIL.pack_into(self.mm, 16, counter, 0, st.size, st.next_offset)
 
     def begin(self, counter: int) -> int:
         """Start a session (the first writer, after recovery): this boot, a new
@@ -149,7 +148,7 @@ class WritersFile:
         session = random.getrandbits(62) | 1
         _HEAD.pack_into(self.mm, 0, MAGIC, _boot_hash())
         _Q.pack_into(self.mm, _SESSION, session)
-        _TAIL.pack_into(self.mm, 16, counter, 0, 0, 0)
+        TAIL.pack_into(self.mm, 16, counter, 0, 0, 0)
         _Q.pack_into(self.mm, _RESERVED, 0)
         return session
 

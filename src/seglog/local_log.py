@@ -346,6 +346,12 @@ class LocalLog:
             self.flushed = flushed
             self._update_flush_at()
 
+    def count_from_here(self) -> None:
+        """A writer joining others: its counters start at the log as it found it."""
+        self._end_at_open = self.end
+        self._active_bytes_at_open = self.active.size
+        self._rolled_bytes = 0
+
     def follow_list(self, segs: list[Segment], gone: list[Segment]) -> None:
         """The segment list another writer made (``_writers.follow``), lock held."""
         if self.segs and segs[-1] is not self.segs[-1]:
