@@ -20,7 +20,7 @@ LAYERS = [
     "message", "_notebook", "index", "_scan", "_segment_file", "_segment_read", "_writable_map",
     "_segment_indexes", "segment", "_marker", "retention", "cleaner",
     "recovery", "repair", "_live", "local_log", "_log_reads", "_log_encode", "_log_open",
-    "_log_maintenance", "log", "topic", "_assignors",
+    "_log_maintenance", "log", "topic", "_future", "producer", "_assignors",
     "_group_files", "_group_admin", "_membership", "consumer_group", "spark",
     "testing", "_cli_output", "_cli_paths", "_cli_inspect", "_cli_maintain", "cli", "__main__",
     "__init__",
