@@ -139,6 +139,7 @@ class Producer:
         self._taken = 0             # of them, taken by the writer
         self._completed = 0         # of them, written (or failed) with futures resolved
         self._flush_to = 0          # flush() asks the writer to take records up to here
+        self._starved = 0           # senders waiting for buffer space: write at once
         self._closing = False
         self._stopped = False
         self._pid = os.getpid()
@@ -234,13 +235,19 @@ class Producer:
             raise ProducerTimeoutError("the producer's buffer is full; a send() from a "
                                        "future's callback cannot wait for it")
         deadline = time.monotonic() + self._max_block
-        while self._buffered + size > self._max_buffer and not self._closing:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ProducerTimeoutError(
-                    f"the producer's buffer ({self._max_buffer} bytes) stayed full for "
-                    f"max_block_ms={round(self._max_block * 1000)}; nothing was queued")
-            self._space.wait(left)
+        # as Kafka's accumulator: a sender waiting for memory makes what waits ready now
+        self._starved += 1
+        self._wake.notify()
+        try:
+            while self._buffered + size > self._max_buffer and not self._closing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ProducerTimeoutError(
+                        f"the producer's buffer ({self._max_buffer} bytes) stayed full for "
+                        f"max_block_ms={round(self._max_block * 1000)}; nothing was queued")
+                self._space.wait(left)
+        finally:
+            self._starved -= 1
 
     # -- flushing and closing --------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:
@@ -320,7 +327,7 @@ class Producer:
             with self._lock:
                 while True:
                     if self._waiting:
-                        if (self._closing or self._flush_to > self._taken
+                        if (self._closing or self._flush_to > self._taken or self._starved
                                 or any(part.nbytes >= self._batch_size for part in self._parts)):
                             break
                         left = self._oldest + self._linger - time.monotonic()
