@@ -134,6 +134,7 @@ class Producer:
         self._done = threading.Condition(self._lock)    # flush(): a round completed
         self._buffered = 0          # queued and in-flight record bytes
         self._waiting = 0           # records queued, not yet taken by the writer
+        self._full = False          # a partition holds batch_size bytes: write at once
         self._oldest = 0.0          # monotonic time the oldest waiting record was queued
         self._sent = 0              # records queued since the start
         self._taken = 0             # of them, taken by the writer
@@ -208,7 +209,8 @@ class Producer:
                 self._wake.notify()
             else:
                 self._waiting += 1
-                if part.nbytes >= self._batch_size:
+                if part.nbytes >= self._batch_size and not self._full:
+                    self._full = True       # one wake-up, not one per send until taken
                     self._wake.notify()
         return fut
 
@@ -328,7 +330,7 @@ class Producer:
                 while True:
                     if self._waiting:
                         if (self._closing or self._flush_to > self._taken or self._starved
-                                or any(part.nbytes >= self._batch_size for part in self._parts)):
+                                or self._full):
                             break
                         left = self._oldest + self._linger - time.monotonic()
                         if left <= 0:
@@ -346,6 +348,7 @@ class Producer:
                 upto = self._sent
                 self._taken = upto
                 self._waiting = 0
+                self._full = False
             freed = 0
             for p, part in taken:
                 freed += part.nbytes
