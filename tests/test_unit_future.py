@@ -85,3 +85,24 @@ def test_wait_as_completed_and_asyncio():
         threading.Timer(0.01, lambda: (g.set_running_or_notify_cancel(), g.set_result(42))).start()
         return await asyncio.wait_for(asyncio.wrap_future(g), 10)
     assert asyncio.run(main()) == 42
+
+
+def test_start_all_and_finish_all_respect_what_users_did():
+    from seglog._future import finish_all, start_all
+    fs = [new_future() for _ in range(6)]
+    assert fs[1].cancel()
+    fs[2].done()                        # looked at: its condition exists
+    seen = []
+    fs[3].add_done_callback(lambda f: seen.append(f.result()))
+    plain: cf.Future = cf.Future()      # a plain Future takes Future's own way
+    keep = start_all(fs + [plain])
+    assert keep == [True, False, True, True, True, True, True]
+    assert not fs[0].cancel() and fs[2].running()
+    running = [f for f, k in zip(fs + [plain], keep) if k]
+    waiter = threading.Thread(target=lambda: seen.append(("waited", fs[4].result(timeout=10))))
+    waiter.start()
+    finish_all(running, range(100, 100 + len(running)))
+    waiter.join(10)
+    assert [f.result() for f in running] == list(range(100, 106))
+    assert sorted(seen, key=str) == sorted([102, ("waited", 103)], key=str)
+    assert fs[1].cancelled()

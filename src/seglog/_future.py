@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 _MAKE = threading.Lock()
 _LAZY: dict[str, Callable[[], Any]] = {
@@ -91,3 +91,37 @@ class LightFuture(Future[Any]):
 def new_future() -> "Future[Any]":
     """A ``LightFuture``, or a plain ``Future`` where its fields are unknown."""
     return LightFuture() if _STATES is not None else Future()
+
+
+def start_all(futures: list["Future[Any]"]) -> list[bool]:
+    """``set_running_or_notify_cancel`` of each future (False: cancelled, not to be
+    run), the untouched ones in one pass under one lock."""
+    out: list[bool] = []
+    touched: list[int] = []
+    with _MAKE:
+        for i, f in enumerate(futures):
+            d = f.__dict__
+            if _STATES is not None and "_condition" not in d and d["_state"] is _PENDING:
+                d["_state"] = _RUNNING
+                out.append(True)
+            else:
+                touched.append(i)
+                out.append(False)
+    for i in touched:       # someone looked (or a plain Future): Future's own way
+        out[i] = futures[i].set_running_or_notify_cancel()
+    return out
+
+
+def finish_all(futures: list["Future[Any]"], results: Iterable[Any]) -> None:
+    """``set_result`` of each running future, the untouched ones in one pass."""
+    touched: list[tuple[Future[Any], Any]] = []
+    with _MAKE:
+        for f, r in zip(futures, results):
+            d = f.__dict__
+            if _STATES is not None and "_condition" not in d and d["_state"] is _RUNNING:
+                d["_result"] = r
+                d["_state"] = _FINISHED
+            else:
+                touched.append((f, r))
+    for f, r in touched:
+        f.set_result(r)

@@ -21,7 +21,7 @@ from itertools import accumulate, compress, repeat
 from operator import add
 from typing import Any, Callable, Sequence
 
-from ._future import new_future
+from ._future import finish_all, new_future, start_all
 from .errors import (InvalidConfigError, MessageTooLargeError, ProducerClosedError,
                      ProducerTimeoutError, StorageError)
 from .log import Log
@@ -32,10 +32,6 @@ from .topic import Topic
 # encoder counts: a chunk then always encodes as one batch by the single-join path
 _CUT_OVERHEAD = 32
 _FOREVER = float("inf")
-# the class new_future() makes: its methods, bound once, mapped over a batch's futures
-_FUTURE = type(new_future())
-_set_running = _FUTURE.set_running_or_notify_cancel
-_set_result = _FUTURE.set_result
 
 
 def _time_ms() -> int:
@@ -184,8 +180,10 @@ class Producer:
             if size > self._max_msg[p]:
                 prepare_batch((value,), 0, self._max_msg[p])    # raises the log's error
             item = value
+            plain = True
         else:
             item, size = self._checked(p, value, key, timestamp, headers)
+            plain = False
         if size > self._max_buffer:
             raise MessageTooLargeError(
                 f"record of {size} bytes exceeds max_buffer_bytes={self._max_buffer}")
@@ -199,7 +197,7 @@ class Producer:
             part.items.append(item)
             part.futures.append(fut)
             part.nbytes += size
-            if type(item) is not bytes:
+            if not plain:
                 part.plain = False
             self._buffered += size
             self._sent += 1
@@ -364,7 +362,7 @@ class Producer:
 
     def _write(self, p: int, part: _Part) -> None:
         """Write one partition's records, one atomic batch per append; resolve futures."""
-        keep = list(map(_set_running, part.futures))
+        keep = start_all(part.futures)
         items: Sequence[bytes | Record] = part.items
         futures = part.futures
         if keep.count(True) != len(keep):           # cancelled ones are not written
@@ -407,10 +405,7 @@ class Producer:
                                              f"{offsets.stop - 1}"))
             written = [w for w in written if w[1].stop <= flushed]
         for futs, offsets in written:
-            if self._topic is None:
-                list(map(_set_result, futs, offsets))
-            else:
-                list(map(_set_result, futs, zip(repeat(p), offsets)))
+            finish_all(futs, offsets if self._topic is None else zip(repeat(p), offsets))
 
     def _encode_each(self, log: Log, chunk: Sequence[bytes | Record],
                      futures: list[Future[Any]]) -> list[tuple[Any, int, int, int]]:
