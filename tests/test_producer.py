@@ -161,6 +161,20 @@ def test_bad_input_is_refused_by_send_and_nothing_is_written(tmp_path):
         assert (m.key, m.value, m.headers) == (b"before", b"v", ((("h", b"hv")),))
 
 
+def test_options_and_targets_are_checked(tmp_path):
+    with Log.open(tmp_path / "w") as log:
+        for kw, exc in (({"linger_ms": -1}, InvalidConfigError), ({"batch_size": 0}, InvalidConfigError),
+                        ({"max_buffer_bytes": 0}, InvalidConfigError),
+                        ({"max_block_ms": 1.5}, TypeError), ({"durable": 1}, TypeError),
+                        ({"value_serializer": "json"}, TypeError)):
+            with pytest.raises(exc):
+                Producer(log, **kw)
+        with pytest.raises(TypeError):
+            Producer(str(tmp_path))
+        with Log.open(tmp_path / "w", readonly=True) as reader, pytest.raises(seglog.ReadOnlyError):
+            Producer(reader)
+
+
 def test_serializers_apply_and_none_stays_a_tombstone(logdir):
     import json
     with Log.open(logdir) as log, Producer(log, key_serializer=str.encode,
@@ -407,3 +421,14 @@ def test_sigkill_after_futures_resolved_loses_nothing(logdir):
     with Log.open(logdir) as log:
         stored = {m.offset: m.value for m in log.iter()}
     assert {o: stored.get(o) for o in got} == got
+
+
+def test_a_producer_left_open_is_flushed_at_exit(logdir):
+    script = ("import sys, seglog\n"
+              "log = seglog.Log.open(sys.argv[1])\n"
+              "p = seglog.Producer(log, linger_ms=600_000)\n"
+              "p.send(b'kept')\n")
+    subprocess.run([sys.executable, "-c", script, logdir], check=True, timeout=60,
+                   env=dict(os.environ, PYTHONPATH=SRC))
+    with Log.open(logdir) as log:
+        assert [m.value for m in log.iter()] == [b"kept"]

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 from ._future import finish_all, new_future, start_all
 from .errors import (InvalidConfigError, MessageTooLargeError, ProducerClosedError,
-                     ProducerTimeoutError, StorageError)
+                     ProducerTimeoutError, ReadOnlyError, StorageError)
 from .log import Log
 from .message import Headers, Record, prepare_batch
 from .topic import Topic
@@ -107,6 +107,8 @@ class Producer:
             logs = [target]
         else:
             raise TypeError(f"a Producer writes to a Log or a Topic, not {type(target).__name__}")
+        if any(log.readonly for log in logs):
+            raise ReadOnlyError("a Producer needs a writer: the target was opened readonly")
         self._linger = _option("linger_ms", linger_ms, 0) / 1000.0
         self._batch_size = _option("batch_size", batch_size, 1)
         self._max_buffer = _option("max_buffer_bytes", max_buffer_bytes, 1)
