@@ -92,14 +92,21 @@ class WritersFile:
         self.token = random.getrandbits(62) | 1
 
     # -- the append lock across processes ---------------------------------------------
-    def lock(self) -> None:
-        """Take the append lock, waiting at most ``timeout``: else ``LogLockedError``
-        (a stopped or slow writer holds it)."""
-        if not _platform.lock_within(self.fd, self.timeout):
-            raise LogLockedError(
-                f"another writer held the append lock of {os.path.dirname(self.path)} "
-                f"for lock_timeout_ms={round(self.timeout * 1000)} (stopped or slow); "
-                f"nothing was written")
+    def lock(self, timeout: float | None = None, raising: bool = True) -> bool:
+        """Take the append lock, waiting at most ``timeout`` (default: this log's
+        ``lock_timeout_ms``); else ``LogLockedError`` (a stopped or slow writer holds
+        it), or False if not ``raising``."""
+        if _platform.lock_within(self.fd, self.timeout if timeout is None else timeout):
+            return True
+        if raising:
+            raise self.timed_out()
+        return False
+
+    def timed_out(self) -> LogLockedError:
+        return LogLockedError(
+            f"another writer held the append lock of {os.path.dirname(self.path)} for "
+            f"lock_timeout_ms={round(self.timeout * 1000)} (stopped or slow); nothing "
+            f"was written")
 
     def unlock(self) -> None:
         _platform.flock(self.fd, _platform.LOCK_UN)
