@@ -144,10 +144,10 @@ class WritersFile:
     def publish(self, counter: int, version: int, session: int, list_gen: int, start: int,
                 flushed: int, st: WriterState) -> None:
         """Everything: the slow fields first, the counter (and no holder) last."""
+        base, size, nxt, ie, te, nip, mts, mto, first = st
         _SLOW.pack_into(self.mm, 48, version, session, list_gen, start, flushed,
-                        st.base_offset, st.index_entries, st.time_entries, st.next_index_pos,
-                        st.max_timestamp, st.max_ts_offset, st.first_timestamp)
-        TAIL.pack_into(self.mm, 16, counter, 0, st.size, st.next_offset)
+                        base, ie, te, nip, mts, mto, first)
+        TAIL.pack_into(self.mm, 16, counter, 0, size, nxt)
 
     def begin(self, counter: int) -> int:
         """Start a session (the first writer, after recovery): this boot, a new
