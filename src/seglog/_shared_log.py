@@ -22,7 +22,7 @@ from . import codec
 from ._scan import Damage, walk
 from ._files import LOG_START, SEGMENT_SUFFIXES, fsync_dir, read_checkpoint, remove, segment_path
 from ._platform import LOCK_EX_NB as _EX_NB, LOCK_UN as _UN, flock as _flock
-from ._writers import (COUNTER_AT, HOLDER_AT, PEEK, TAIL, WORD, Shared, WritersFile, follow,
+from ._writers import (CURRENT, HOLDER, Shared, WritersFile, follow,
                        stray_segments)
 from .errors import CorruptRecordError, SeglogError, StorageError
 from .local_log import LocalLog
@@ -41,9 +41,8 @@ class SharedLock:
         self._local = local
         self._w = w
         # the header as this writer last saw or published it
-        self._seen = -1                 # counter
+        self._cur = -1                  # the header's current word (counter, slot)
         self._version = 0
-        self._session = 0
         self._gen = 0                   # the header's list generation
         self._local_gen = local.list_gen
         self._pub_end = local.end
@@ -79,11 +78,11 @@ class SharedLock:
                     t.release()
                     return False
             try:
-                mm = w.mm
-                counter, holder = PEEK.unpack_from(mm, COUNTER_AT)
-                if counter != self._seen or holder:
-                    self._sync(counter, holder)
-                WORD.pack_into(mm, HOLDER_AT, w.token)
+                words = w.words
+                cur, holder = words[CURRENT], words[HOLDER]
+                if cur != self._cur or holder:
+                    self._sync(cur, holder)
+                words[HOLDER] = w.token
                 self._exc = _exception()
             except OSError as e:
                 _flock(fd, _UN)
@@ -109,7 +108,7 @@ class SharedLock:
                     # failed inside (a write, a roll): as after a death, the holder
                     # stays for the next writer's repair, nothing is published, and
                     # this writer follows the files afresh at its next lock
-                    self._seen = self._gen = -1
+                    self._cur = self._gen = -1
                     self._exc = None
                     return
                 self._exc = None
@@ -121,11 +120,9 @@ class SharedLock:
                 if seg.marks != self._pub_marks or local.changes != self._pub_changes:
                     self._publish()
                 elif local.end != self._pub_end:
-                    self._seen += 1
-                    TAIL.pack_into(w.mm, COUNTER_AT, self._seen, 0, seg.size, local.end)
+                    self._cur = w.publish_tail(self._cur, seg.size, local.end)
                     self._pub_end = local.end
-                else:
-                    WORD.pack_into(w.mm, HOLDER_AT, 0)
+                w.words[HOLDER] = 0
             finally:
                 _flock(w.fd, _UN)
                 if local.closed:
@@ -143,15 +140,15 @@ class SharedLock:
         return self._t.locked()
 
     # -- following the header ------------------------------------------------------------
-    def _sync(self, counter: int, holder: int) -> None:
+    def _sync(self, cur: int, holder: int) -> None:
         w = self._w
         local = self._local
         if not holder:
-            size, nxt, version = w.fast()
+            version, size, nxt = w.fast(cur)
             if version == self._version:
                 local.active.set_measured(size, nxt)
                 local.end = self._pub_end = nxt
-                self._seen = counter
+                self._cur = cur
                 return
         sh = w.read()
         self._apply(sh, False)
@@ -172,8 +169,7 @@ class SharedLock:
         local.start = max(local.start, sh.start)
         local.end = sh.state.next_offset
         local.follow_flushed(sh.flushed)
-        self._seen, self._version, self._gen, self._session = (sh.counter, sh.version,
-                                                               sh.list_gen, sh.session)
+        self._cur, self._version, self._gen = sh.current, sh.version, sh.list_gen
         self._mark_published()
 
     def _mark_published(self) -> None:
@@ -185,12 +181,11 @@ class SharedLock:
 
     def _publish(self) -> None:
         local = self._local
-        self._seen += 1
         self._version += 1
         if local.list_gen != self._local_gen:
             self._gen += 1
-        self._w.publish(self._seen, self._version, self._session, self._gen, local.start,
-                        local.flushed, local.active.writer_state())
+        self._cur = self._w.publish(self._cur, self._version, self._gen, local.start,
+                                    local.flushed, local.active.writer_state())
         self._mark_published()
 
     def _repair(self, sh: Shared) -> None:
@@ -229,11 +224,14 @@ class SharedLock:
         repairing after a writer that died holding the lock."""
         w = self._w
         if first:
-            counter = w.peek()[0] + 1
-            self._session = w.begin(counter)
-            self._seen, self._version, self._gen = counter, 1, 1
+            w.begin()
+            # the counter goes on from the last session's (a writer of it may still
+            # hold its last value)
+            self._cur = int(w.words[CURRENT])
+            self._version, self._gen = 1, 1
             self._local.active.on_reserve = w.reserve
             self._publish()
+            w.unhold()                  # a dead holder of the last session's, if any
             return
         sh = w.read()
         self._apply(sh, True)
@@ -242,6 +240,7 @@ class SharedLock:
         self._local.count_from_here()
         if self._local.changes != self._pub_changes:
             self._publish()
+        w.unhold()
 
     def refresh(self, force: bool) -> None:
         """A reader of this writer's ``Log``: the other writers' appends and list changes
@@ -278,7 +277,7 @@ class SharedLock:
         new.on_reserve = self._w.reserve
         self._w.clear_reserved()
         self._publish()
-        self._w.hold()
+        self._w.words[HOLDER] = self._w.token
 
     def abandoned(self) -> None:
         """``testing.abandon``: as a process killed outside an append."""

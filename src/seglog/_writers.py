@@ -35,23 +35,26 @@ from .segment import Segment, WriterState
 MAGIC = b"SEGLOGW1"
 _SIZE = 4096
 _HEAD = Struct("<8sQ")              # magic, boot hash (at 0)
-# what the append path packs and unpacks itself (``SharedLock``), at COUNTER_AT
-COUNTER_AT, HOLDER_AT = 16, 24
-PEEK = Struct("<QQ")                # counter, holder
-TAIL = Struct("<QQqq")              # counter, holder, size, next offset
-WORD = Struct("<Q")
-_FAST = Struct("<qqQ")              # size, next offset, version (at 32)
-# version, session, list generation, start, flushed, then the WriterState but its
-# size and next offset (at 48)
-_SLOW = Struct("<QQQqq7q")
-_Q = Struct("<Q")
-_RESERVED, _SESSION = 160, 56
+# single words, each written by one 8-byte store (a memoryview item: struct's pack
+# zero-fills its whole span before writing fields, which a kill could leave torn);
+# CURRENT: the change counter and the slot holding the state, counter << 1 | slot
+CURRENT, HOLDER, _SESSION, _RESERVED = 2, 3, 4, 5
+# the state, in two slots: a writer fills the one not current, then flips CURRENT,
+# so a writer killed at any instant leaves the last published state whole
+# (SQLite's two header copies). version, list generation, start, flushed, then the
+# WriterState (base, size, next offset, index entries, time entries, next index
+# position, largest timestamp and its offset, first timestamp)
+SLOT = Struct("<13q")
+SLOT_AT = (64, 64 + SLOT.size)
+SIZE_NEXT = Struct("<qq")           # the WriterState's size and next offset
+SIZE_NEXT_AT = 40                   # their place in a slot
+VERSION = Struct("<q")              # a slot's first field
 
 
 class Shared(NamedTuple):
     """A snapshot of the header (read under the append lock)."""
 
-    counter: int
+    current: int
     holder: int
     version: int
     session: int
@@ -74,7 +77,7 @@ class WritersFile:
     is its own open file description, so two ``Log`` objects of one process
     exclude each other as two processes do."""
 
-    __slots__ = ("path", "fd", "mm", "timeout", "token")
+    __slots__ = ("path", "fd", "mm", "words", "timeout", "token")
 
     def __init__(self, directory: str, timeout_ms: int) -> None:
         self.path = os.path.join(directory, WRITERS_FILE)
@@ -87,6 +90,7 @@ class WritersFile:
             os.close(fd)
             raise
         self.fd = fd
+        self.words = memoryview(self.mm).cast("Q")     # the single words, native order
         self.timeout = timeout_ms / 1000.0
         # nonzero: what ``holder`` says while this writer holds the lock
         self.token = random.getrandbits(62) | 1
@@ -115,72 +119,81 @@ class WritersFile:
     def live(self) -> bool:
         """True if the header is a live session's: written in this boot, not ended."""
         magic, boot = _HEAD.unpack_from(self.mm, 0)
-        session: int = _Q.unpack_from(self.mm, _SESSION)[0]
-        return magic == MAGIC and boot == _boot_hash() and session != 0
+        return magic == MAGIC and boot == _boot_hash() and self.words[_SESSION] != 0
 
-    def peek(self) -> tuple[int, int]:
-        """(counter, holder)."""
-        return PEEK.unpack_from(self.mm, 16)
-
-    def fast(self) -> tuple[int, int, int]:
-        """(size, next offset, version)."""
-        return _FAST.unpack_from(self.mm, 32)
+    def session(self) -> int:
+        return int(self.words[_SESSION])
 
     def read(self) -> Shared:
-        counter, holder, size, nxt = TAIL.unpack_from(self.mm, 16)
-        (version, session, gen, start, flushed, base, ie, te, nip, mts, mto,
-         first) = _SLOW.unpack_from(self.mm, 48)
-        reserved = _Q.unpack_from(self.mm, _RESERVED)[0]
-        return Shared(counter, holder, version, session, gen, start, flushed, reserved,
+        """The current state (whole: the slot CURRENT names)."""
+        cur = int(self.words[CURRENT])
+        (version, gen, start, flushed, base, size, nxt, ie, te, nip, mts, mto,
+         first) = SLOT.unpack_from(self.mm, SLOT_AT[cur & 1])
+        return Shared(cur, int(self.words[HOLDER]), version, self.session(), gen, start,
+                      flushed, int(self.words[_RESERVED]),
                       WriterState(base, size, nxt, ie, te, nip, mts, mto, first))
 
-    def hold(self) -> None:
-        """Say that this writer holds the lock (a death before ``publish`` shows)."""
-        _Q.pack_into(self.mm, HOLDER_AT, self.token)
+    def fast(self, cur: int) -> tuple[int, int, int]:
+        """(version, size, next offset) of the state ``cur`` names."""
+        at = SLOT_AT[cur & 1]
+        size, nxt = SIZE_NEXT.unpack_from(self.mm, at + SIZE_NEXT_AT)
+        return VERSION.unpack_from(self.mm, at)[0], size, nxt
 
     def unhold(self) -> None:
-        _Q.pack_into(self.mm, HOLDER_AT, 0)
+        self.words[HOLDER] = 0
 
-    def publish(self, counter: int, version: int, session: int, list_gen: int, start: int,
-                flushed: int, st: WriterState) -> None:
-        """Everything: the slow fields first, the counter (and no holder) last."""
-        base, size, nxt, ie, te, nip, mts, mto, first = st
-        _SLOW.pack_into(self.mm, 48, version, session, list_gen, start, flushed,
-                        base, ie, te, nip, mts, mto, first)
-        TAIL.pack_into(self.mm, 16, counter, 0, size, nxt)
+    def publish(self, cur: int, version: int, list_gen: int, start: int, flushed: int,
+                st: WriterState) -> int:
+        """Everything, into the slot ``cur`` does not name, then the flip (one store);
+        returns the new current word. The holder is left to the caller."""
+        slot = (cur & 1) ^ 1
+        SLOT.pack_into(self.mm, SLOT_AT[slot], version, list_gen, start, flushed, *st)
+        new = ((cur >> 1) + 1) << 1 | slot
+        self.words[CURRENT] = new
+        return new
 
-    def begin(self, counter: int) -> int:
+    def publish_tail(self, cur: int, size: int, next_offset: int) -> int:
+        """Only size and next offset moved: the current slot copied with them."""
+        slot = (cur & 1) ^ 1
+        mm = self.mm
+        dst, src = SLOT_AT[slot], SLOT_AT[slot ^ 1]
+        mm[dst:dst + SLOT.size] = mm[src:src + SLOT.size]
+        SIZE_NEXT.pack_into(mm, dst + SIZE_NEXT_AT, size, next_offset)
+        new = ((cur >> 1) + 1) << 1 | slot
+        self.words[CURRENT] = new
+        return new
+
+    def begin(self) -> int:
         """Start a session (the first writer, after recovery): this boot, a new
         session id; returns it. ``publish`` follows."""
         session = random.getrandbits(62) | 1
         _HEAD.pack_into(self.mm, 0, MAGIC, _boot_hash())
-        _Q.pack_into(self.mm, _SESSION, session)
-        TAIL.pack_into(self.mm, 16, counter, 0, 0, 0)
-        _Q.pack_into(self.mm, _RESERVED, 0)
+        self.words[_RESERVED] = 0
+        self.words[_SESSION] = session
         return session
 
     def end(self) -> None:
-        """End the session (the last writer's clean close, or an exclusive writer's
-        open): the next multi-writer recovers from the files."""
-        _Q.pack_into(self.mm, _SESSION, 0)
+        """End the session (the last writer's clean close): the next multi-writer
+        recovers from the files."""
+        self.words[_SESSION] = 0
 
     def reserved(self) -> int:
-        end: int = _Q.unpack_from(self.mm, _RESERVED)[0]
-        return end
+        return int(self.words[_RESERVED])
 
     def reserve(self, end: int) -> None:
         """A writer reserved disk blocks up to ``end`` in the active segment (before
         writing below it): the bound of what a dead writer may have left there."""
-        if end > self.reserved():
-            _Q.pack_into(self.mm, _RESERVED, end)
+        if end > self.words[_RESERVED]:
+            self.words[_RESERVED] = end
 
     def clear_reserved(self) -> None:
-        _Q.pack_into(self.mm, _RESERVED, 0)
+        self.words[_RESERVED] = 0
 
     # -- lifetime -------------------------------------------------------------------
     def close(self) -> None:
         """Unmap and close (which releases the append lock if held)."""
         if self.fd >= 0:
+            self.words.release()
             self.mm.close()
             os.close(self.fd)
             self.fd = -1
@@ -189,6 +202,7 @@ class WritersFile:
         """In a forked child: close this process's copies (never the parent's lock)."""
         if self.fd >= 0:
             try:
+                self.words.release()
                 self.mm.close()
                 os.close(self.fd)
             except (OSError, ValueError):
@@ -207,7 +221,7 @@ def invalidate(directory: str) -> None:
         return
     try:
         if os.fstat(fd).st_size >= _SIZE:
-            os.pwrite(fd, bytes(8), _SESSION)
+            os.pwrite(fd, bytes(8), _SESSION * 8)    # one system call: never torn
     finally:
         os.close(fd)
 
