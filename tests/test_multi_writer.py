@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import selectors
 import signal
 import subprocess
 import sys
@@ -41,7 +42,8 @@ def seed_for(name: str) -> int:
 
 
 def spawn(*args: object, **kw: object) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, CHILD, *map(str, args)], **kw)
+    # unbuffered pipes: a line waiting in a buffer would hide from ``read_line``'s select
+    return subprocess.Popen([sys.executable, CHILD, *map(str, args)], bufsize=0, **kw)
 
 
 def wait_exit(proc: subprocess.Popen, what: str) -> int:
@@ -62,17 +64,22 @@ def wait_for(cond, what: str, deadline: float = DEADLINE) -> None:
         time.sleep(0.002)
 
 
-def readline(proc: subprocess.Popen, what: str) -> str:
-    """The next line the child prints, within the deadline (its stdout is a pipe)."""
-    import selectors
+def read_line(f, what: str) -> bytes:
+    """The next line from pipe ``f`` within the deadline (b"" at end of file)."""
     sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
+    sel.register(f, selectors.EVENT_READ)
     try:
         if not sel.select(DEADLINE):
-            raise AssertionError(f"no line from the child ({what}) in {DEADLINE} s")
+            raise AssertionError(f"no line ({what}) in {DEADLINE} s")
     finally:
         sel.close()
-    line = proc.stdout.readline()
+    line: bytes = f.readline()
+    return line
+
+
+def readline(proc: subprocess.Popen, what: str) -> str:
+    """The next line the child prints, within the deadline (its stdout is a pipe)."""
+    line = read_line(proc.stdout, what)
     assert line, f"the child ended before {what} (exit {proc.wait()})"
     return line.decode().strip()
 
@@ -298,3 +305,354 @@ def test_writers_killed_at_random_instants(tmp_path, variant):
           f"({killed_mid_run} after acknowledging), {end} messages, "
           f"{len(reader.seen)} seen by the reader during the run")
     assert n_killed >= kills and killed_mid_run >= kills // 2
+
+
+# -- 3. a writer stopped while it holds the append lock ----------------------------------
+TIMEOUT_MS = 400
+SLACK = 1.5            # seconds past the timeout a loaded CI machine may take
+
+
+def _wait_stopped(pid: int) -> None:
+    """Until the kernel reports ``pid`` stopped (it stops itself, holding the lock)."""
+    end = time.monotonic() + DEADLINE
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+        if done:
+            assert os.WIFSTOPPED(status), f"the writer ended instead of stopping ({status})"
+            return
+        assert time.monotonic() < end, f"the writer did not stop in {DEADLINE} s"
+        time.sleep(0.002)
+
+
+def _times_out(fn, what: str) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(LogLockedError):
+        fn()
+    took = time.monotonic() - t0
+    assert TIMEOUT_MS / 1000 <= took <= TIMEOUT_MS / 1000 + SLACK, f"{what}: {took:.3f} s"
+
+
+@pytest.mark.parametrize("then", ["continued", "killed"])
+def test_a_writer_stopped_inside_an_append_never_hangs_the_others(tmp_path, then):
+    path = str(tmp_path / "log")
+    opts = dict(max_message_bytes=1024, flush_ms=None)
+    parent = Log.open(path, multi_writer=True, lock_timeout_ms=TIMEOUT_MS, **opts)
+    assert parent.append(b"p0") == 0
+    child = spawn("stop", path, json.dumps(opts), stdout=subprocess.PIPE)
+    try:
+        assert readline(child, "its first append") == "1"
+        _wait_stopped(child.pid)
+        # it holds the append lock inside append_batch, its first batch copied in
+        _times_out(lambda: parent.append(b"never"), "append")
+        _times_out(lambda: parent.append_batch([b"never", b"never"]), "append_batch")
+        _times_out(lambda: Log.open(path, multi_writer=True, lock_timeout_ms=TIMEOUT_MS,
+                                    **opts), "a joining writer's open")
+        with Log.open(path, readonly=True) as r:     # a reader is never blocked
+            got = [m.value for m in r.iter()]
+        assert got[:2] == [b"p0", b"before"] and b"never" not in got
+        assert got[2:] == stopped_values()[:len(got) - 2]
+        if then == "continued":
+            os.kill(child.pid, signal.SIGCONT)
+            assert readline(child, "its stopped call") == f"2 {2 + len(stopped_values())}"
+            assert wait_exit(child, "the continued writer") == 0
+            kept = stopped_values()
+        else:
+            os.kill(child.pid, signal.SIGKILL)
+            assert wait_exit(child, "the killed writer") == -signal.SIGKILL
+            kept = None
+        t0 = time.monotonic()
+        after = parent.append(b"after")
+        assert time.monotonic() - t0 < TIMEOUT_MS / 1000, "the lock was free again"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    parent.close()
+    with Log.open(path, readonly=True) as r:
+        got = [m.value for m in r.iter()]
+    assert not repair.check(path).problems
+    assert got[:2] == [b"p0", b"before"] and got[-1] == b"after" and after == len(got) - 1
+    if kept is None:
+        # the whole batch it copied before it stopped is kept, nothing else of the call
+        kept = got[2:-1]
+        assert 1 <= len(kept) < len(stopped_values())
+    assert got[2:-1] == kept == stopped_values()[:len(kept)]
+
+
+@pytest.mark.parametrize("held", ["exclusive", "multi_writer"])
+def test_the_modes_exclude_each_other_across_processes_at_once(tmp_path, held):
+    path = str(tmp_path / "log")
+    Log.open(path).close()
+    child = spawn("hold", path, json.dumps({"multi_writer": held == "multi_writer"}),
+                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert readline(child, "its open") == "ready"
+        t0 = time.monotonic()
+        with pytest.raises(LogLockedError):
+            Log.open(path, multi_writer=held == "exclusive", lock_timeout_ms=5000)
+        assert time.monotonic() - t0 < 1.0, "not at once: it waited for the lock timeout"
+        if held == "multi_writer":
+            with Log.open(path, multi_writer=True) as log:     # the same mode joins
+                assert log.append(b"joined") == 0
+        child.stdin.close()
+        assert wait_exit(child, "the holder") == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    with Log.open(path, multi_writer=held == "exclusive") as log:   # free once it left
+        assert log.append(b"next") == (1 if held == "multi_writer" else 0)
+
+
+# -- 7. forks ---------------------------------------------------------------------------
+def _snapshot(path: str) -> dict[str, bytes]:
+    out = {}
+    for name in sorted(os.listdir(path)):
+        with open(os.path.join(path, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_a_refusing_copy_of_a_multi_writer(tmp_path):
+    path = str(tmp_path / "log")
+    opts = dict(segment_bytes=4096, flush_ms=None)
+    log = Log.open(path, multi_writer=True, lock_timeout_ms=2000, **opts)
+    other = Log.open(path, multi_writer=True, lock_timeout_ms=2000, **opts)
+    acked = {log.append(b"a%d" % i): b"a%d" % i for i in range(50)}
+    acked.update({other.append(b"b%d" % i): b"b%d" % i for i in range(50)})
+    log.flush()
+    before = _snapshot(path)
+    to_child_r, to_child_w = os.pipe()
+    to_parent_r, to_parent_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(to_child_w)
+            os.close(to_parent_r)
+            for op in (lambda: log.append(b"child"), lambda: other.append_batch([b"c"]),
+                       log.flush, log.compact, other.enforce_retention, lambda: log.read(0)):
+                try:
+                    op()
+                    code = 3                  # the child wrote or read through the copy
+                except SeglogError as e:
+                    if "fork" not in str(e):
+                        code = 2              # not a clear error
+            if code == 1:
+                log.close()
+                other.close()
+                os.write(to_parent_w, b"closed\n")
+                os.read(to_child_r, 1)
+                # a worker opens the log itself: a writer of its own
+                with Log.open(path, multi_writer=True, **opts) as mine:
+                    off = mine.append(b"child-own")
+                os.write(to_parent_w, b"%d\n" % off)
+                code = 0
+        except BaseException:   # noqa: BLE001 - the parent sees the exit code
+            import traceback
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(to_child_r)
+    os.close(to_parent_w)
+    reply = os.fdopen(to_parent_r, "rb", buffering=0)
+    try:
+        line = read_line(reply, "the child's close")
+        assert line == b"closed\n", f"the child failed before closing ({line!r})"
+        assert _snapshot(path) == before, "the child's close changed files"
+        # the parent goes on: the child holds no lock
+        acked[log.append(b"a-after-fork")] = b"a-after-fork"
+        os.write(to_child_w, b"g")
+        child_off = int(read_line(reply, "the child's own append"))
+        acked[child_off] = b"child-own"
+        acked[other.append(b"b-after-child")] = b"b-after-child"
+    finally:
+        os.close(to_child_w)
+        reply.close()
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert sorted(acked) == list(range(len(acked)))
+    log.close()
+    other.close()
+    with Log.open(path, readonly=True) as r:
+        assert {m.offset: m.value for m in r.iter()} == acked
+
+
+# -- 4. retention and compaction by one writer while others append ----------------------
+def acked_offsets(seed: int, writers: dict[int, Writer]) -> dict[tuple[int, int], int]:
+    """(wid, seq) -> offset of every message of an acknowledged call."""
+    out = {}
+    for w in writers.values():
+        acked = w.read_report()
+        if not acked:
+            continue
+        plan = calls(seed, w.wid, max(acked) + 1)
+        for i, first in acked.items():
+            seq, n, _ = plan[i]
+            out.update({(w.wid, seq + j): first + j for j in range(n)})
+    return out
+
+
+def _maintained_while_others_append(tmp_path, seed: int, opts: dict, maintain) -> tuple[
+        dict[int, Writer], Reader, list]:
+    """Two writer processes append ``calls_each`` calls each while the test's writer
+    runs ``maintain(log)`` over and over and appends calls of its own; returns the
+    writers (all exited cleanly), the reader that read along, and what each
+    ``maintain`` returned (the last one with everyone quiet)."""
+    path = str(tmp_path / "log")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    parent = Log.open(path, multi_writer=True, **opts)
+    reader = Reader(path)
+    writers = {0: Writer(0)}
+    results = []
+    calls_each = 60 * SCALE
+    try:
+        for wid in (1, 2):
+            w = writers[wid] = Writer(wid, str(reports / f"w{wid}"))
+            w.proc = spawn("write", path, wid, seed, w.report, json.dumps(opts), calls_each,
+                           stderr=subprocess.PIPE)
+        end = time.monotonic() + DEADLINE
+        while any(w.proc.poll() is None for w in writers.values() if w.proc):
+            assert time.monotonic() < end, "the writers did not finish"
+            results.append(maintain(parent))
+            w0 = writers[0]
+            seq, n, _ = calls(seed, 0, w0.calls_made + 1)[-1]
+            got = parent.append_batch([seglog.Record(*record(0, s)[:2], None, record(0, s)[2])
+                                       for s in range(seq, seq + n)])
+            w0.acked[w0.calls_made] = got.start
+            w0.calls_made += 1
+            reader.catch_up()
+        for w in writers.values():
+            if w.proc:
+                _, err = w.proc.communicate(timeout=DEADLINE)
+                assert w.proc.returncode == 0, err.decode()
+        results.append(maintain(parent))
+        reader.catch_up()
+        parent.close()
+    finally:
+        for w in writers.values():
+            if w.proc and w.proc.poll() is None:
+                w.proc.kill()
+                w.proc.wait()
+    assert len(acked_offsets(seed, writers)) >= 2 * calls_each
+    return writers, reader, results
+
+
+def _segment_files(path: str) -> set[int]:
+    return {int(n[:20]) for n in os.listdir(path) if n.endswith(".log") and n[:20].isdigit()}
+
+
+def test_retention_by_one_writer_while_others_append(tmp_path):
+    seed = seed_for("multi-writer retention")
+    path = str(tmp_path / "log")
+    opts = dict(segment_bytes=4096, retention_ms=60_000, retention_check_ms=None)
+    later = int(time.time() * 1000) + 3_600_000      # every sealed segment has expired
+    starts = []
+
+    def retain(log: Log) -> list[int]:
+        deleted = log.enforce_retention(now_ms=later)
+        starts.append(log.start_offset)
+        assert all(b < starts[-1] for b in deleted), "deleted past the new start"
+        return deleted
+
+    writers, reader, results = _maintained_while_others_append(tmp_path, seed, opts, retain)
+    assert starts == sorted(starts), "the log start moved back"
+    acked = acked_offsets(seed, writers)
+    with Log.open(path, readonly=True) as r:
+        start, end = r.start_offset, r.end_offset
+        msgs = list(r.iter())
+        for off in random.Random(seed).sample(range(start), min(20, start)):
+            with pytest.raises(OffsetOutOfRangeError):
+                r.read(off)
+        bases = {s.base_offset for s in r.segments}
+    assert start == starts[-1] > 0 and sum(map(len, results)) >= 2
+    assert [m.offset for m in msgs] == list(range(start, end)), "offsets not dense"
+    present = {expect_message(m): m.offset for m in msgs}
+    assert present == {ws: off for ws, off in acked.items() if off >= start}
+    assert end == max(acked.values()) + 1
+    for off, ws in reader.seen.items():
+        assert off < start or present[ws] == off, f"the reader saw {ws} at {off}"
+    # nobody wrote into a deleted segment (it would be back, or its data lost above)
+    assert _segment_files(path) == bases
+    assert not repair.check(path).problems
+
+
+def test_compaction_by_one_writer_while_others_append(tmp_path):
+    seed = seed_for("multi-writer compaction")
+    path = str(tmp_path / "log")
+    opts = dict(segment_bytes=4096, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0,
+                retention_check_ms=None)
+    writers, reader, passes = _maintained_while_others_append(
+        tmp_path, seed, opts, lambda log: log.compact())
+    acked = acked_offsets(seed, writers)
+    by_offset = {off: ws for ws, off in acked.items()}
+    assert len(by_offset) == len(acked)
+    key_of = {ws: record(*ws)[1] for ws in acked}
+    with Log.open(path, readonly=True) as r:
+        msgs = list(r.iter())
+        active_base = r.segments[-1].base_offset
+        end = r.end_offset
+    offs = [m.offset for m in msgs]
+    assert offs == sorted(set(offs)) and end == max(by_offset) + 1
+    present = {}
+    for m in msgs:
+        ws = expect_message(m)
+        assert by_offset.get(m.offset) == ws, f"{ws} at {m.offset}, acknowledged elsewhere"
+        present[ws] = m.offset
+    latest: dict[bytes, int] = {}
+    for ws, off in acked.items():
+        if key_of[ws] is not None:
+            latest[key_of[ws]] = max(off, latest.get(key_of[ws], -1))
+    for ws, off in acked.items():
+        k = key_of[ws]
+        if k is not None and latest[k] == off:
+            assert ws in present, f"the latest record of {k!r} ({ws} at {off}) is gone"
+        if ws not in present:
+            assert off < active_base, f"{ws} at {off} removed from the active segment"
+            assert k is None or latest[k] > off, f"{ws} removed, yet the latest of its key"
+    assert any(p.records_kept < p.records_read for p in passes), "nothing was compacted"
+    # after the last pass (everyone quiet) the cleaned range holds each key once
+    last = passes[-1]
+    assert last.skipped is None, last.skipped
+    cleaned = [m for m in msgs if m.offset < last.dirty_end_offset]
+    assert all(m.key is not None for m in cleaned)
+    assert len({m.key for m in cleaned}) == len(cleaned), "a key twice in the cleaned range"
+    for off, ws in reader.seen.items():
+        assert by_offset[off] == ws, f"the reader saw {ws} at {off}"
+    assert _segment_files(path) >= {active_base}
+    assert not repair.check(path).problems
+
+
+def test_compaction_swap_while_another_writer_rolls(tmp_path, monkeypatch):
+    """The same in one process, made deterministic: the other writer rolls between the
+    compaction's swap of files on disk and its swap of the segment list."""
+    from seglog import cleaner
+    path = str(tmp_path / "log")
+    opts = dict(segment_bytes=1024, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0)
+    a = Log.open(path, multi_writer=True, **opts)
+    b = Log.open(path, multi_writer=True, **opts)
+    acked = {a.append(b"v%d" % i + b"x" * 50, key=b"k%d" % (i % 3)): (b"k%d" % (i % 3), i)
+             for i in range(60)}
+    real = cleaner.swap_in
+
+    def swap_then_the_other_rolls(*args, **kw):
+        real(*args, **kw)
+        n = len(b.segments)
+        while len(b.segments) == n:
+            off = b.append(b"y%d" % len(acked), key=b"k9")
+            acked[off] = (b"k9", len(acked))
+    monkeypatch.setattr(cleaner, "swap_in", swap_then_the_other_rolls)
+    stats = a.compact()
+    monkeypatch.undo()
+    assert stats.records_kept < stats.records_read
+    acked[b.append(b"last", key=b"k0")] = (b"k0", -1)
+    a.close()
+    b.close()
+    latest = {k: off for off, (k, _) in sorted(acked.items())}
+    with Log.open(path, readonly=True) as r:
+        got = {m.offset: m.key for m in r.iter()}
+    assert set(latest.values()) <= set(got) <= set(acked)
+    assert all(acked[off][0] == k for off, k in got.items())
+    assert not repair.check(path).problems
