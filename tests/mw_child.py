@@ -6,7 +6,8 @@
         records being ``record(WID, seq)``. After each acknowledged call it appends
         ``"<call> <first seq> <count> <first offset>\\n"`` to REPORT with one ``os.write``
         (a SIGKILL may lose the line of the last acknowledged call, never garble an
-        earlier one). Stops after MAX_CALLS calls (0: never), closes, exits 0.
+        earlier one). Stops after MAX_CALLS calls (0: never) or at SIGTERM (after the
+        call it is making), closes, exits 0.
     python mw_child.py topic ROOT NAME WID SEED REPORT PARTITIONS MAX_CALLS
         The same against ``Topic.open(..., multi_writer=True)``; each line of REPORT is
         JSON: ``[call, first seq, {partition: [first offset, count]}]``.
@@ -77,9 +78,13 @@ def _report(fd: int, line: str) -> None:
 def _write(path: str, wid: int, seed: int, report: str, options: dict, max_calls: int) -> None:
     fd = os.open(report, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     flushes = random.Random(seed * 31 + wid)
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
     log = seglog.Log.open(path, multi_writer=True, **options)
     plan = calls(seed, wid, max_calls or 1_000_000)
     for i, (seq, n, single) in enumerate(plan):
+        if stop:
+            break
         recs = [record(wid, s) for s in range(seq, seq + n)]
         if single:
             v, k, h = recs[0]

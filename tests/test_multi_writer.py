@@ -14,190 +14,22 @@ from __future__ import annotations
 import json
 import os
 import random
-import selectors
 import signal
 import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
 
 import pytest
 
 import seglog
-from seglog import Log, LogLockedError, OffsetOutOfRangeError, SeglogError, repair
-from seglog.testing import FaultyFS, abandon
-from seglog.topic import partition_for_key
+from seglog import Log, LogLockedError, SeglogError, repair
+from seglog.testing import abandon
 
-from mw_child import calls, parse, record, stopped_values
-
-SCALE = int(os.environ.get("SEGLOG_TORTURE", "1"))
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mw_child.py")
-DEADLINE = 60.0        # seconds any one wait may take before the test fails
+from mw_child import calls, record, stopped_values
+from mw_harness import (DEADLINE, SCALE, Reader, Writer, check_whole_log, read_line, readline,
+                        seed_for, spawn, wait_exit, wait_for)
 
 
-def seed_for(name: str) -> int:
-    seed = int(os.environ.get("SEGLOG_SEED", "0")) or random.randrange(1 << 30)
-    print(f"\n{name}: seed {seed} (rerun with SEGLOG_SEED={seed})")
-    return seed
-
-
-def spawn(*args: object, **kw: object) -> subprocess.Popen:
-    # unbuffered pipes: a line waiting in a buffer would hide from ``read_line``'s select
-    return subprocess.Popen([sys.executable, CHILD, *map(str, args)], bufsize=0, **kw)
-
-
-def wait_exit(proc: subprocess.Popen, what: str) -> int:
-    try:
-        return proc.wait(timeout=DEADLINE)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise AssertionError(f"{what} did not finish in {DEADLINE} s") from None
-
-
-def wait_for(cond, what: str, deadline: float = DEADLINE) -> None:
-    """Poll ``cond`` until true; fail after ``deadline`` seconds."""
-    end = time.monotonic() + deadline
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"waited {deadline} s for {what}")
-        time.sleep(0.002)
-
-
-def read_line(f, what: str) -> bytes:
-    """The next line from pipe ``f`` within the deadline (b"" at end of file)."""
-    sel = selectors.DefaultSelector()
-    sel.register(f, selectors.EVENT_READ)
-    try:
-        if not sel.select(DEADLINE):
-            raise AssertionError(f"no line ({what}) in {DEADLINE} s")
-    finally:
-        sel.close()
-    line: bytes = f.readline()
-    return line
-
-
-def readline(proc: subprocess.Popen, what: str) -> str:
-    """The next line the child prints, within the deadline (its stdout is a pipe)."""
-    line = read_line(proc.stdout, what)
-    assert line, f"the child ended before {what} (exit {proc.wait()})"
-    return line.decode().strip()
-
-
-def expect_message(m: seglog.Message) -> tuple[int, int]:
-    """The (writer, seq) a message claims, checked whole against ``record``."""
-    wid, seq = parse(m.value)
-    v, k, h = record(wid, seq)
-    assert (m.value, m.key, tuple(m.headers)) == (v, k, h), f"message at {m.offset} garbled"
-    return wid, seq
-
-
-# -- the writers' record: what each acknowledged ----------------------------------------
-@dataclass
-class Writer:
-    wid: int
-    report: str | None = None              # the child's report file (None: the parent)
-    proc: subprocess.Popen | None = None
-    acked: dict[int, int] = field(default_factory=dict)    # call -> first offset
-    killed: bool = False
-    calls_made: int = 0                    # the parent's own
-
-    def read_report(self) -> dict[int, int]:
-        """The calls the child reported acknowledged (a last line cut short by a
-        kill is no report)."""
-        if self.report is None:
-            return self.acked
-        try:
-            with open(self.report, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return {}
-        out = {}
-        for line in data.split(b"\n")[:-1]:
-            call, _seq, _n, first = map(int, line.split())
-            out[call] = first
-        return out
-
-
-def check_whole_log(path: str, seed: int, writers: dict[int, Writer],
-                    seen: dict[int, tuple[int, int]]) -> dict[tuple[int, int], int]:
-    """Everything the brief promises of the log's final content, from the files:
-    offsets dense; every message whole and one of the writers'; none twice; each
-    writer's calls in its order, each call at contiguous offsets, complete unless it
-    was the call in flight when its writer was killed (then a prefix, its whole
-    batches); every acknowledged call at its acknowledged offset; what a reader saw
-    during the run still where it saw it; nothing damaged. Returns (wid, seq) -> offset."""
-    with Log.open(path, readonly=True) as r:
-        msgs = list(r.iter())
-        start, end = r.start_offset, r.end_offset
-    assert [m.offset for m in msgs] == list(range(start, end)), "offsets not dense"
-    at: dict[tuple[int, int], int] = {}
-    for m in msgs:
-        ws = expect_message(m)
-        assert ws not in at, f"{ws} twice: at {at[ws]} and {m.offset}"
-        at[ws] = m.offset
-    assert {w for w, _ in at} <= set(writers), "a message of no writer"
-    for w in writers.values():
-        acked = w.read_report()
-        plan = calls(seed, w.wid, max([*acked, w.calls_made]) + 3)
-        present = []
-        for i, (seq, n, _single) in enumerate(plan):
-            have = [s for s in range(seq, seq + n) if (w.wid, s) in at]
-            if have:
-                assert have == list(range(seq, seq + len(have))), \
-                    f"writer {w.wid} call {i}: not a prefix {have}"
-                offs = [at[(w.wid, s)] for s in have]
-                assert offs == list(range(offs[0], offs[0] + len(offs))), \
-                    f"writer {w.wid} call {i}: interleaved with others' {offs}"
-                present.append((i, len(have) == n))
-            if i in acked:
-                assert len(have) == n, f"writer {w.wid}: acknowledged call {i} lost"
-                assert at[(w.wid, seq)] == acked[i], \
-                    f"writer {w.wid} call {i}: at {at[(w.wid, seq)]}, acknowledged at {acked[i]}"
-        idx = [i for i, _ in present]
-        assert idx == list(range(len(idx))), f"writer {w.wid}: calls missing {idx}"
-        assert all(full for _, full in present[:-1]), f"writer {w.wid}: a partial call not last"
-        if not w.killed:
-            assert set(idx) == set(acked), f"writer {w.wid} (not killed): unacknowledged calls"
-        else:
-            # its last acknowledgement may be unreported, the call after it in flight
-            assert len(idx) <= len(acked) + 2, f"writer {w.wid}: calls it never made"
-        offs = [at[(w.wid, s)] for s in sorted(s for ww, s in at if ww == w.wid)]
-        assert offs == sorted(offs), f"writer {w.wid}: its order not kept"
-    for off, ws in seen.items():
-        assert at.get(ws) == off, f"a reader saw {ws} at {off}; now at {at.get(ws)}"
-    report = repair.check(path)
-    assert not report.problems, report.problems
-    cli = subprocess.run([sys.executable, "-m", "seglog", "verify", path],
-                         capture_output=True, timeout=DEADLINE)
-    assert cli.returncode == 0, cli.stdout + cli.stderr
-    return at
-
-
-class Reader:
-    """A readonly reader in the test's process, checking what it reads as it goes."""
-
-    def __init__(self, path: str) -> None:
-        self.log = Log.open(path, readonly=True)
-        self.next = 0
-        self.seen: dict[int, tuple[int, int]] = {}
-
-    def catch_up(self) -> None:
-        if self.next < self.log.start_offset:
-            self.next = self.log.start_offset       # retention went past it
-        try:
-            for m in self.log.iter(self.next):
-                assert m.offset >= self.next, f"offset {m.offset} after {self.next}"
-                self.seen[m.offset] = expect_message(m)
-                self.next = m.offset + 1
-        except OffsetOutOfRangeError:
-            assert self.log.start_offset > self.next, "out of range, yet not deleted"
-
-    def close(self) -> None:
-        self.log.close()
-
-
-# -- 1. writers killed at random instants ----------------------------------------------
+# -- writers killed at random instants ----------------------------------------------
 KILL_OPTIONS = {
     "plain": dict(segment_bytes=8192, index_interval_bytes=512),
     "lz4": dict(segment_bytes=16384, compression="lz4", max_message_bytes=2048),
@@ -226,11 +58,12 @@ def test_writers_killed_at_random_instants(tmp_path, variant):
         live.append(w)
 
     def reap(w: Writer, kill: bool) -> None:
+        """SIGKILL it, or SIGTERM: it finishes its call and closes."""
         assert w.proc is not None
-        if kill:
-            w.proc.send_signal(signal.SIGKILL)
+        w.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
         code = wait_exit(w.proc, f"writer {w.wid}")
-        w.killed = code == -signal.SIGKILL
+        # SIGTERM before its handler was set (it had not opened the log yet) kills it
+        w.killed = code == -signal.SIGKILL or (code == -signal.SIGTERM and not w.read_report())
         if not w.killed:
             with open(str(reports / f"w{w.wid}.err")) as f:
                 assert code == 0, f"writer {w.wid} failed ({code}): {f.read()}"
@@ -307,7 +140,7 @@ def test_writers_killed_at_random_instants(tmp_path, variant):
     assert n_killed >= kills and killed_mid_run >= kills // 2
 
 
-# -- 3. a writer stopped while it holds the append lock ----------------------------------
+# -- a writer stopped while it holds the append lock ----------------------------------
 TIMEOUT_MS = 400
 SLACK = 1.5            # seconds past the timeout a loaded CI machine may take
 
@@ -404,7 +237,7 @@ def test_the_modes_exclude_each_other_across_processes_at_once(tmp_path, held):
         assert log.append(b"next") == (1 if held == "multi_writer" else 0)
 
 
-# -- 7. forks ---------------------------------------------------------------------------
+# -- forks ---------------------------------------------------------------------------
 def _snapshot(path: str) -> dict[str, bytes]:
     out = {}
     for name in sorted(os.listdir(path)):
@@ -477,268 +310,3 @@ def test_a_forked_child_gets_a_refusing_copy_of_a_multi_writer(tmp_path):
     other.close()
     with Log.open(path, readonly=True) as r:
         assert {m.offset: m.value for m in r.iter()} == acked
-
-
-# -- 4. retention and compaction by one writer while others append ----------------------
-def acked_offsets(seed: int, writers: dict[int, Writer]) -> dict[tuple[int, int], int]:
-    """(wid, seq) -> offset of every message of an acknowledged call."""
-    out = {}
-    for w in writers.values():
-        acked = w.read_report()
-        if not acked:
-            continue
-        plan = calls(seed, w.wid, max(acked) + 1)
-        for i, first in acked.items():
-            seq, n, _ = plan[i]
-            out.update({(w.wid, seq + j): first + j for j in range(n)})
-    return out
-
-
-def _maintained_while_others_append(tmp_path, seed: int, opts: dict, maintain) -> tuple[
-        dict[int, Writer], Reader, list]:
-    """Two writer processes append ``calls_each`` calls each while the test's writer
-    runs ``maintain(log)`` over and over and appends calls of its own; returns the
-    writers (all exited cleanly), the reader that read along, and what each
-    ``maintain`` returned (the last one with everyone quiet)."""
-    path = str(tmp_path / "log")
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    parent = Log.open(path, multi_writer=True, **opts)
-    reader = Reader(path)
-    writers = {0: Writer(0)}
-    results = []
-    calls_each = 60 * SCALE
-    try:
-        for wid in (1, 2):
-            w = writers[wid] = Writer(wid, str(reports / f"w{wid}"))
-            w.proc = spawn("write", path, wid, seed, w.report, json.dumps(opts), calls_each,
-                           stderr=subprocess.PIPE)
-        end = time.monotonic() + DEADLINE
-        while any(w.proc.poll() is None for w in writers.values() if w.proc):
-            assert time.monotonic() < end, "the writers did not finish"
-            results.append(maintain(parent))
-            w0 = writers[0]
-            seq, n, _ = calls(seed, 0, w0.calls_made + 1)[-1]
-            got = parent.append_batch([seglog.Record(*record(0, s)[:2], None, record(0, s)[2])
-                                       for s in range(seq, seq + n)])
-            w0.acked[w0.calls_made] = got.start
-            w0.calls_made += 1
-            reader.catch_up()
-        for w in writers.values():
-            if w.proc:
-                _, err = w.proc.communicate(timeout=DEADLINE)
-                assert w.proc.returncode == 0, err.decode()
-        results.append(maintain(parent))
-        reader.catch_up()
-        parent.close()
-    finally:
-        for w in writers.values():
-            if w.proc and w.proc.poll() is None:
-                w.proc.kill()
-                w.proc.wait()
-    assert len(acked_offsets(seed, writers)) >= 2 * calls_each
-    return writers, reader, results
-
-
-def _segment_files(path: str) -> set[int]:
-    return {int(n[:20]) for n in os.listdir(path) if n.endswith(".log") and n[:20].isdigit()}
-
-
-def test_retention_by_one_writer_while_others_append(tmp_path):
-    seed = seed_for("multi-writer retention")
-    path = str(tmp_path / "log")
-    opts = dict(segment_bytes=4096, retention_ms=60_000, retention_check_ms=None)
-    later = int(time.time() * 1000) + 3_600_000      # every sealed segment has expired
-    starts = []
-
-    def retain(log: Log) -> list[int]:
-        deleted = log.enforce_retention(now_ms=later)
-        starts.append(log.start_offset)
-        assert all(b < starts[-1] for b in deleted), "deleted past the new start"
-        return deleted
-
-    writers, reader, results = _maintained_while_others_append(tmp_path, seed, opts, retain)
-    assert starts == sorted(starts), "the log start moved back"
-    acked = acked_offsets(seed, writers)
-    with Log.open(path, readonly=True) as r:
-        start, end = r.start_offset, r.end_offset
-        msgs = list(r.iter())
-        for off in random.Random(seed).sample(range(start), min(20, start)):
-            with pytest.raises(OffsetOutOfRangeError):
-                r.read(off)
-        bases = {s.base_offset for s in r.segments}
-    assert start == starts[-1] > 0 and sum(map(len, results)) >= 2
-    assert [m.offset for m in msgs] == list(range(start, end)), "offsets not dense"
-    present = {expect_message(m): m.offset for m in msgs}
-    assert present == {ws: off for ws, off in acked.items() if off >= start}
-    assert end == max(acked.values()) + 1
-    for off, ws in reader.seen.items():
-        assert off < start or present[ws] == off, f"the reader saw {ws} at {off}"
-    # nobody wrote into a deleted segment (it would be back, or its data lost above)
-    assert _segment_files(path) == bases
-    assert not repair.check(path).problems
-
-
-def test_compaction_by_one_writer_while_others_append(tmp_path):
-    seed = seed_for("multi-writer compaction")
-    path = str(tmp_path / "log")
-    opts = dict(segment_bytes=4096, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0,
-                retention_check_ms=None)
-    writers, reader, passes = _maintained_while_others_append(
-        tmp_path, seed, opts, lambda log: log.compact())
-    acked = acked_offsets(seed, writers)
-    by_offset = {off: ws for ws, off in acked.items()}
-    assert len(by_offset) == len(acked)
-    key_of = {ws: record(*ws)[1] for ws in acked}
-    with Log.open(path, readonly=True) as r:
-        msgs = list(r.iter())
-        active_base = r.segments[-1].base_offset
-        end = r.end_offset
-    offs = [m.offset for m in msgs]
-    assert offs == sorted(set(offs)) and end == max(by_offset) + 1
-    present = {}
-    for m in msgs:
-        ws = expect_message(m)
-        assert by_offset.get(m.offset) == ws, f"{ws} at {m.offset}, acknowledged elsewhere"
-        present[ws] = m.offset
-    latest: dict[bytes, int] = {}
-    for ws, off in acked.items():
-        if key_of[ws] is not None:
-            latest[key_of[ws]] = max(off, latest.get(key_of[ws], -1))
-    for ws, off in acked.items():
-        k = key_of[ws]
-        if k is not None and latest[k] == off:
-            assert ws in present, f"the latest record of {k!r} ({ws} at {off}) is gone"
-        if ws not in present:
-            assert off < active_base, f"{ws} at {off} removed from the active segment"
-            assert k is None or latest[k] > off, f"{ws} removed, yet the latest of its key"
-    assert any(p.records_kept < p.records_read for p in passes), "nothing was compacted"
-    # after the last pass (everyone quiet) the cleaned range holds each key once
-    last = passes[-1]
-    assert last.skipped is None, last.skipped
-    cleaned = [m for m in msgs if m.offset < last.dirty_end_offset]
-    assert all(m.key is not None for m in cleaned)
-    assert len({m.key for m in cleaned}) == len(cleaned), "a key twice in the cleaned range"
-    for off, ws in reader.seen.items():
-        assert by_offset[off] == ws, f"the reader saw {ws} at {off}"
-    assert _segment_files(path) >= {active_base}
-    assert not repair.check(path).problems
-
-
-def test_compaction_swap_while_another_writer_rolls(tmp_path, monkeypatch):
-    """The same in one process, made deterministic: the other writer rolls between the
-    compaction's swap of files on disk and its swap of the segment list."""
-    from seglog import cleaner
-    path = str(tmp_path / "log")
-    opts = dict(segment_bytes=1024, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0)
-    a = Log.open(path, multi_writer=True, **opts)
-    b = Log.open(path, multi_writer=True, **opts)
-    acked = {a.append(b"v%d" % i + b"x" * 50, key=b"k%d" % (i % 3)): (b"k%d" % (i % 3), i)
-             for i in range(60)}
-    real = cleaner.swap_in
-
-    def swap_then_the_other_rolls(*args, **kw):
-        real(*args, **kw)
-        n = len(b.segments)
-        while len(b.segments) == n:
-            off = b.append(b"y%d" % len(acked), key=b"k9")
-            acked[off] = (b"k9", len(acked))
-    monkeypatch.setattr(cleaner, "swap_in", swap_then_the_other_rolls)
-    stats = a.compact()
-    monkeypatch.undo()
-    assert stats.records_kept < stats.records_read
-    acked[b.append(b"last", key=b"k0")] = (b"k0", -1)
-    a.close()
-    b.close()
-    latest = {k: off for off, (k, _) in sorted(acked.items())}
-    with Log.open(path, readonly=True) as r:
-        got = {m.offset: m.key for m in r.iter()}
-    assert set(latest.values()) <= set(got) <= set(acked)
-    assert all(acked[off][0] == k for off, k in got.items())
-    assert not repair.check(path).problems
-
-
-# -- 6. topics ----------------------------------------------------------------------------
-def test_three_producer_processes_on_one_topic(tmp_path):
-    seed = seed_for("multi-writer topic")
-    root = str(tmp_path / "root")
-    parts, n_calls = 4, 40 * SCALE
-    procs = {wid: spawn("topic", root, "events", wid, seed, str(tmp_path / f"w{wid}"), parts,
-                        n_calls, stderr=subprocess.PIPE) for wid in (1, 2, 3)}
-    try:
-        for wid, p in procs.items():
-            _, err = p.communicate(timeout=DEADLINE)
-            assert p.returncode == 0, err.decode()
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    where: dict[tuple[int, int], tuple[int, int]] = {}
-    with seglog.Topic.open(root, "events", readonly=True) as t:
-        assert t.num_partitions == parts
-        for p in range(parts):
-            log = t.partition(p)
-            msgs = list(log.iter())
-            assert [m.offset for m in msgs] == list(range(log.end_offset)), f"partition {p}"
-            for m in msgs:
-                ws = expect_message(m)
-                assert ws not in where, f"{ws} twice"
-                where[ws] = (p, m.offset)
-                if m.key is not None:
-                    assert p == partition_for_key(m.key, parts), f"{m.key!r} in partition {p}"
-    expected = set()
-    for wid in procs:
-        plan = calls(seed, wid, n_calls)
-        with open(tmp_path / f"w{wid}") as f:
-            reports = [json.loads(line) for line in f]
-        assert [r[0] for r in reports] == list(range(n_calls))
-        for (call, seq0, placed), (seq, n, _) in zip(reports, plan):
-            assert seq0 == seq
-            seqs = list(range(seq, seq + n))
-            expected.update((wid, s) for s in seqs)
-            keyless = {where[(wid, s)][0] for s in seqs if record(wid, s)[1] is None}
-            assert len(keyless) <= 1, f"call {call}: keyless records in {keyless}"
-            for p, (first, count) in placed.items():
-                mine = [s for s in seqs if where[(wid, s)][0] == int(p)]
-                assert [where[(wid, s)] for s in mine] == [(int(p), first + i)
-                                                          for i in range(count)], \
-                    f"writer {wid} call {call}: not at the acknowledged offsets of {p}"
-            assert sum(c for _, c in placed.values()) == n
-    assert set(where) == expected
-
-
-def test_two_processes_create_one_topic_at_once(tmp_path):
-    root = str(tmp_path / "root")
-    for round_ in range(3 * SCALE):
-        name = f"t{round_}"
-        r, w = os.pipe()
-        procs = [spawn("create", root, name, 5, r, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, pass_fds=(r,)) for _ in range(2)]
-        os.close(r)
-        try:
-            for p in procs:
-                assert readline(p, "its barrier") == "waiting"
-            os.close(w)           # the barrier opens for both at once
-            w = -1
-            results = []
-            for p in procs:
-                out, err = p.communicate(timeout=DEADLINE)
-                assert p.returncode == 0, err.decode()
-                results.append(json.loads(out))
-        finally:
-            if w >= 0:
-                os.close(w)
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-        assert [x["partitions"] for x in results] == [5, 5]
-        dirs = {n for n in os.listdir(root) if n.startswith(name + "-")}
-        assert dirs == {f"{name}-{p}" for p in range(5)}
-        with seglog.Topic.open(root, name, readonly=True) as t:
-            assert t.num_partitions == 5
-            for x in results:
-                p, off = x["placed"]
-                assert next(iter(t.partition(p).read(off))).value.startswith(b"created by ")
-            assert sum(t.end_offsets().values()) == 2
