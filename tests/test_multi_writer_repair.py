@@ -150,3 +150,73 @@ def test_modes_exclude_each_other_and_joiners_keep_the_settings(tmp_path):
                                                        if k != "multi_writer"})
     with pytest.raises(TypeError):
         seglog.Log.open(path, multi_writer="yes")
+
+
+def test_a_roll_that_fails_after_its_seal_is_repaired_by_the_next_writer(tmp_path, monkeypatch):
+    """The roller's new segment cannot be made (a full disk): it refuses writes from
+    then on, and the next writer finishes the roll before appending, so nobody
+    writes into the segment it had already cut back."""
+    import errno
+    from seglog import segment
+    path = str(tmp_path / "log")
+    a = seglog.Log.open(path, multi_writer=True, segment_bytes=4096)
+    b = seglog.Log.open(path, multi_writer=True, segment_bytes=4096)
+    real = segment.Segment.create.__func__
+
+    def full(cls, *args, **kw):
+        real(cls, *args, **kw)            # the files are made, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(segment.Segment, "create", classmethod(full))
+    acked = []
+    with pytest.raises(seglog.errors.StorageError):
+        while True:
+            acked.append((a.append(b"a" * 300), b"a" * 300))
+    monkeypatch.undo()
+    for i in range(40):
+        acked.append((b.append(b"b%d" % i), b"b%d" % i))
+    values = _check(path)
+    assert [values[off] for off, _ in acked] == [v for _, v in acked]
+    assert len(values) == len(acked)
+    a.close()
+    b.close()
+    assert _check(path) == values
+
+
+def test_a_held_lock_bounds_appends_and_never_blocks_reads(tmp_path):
+    """Another writer holding the append lock (stopped, say): appends of every thread
+    give up after lock_timeout_ms, together, not one after the other; reads answer
+    from what this writer saw, at once or after a short look."""
+    import threading
+    import time
+    path = str(tmp_path / "log")
+    log = seglog.Log.open(path, multi_writer=True, lock_timeout_ms=500)
+    log.append(b"before")
+    fd = os.open(os.path.join(path, ".writers"), os.O_RDWR)
+    import fcntl
+    fcntl.flock(fd, fcntl.LOCK_EX)         # what a stopped writer inside an append holds
+    try:
+        t0 = time.monotonic()
+        assert log.end_offset == 1 and len(log) == 1 and log.read(0).next_offset == 1
+        assert log.wait(1, timeout=0.2) is False
+        assert time.monotonic() - t0 < 1.5
+        results: list[tuple[float, str]] = []
+
+        def append() -> None:
+            t = time.monotonic()
+            try:
+                log.append(b"x")
+                results.append((time.monotonic() - t, "written"))
+            except seglog.errors.LogLockedError:
+                results.append((time.monotonic() - t, "LogLockedError"))
+        threads = [threading.Thread(target=append) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert [r for _, r in results] == ["LogLockedError"] * 4, results
+        assert all(0.45 <= dt < 1.5 for dt, _ in results), results
+    finally:
+        os.close(fd)
+    assert log.append(b"after") == 1
+    log.close()
+    assert _check(path) == [b"before", b"after"]

@@ -11,10 +11,12 @@ from .config import LogConfig
 from .consumer_group import Consumer, ConsumerMessage, describe_group
 from .errors import (CommitFailedError, CorruptRecordError, GroupBusyError, InvalidConfigError,
                      LogClosedError, LogLockedError, MessageTooLargeError, NotALogError,
-                     OffsetOutOfRangeError, ReadOnlyError, SeglogError, StorageError)
+                     OffsetOutOfRangeError, ProducerClosedError, ProducerTimeoutError,
+                     ReadOnlyError, SeglogError, StorageError)
 from .index import OffsetIndex, TimeIndex
 from .log import Log
 from .message import Columns, Message, MessageSet, Record, arrow_schema
+from .producer import Producer
 from .segment import Segment
 from .topic import Topic
 
@@ -24,5 +26,6 @@ __all__ = [
     "LogLockedError", "LogClosedError", "InvalidConfigError", "StorageError", "ReadOnlyError",
     "NotALogError", "Topic", "Consumer", "ConsumerMessage", "describe_group",
     "CommitFailedError", "GroupBusyError", "Columns", "arrow_schema",
+    "Producer", "ProducerTimeoutError", "ProducerClosedError",
 ]
 __version__ = "0.1.0"

@@ -13,7 +13,9 @@ wrote are kept, a torn one is erased, a roll it left half done is finished.
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import time
 from typing import Callable
 
 from . import codec
@@ -22,9 +24,13 @@ from ._files import LOG_START, SEGMENT_SUFFIXES, fsync_dir, read_checkpoint, rem
 from ._platform import LOCK_EX_NB as _EX_NB, LOCK_UN as _UN, flock as _flock
 from ._writers import (COUNTER_AT, HOLDER_AT, PEEK, TAIL, WORD, Shared, WritersFile, follow,
                        stray_segments)
-from .errors import CorruptRecordError, StorageError
+from .errors import CorruptRecordError, SeglogError, StorageError
 from .local_log import LocalLog
 from .segment import Segment
+
+# a read waits this long at most for the other writers' lock (see ``refresh``)
+READ_WAIT = 0.1
+_exception = sys.exception
 
 
 class SharedLock:
@@ -44,24 +50,41 @@ class SharedLock:
         self._pub_marks = -1
         self._pub_changes = -1
         self._keep_holder = False       # closing after a failure: the next writer repairs
+        self._exc: BaseException | None = None   # the exception being handled at acquire
 
     # -- the lock (the append path: one flock round trip, one compare, two packs) ----
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        self._t.acquire()
+        """Take the lock; ``LogLockedError`` once ``lock_timeout_ms`` passed, waiting for
+        this process's other threads and the other writers together. ``timeout`` (s,
+        >= 0): a reader's bound instead, returning False when it passes."""
+        t, w = self._t, self._w
+        left = None
+        if not t.acquire(False):
+            start = time.monotonic()
+            if not t.acquire(timeout=w.timeout if timeout < 0 else timeout):
+                if timeout >= 0:
+                    return False
+                raise w.timed_out()
+            left = (w.timeout if timeout < 0 else timeout) - (time.monotonic() - start)
+        elif timeout >= 0:
+            left = timeout
         try:
-            fd = self._w.fd
+            fd = w.fd
             if fd < 0:
                 raise self._local.closed_error()
             try:
                 _flock(fd, _EX_NB)
             except BlockingIOError:
-                self._w.lock()         # waits at most lock_timeout_ms
+                if not w.lock(left, raising=timeout < 0):
+                    t.release()
+                    return False
             try:
-                mm = self._w.mm
+                mm = w.mm
                 counter, holder = PEEK.unpack_from(mm, COUNTER_AT)
                 if counter != self._seen or holder:
                     self._sync(counter, holder)
-                WORD.pack_into(mm, HOLDER_AT, self._w.token)
+                WORD.pack_into(mm, HOLDER_AT, w.token)
+                self._exc = _exception()
             except OSError as e:
                 _flock(fd, _UN)
                 raise StorageError(e.errno, f"following the other writers of "
@@ -70,7 +93,7 @@ class SharedLock:
                 _flock(fd, _UN)
                 raise
         except BaseException:
-            self._t.release()
+            t.release()
             raise
         return True
 
@@ -81,6 +104,15 @@ class SharedLock:
             if w.fd < 0:
                 return
             try:
+                e = _exception()
+                if e is not None and e is not self._exc and _may_have_written(e):
+                    # failed inside (a write, a roll): as after a death, the holder
+                    # stays for the next writer's repair, nothing is published, and
+                    # this writer follows the files afresh at its next lock
+                    self._seen = self._gen = -1
+                    self._exc = None
+                    return
+                self._exc = None
                 if local.closed:
                     if not self._keep_holder:
                         w.unhold()
@@ -213,10 +245,16 @@ class SharedLock:
 
     def refresh(self, force: bool) -> None:
         """A reader of this writer's ``Log``: the other writers' appends and list changes
-        (``force``: the files, after one vanished under a read)."""
-        with self:
+        (``force``: the files, after one vanished under a read). Waits for the lock
+        at most ``READ_WAIT`` s, never raising for it: past that (a stopped writer holds
+        it, so nothing new can be published meanwhile) the view stays as it was."""
+        if not self.acquire(timeout=min(READ_WAIT, self._w.timeout)):
+            return
+        try:
             if force:
                 self._apply(self._w.read(), True)
+        finally:
+            self.release()
 
     def close(self, clean: bool, alone: Callable[[], bool] | None) -> bool:
         """Closing (lock held): True if this is the last writer and closes the log
@@ -269,6 +307,12 @@ def adopt(seg: Segment, limit: int) -> int:
         pass
     seg.erase_after(limit)
     return kept
+
+
+def _may_have_written(e: BaseException) -> bool:
+    """An exception out of the locked section that may leave bytes or a roll half done
+    (an I/O error, an interrupt mid-copy): anything but a refusal before writing."""
+    return not isinstance(e, SeglogError) or isinstance(e, StorageError)
 
 
 def _remove_unwritten(directory: str, base: int) -> None:

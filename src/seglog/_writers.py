@@ -92,14 +92,21 @@ class WritersFile:
         self.token = random.getrandbits(62) | 1
 
     # -- the append lock across processes ---------------------------------------------
-    def lock(self) -> None:
-        """Take the append lock, waiting at most ``timeout``: else ``LogLockedError``
-        (a stopped or slow writer holds it)."""
-        if not _platform.lock_within(self.fd, self.timeout):
-            raise LogLockedError(
-                f"another writer held the append lock of {os.path.dirname(self.path)} "
-                f"for lock_timeout_ms={round(self.timeout * 1000)} (stopped or slow); "
-                f"nothing was written")
+    def lock(self, timeout: float | None = None, raising: bool = True) -> bool:
+        """Take the append lock, waiting at most ``timeout`` (default: this log's
+        ``lock_timeout_ms``); else ``LogLockedError`` (a stopped or slow writer holds
+        it), or False if not ``raising``."""
+        if _platform.lock_within(self.fd, self.timeout if timeout is None else timeout):
+            return True
+        if raising:
+            raise self.timed_out()
+        return False
+
+    def timed_out(self) -> LogLockedError:
+        return LogLockedError(
+            f"another writer held the append lock of {os.path.dirname(self.path)} for "
+            f"lock_timeout_ms={round(self.timeout * 1000)} (stopped or slow); nothing "
+            f"was written")
 
     def unlock(self) -> None:
         _platform.flock(self.fd, _platform.LOCK_UN)
@@ -137,10 +144,10 @@ class WritersFile:
     def publish(self, counter: int, version: int, session: int, list_gen: int, start: int,
                 flushed: int, st: WriterState) -> None:
         """Everything: the slow fields first, the counter (and no holder) last."""
+        base, size, nxt, ie, te, nip, mts, mto, first = st
         _SLOW.pack_into(self.mm, 48, version, session, list_gen, start, flushed,
-                        st.base_offset, st.index_entries, st.time_entries, st.next_index_pos,
-                        st.max_timestamp, st.max_ts_offset, st.first_timestamp)
-        TAIL.pack_into(self.mm, 16, counter, 0, st.size, st.next_offset)
+                        base, ie, te, nip, mts, mto, first)
+        TAIL.pack_into(self.mm, 16, counter, 0, size, nxt)
 
     def begin(self, counter: int) -> int:
         """Start a session (the first writer, after recovery): this boot, a new

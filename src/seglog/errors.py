@@ -79,3 +79,14 @@ class GroupBusyError(SeglogError, TimeoutError):
 
 class ReadOnlyError(SeglogError):
     """A write was attempted on a log opened with ``readonly=True``."""
+
+
+class ProducerTimeoutError(SeglogError, TimeoutError):
+    """A ``Producer`` call waited longer than its bound: ``send`` on a full buffer
+    past ``max_block_ms`` (nothing was queued), or ``flush``/``close`` past their
+    ``timeout`` (the records keep being written in the background)."""
+
+
+class ProducerClosedError(SeglogError):
+    """The ``Producer`` was closed, or belongs to the process it was forked from;
+    nothing was queued."""

@@ -424,12 +424,19 @@ class LocalLog:
     def replace(self, old: list[Segment], new: Segment) -> None:
         """Swap compaction's ``new`` segment in for the consecutive ``old`` ones
         (Kafka's ``replaceSegments``); the files were swapped on disk already."""
+        bases = {s.base_offset for s in old}
         with self.lock:
+            # by base offset, not identity: with several writers, taking the lock may
+            # have re-listed the files, which the swap on disk already changed
             cur = self.segs
-            i = next(k for k, s in enumerate(cur) if s is old[0])
-            self._set(cur[:i] + (new,) + cur[i + len(old):])
+            i = next(k for k, s in enumerate(cur) if s.base_offset == old[0].base_offset)
+            j = i
+            while j < len(cur) and cur[j].base_offset in bases:
+                j += 1
+            self._set(cur[:i] + (new,) + cur[j:])
             self._list_changed()
-        self._retire(old, "replaced by compaction")
+        self._retire(list(old) + [s for s in cur[i:j] if s not in old],
+                     "replaced by compaction")
 
     # -- a readonly reader's view of another process's writer ---------------------------
     def raise_damage(self) -> None:

@@ -173,6 +173,16 @@ class Topic:
                 f"topic {self.name!r} has partitions 0 to {len(self._logs) - 1}, not {p}")
         return p
 
+    def partition_for(self, key: bytes | None, partition: int | None = None) -> int | None:
+        """The partition ``append`` puts a record in: ``partition`` if given (checked:
+        ``TypeError``/``InvalidConfigError``), else the key's (``partition_for_key``),
+        else None: a keyless record goes to a sticky partition of the caller's choice."""
+        if partition is not None:
+            return self._check_partition(partition)
+        if key is not None:
+            return partition_for_key(_key_bytes(key), len(self._logs))
+        return None
+
     def _sticky(self) -> int:
         with self._sticky_lock:
             p = self._next

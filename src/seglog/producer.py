@@ -1,0 +1,472 @@
+"""``Producer``: Kafka's asynchronous batching producer, in-process.
+
+``send()`` validates a record, queues it and returns a ``concurrent.futures.Future``;
+one background thread per producer writes what accumulated, one batch per
+partition, when ``linger_ms`` has passed since the oldest waiting record or when
+``batch_size`` bytes wait. Each write is one encoded batch appended atomically
+(``Log.encode`` cuts, ``Log.append_encoded`` appends one batch per call): a failed
+write fails exactly its records' futures. docs/PRODUCER.md has the contract.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+import weakref
+from bisect import bisect_right
+from concurrent.futures import Future
+from itertools import accumulate, compress, repeat
+from operator import add
+from typing import Any, Callable, Sequence
+
+from ._future import finish_all, new_future, start_all
+from .errors import (InvalidConfigError, MessageTooLargeError, ProducerClosedError,
+                     ProducerTimeoutError, ReadOnlyError, StorageError)
+from .log import Log
+from .message import Headers, Record, prepare_batch
+from .topic import Topic
+
+# bytes counted per record when cutting plain values into chunks, above what the
+# encoder counts: a chunk then always encodes as one batch by the single-join path
+_CUT_OVERHEAD = 32
+_FOREVER = float("inf")
+
+
+def _time_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _option(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < low:
+        raise InvalidConfigError(f"{name} must be at least {low}, not {value}")
+    return value
+
+
+def _deadline(timeout: float | None) -> float:
+    if timeout is None:
+        return _FOREVER
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout:
+        raise TypeError("timeout must be a number of seconds or None")
+    return time.monotonic() + max(0.0, timeout)
+
+
+class _Part:
+    """What waits for one partition: items (bytes or Record), their futures, bytes."""
+
+    __slots__ = ("items", "futures", "nbytes", "plain")
+
+    def __init__(self) -> None:
+        self.items: list[bytes | Record] = []
+        self.futures: list[Future[Any]] = []
+        self.nbytes = 0
+        self.plain = True       # every item is bytes: the writer's C-level cut applies
+
+
+class Producer:
+    """Kafka's asynchronous producer over a ``Log`` or a ``Topic`` (the target).
+
+    ``send()`` (any thread) validates and queues a record and returns a
+    ``concurrent.futures.Future`` of its offset (a ``Log``) or ``(partition,
+    offset)`` (a ``Topic``). A background thread writes what accumulated when
+    ``linger_ms`` has passed since the oldest waiting record, or at once when
+    ``batch_size`` bytes wait: per partition, in batches of at most the log's
+    ``max_message_bytes``, each appended atomically.
+
+    Durability of a resolved future: ``durable=False``, the record is in the log,
+    readable and safe from a crash of this process (as after ``Log.append``);
+    ``durable=True``, it is also fsynced (the log's ``flushed_offset`` is past it):
+    safe from power loss. Records of many threads are fsynced together.
+
+    Ordering: records one thread sends to one partition are written in the order
+    sent. Keyed records on a ``Topic`` go where ``Topic.append`` puts them; keyless
+    ones stick to one partition per accumulated batch (Kafka's sticky partitioner).
+
+    Errors: bad input is refused by ``send()`` itself and nothing is queued. A
+    write that fails (closed log, ``StorageError``, ``LogLockedError``...) fails
+    exactly its records' futures with that exception; the other writes go on.
+
+    ``max_buffer_bytes`` bounds the queued record bytes: ``send()`` on a full
+    buffer waits up to ``max_block_ms``, then raises ``ProducerTimeoutError``.
+    The producer never closes its target; close the producer first.
+    """
+
+    def __init__(self, target: Log | Topic, linger_ms: int = 5, batch_size: int = 1 << 20,
+                 max_buffer_bytes: int = 32 << 20, max_block_ms: int = 60_000,
+                 durable: bool = False,
+                 key_serializer: Callable[[Any], bytes] | None = None,
+                 value_serializer: Callable[[Any], bytes] | None = None) -> None:
+        if isinstance(target, Topic):
+            self._topic: Topic | None = target
+            logs = [target.partition(p) for p in range(target.num_partitions)]
+        elif isinstance(target, Log):
+            self._topic = None
+            logs = [target]
+        else:
+            raise TypeError(f"a Producer writes to a Log or a Topic, not {type(target).__name__}")
+        if any(log.readonly for log in logs):
+            raise ReadOnlyError("a Producer needs a writer: the target was opened readonly")
+        self._linger = _option("linger_ms", linger_ms, 0) / 1000.0
+        self._batch_size = _option("batch_size", batch_size, 1)
+        self._max_buffer = _option("max_buffer_bytes", max_buffer_bytes, 1)
+        self._max_block = _option("max_block_ms", max_block_ms, 0) / 1000.0
+        if not isinstance(durable, bool):
+            raise TypeError("durable must be a bool")
+        for name, f in (("key_serializer", key_serializer), ("value_serializer", value_serializer)):
+            if f is not None and not callable(f):
+                raise TypeError(f"{name} must be callable or None")
+        self.target = target
+        self.durable = durable
+        self._key_ser = key_serializer
+        self._value_ser = value_serializer
+        self._logs = logs
+        self._max_msg = [log.config.max_message_bytes for log in logs]
+        self._parts = [_Part() for _ in logs]
+        self._sticky = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)    # the writer: records wait
+        self._space = threading.Condition(self._lock)   # senders: buffer space freed
+        self._done = threading.Condition(self._lock)    # flush(): a round completed
+        self._buffered = 0          # queued and in-flight record bytes
+        self._waiting = 0           # records queued, not yet taken by the writer
+        self._full = False          # a partition holds batch_size bytes: write at once
+        self._oldest = 0.0          # monotonic time the oldest waiting record was queued
+        self._sent = 0              # records queued since the start
+        self._taken = 0             # of them, taken by the writer
+        self._completed = 0         # of them, written (or failed) with futures resolved
+        self._flush_to = 0          # flush() asks the writer to take records up to here
+        self._starved = 0           # senders waiting for buffer space: write at once
+        self._closing = False
+        self._stopped = False
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name="seglog-producer", daemon=True)
+        self._thread.start()
+        _LIVE.add(self)
+
+    # -- sending ---------------------------------------------------------------------
+    def send(self, value: Any, key: Any = None, timestamp: int | None = None,
+             headers: Headers = (), partition: int | None = None) -> "Future[Any]":
+        """Queue one record; return the future of its offset (``(partition, offset)``
+        on a ``Topic``).
+
+        ``value``/``key`` go through the serializers first (None, a tombstone's
+        value or a missing key, is never serialized); ``timestamp`` None means the
+        time the record is written. Refused here, with nothing queued:
+        ``TypeError``/``ValueError``/``MessageTooLargeError`` as ``Log.append``
+        refuses them, ``InvalidConfigError`` for a partition the target lacks,
+        whatever a serializer raises, ``ProducerClosedError`` after ``close()``,
+        ``ProducerTimeoutError`` when the buffer stayed full ``max_block_ms``.
+        """
+        if self._closing:       # closed, or a forked child's copy
+            raise self._closed_error()
+        if self._value_ser is not None and value is not None:
+            value = self._value_ser(value)
+        if self._key_ser is not None and key is not None:
+            key = self._key_ser(key)
+        if self._topic is not None:
+            p = self._topic.partition_for(key, partition)
+            if p is None:
+                p = self._sticky
+        elif partition is None or (type(partition) is int and partition == 0):
+            p = 0
+        else:
+            if isinstance(partition, bool) or not isinstance(partition, int):
+                raise TypeError(f"partition must be an int, not {type(partition).__name__}")
+            raise InvalidConfigError(f"a Log is one partition (0 or None), not {partition}")
+        item: bytes | Record
+        if type(value) is bytes and key is None and timestamp is None and not headers:
+            size = len(value)
+            if size > self._max_msg[p]:
+                prepare_batch((value,), 0, self._max_msg[p])    # raises the log's error
+            item = value
+            plain = True
+        else:
+            item, size = self._checked(p, value, key, timestamp, headers)
+            plain = False
+        if size > self._max_buffer:
+            raise MessageTooLargeError(
+                f"record of {size} bytes exceeds max_buffer_bytes={self._max_buffer}")
+        fut = new_future()
+        with self._lock:
+            if self._buffered + size > self._max_buffer:
+                self._wait_for_space(size)
+            if self._closing:
+                raise self._closed_error()
+            part = self._parts[p]
+            part.items.append(item)
+            part.futures.append(fut)
+            part.nbytes += size
+            if not plain:
+                part.plain = False
+            self._buffered += size
+            self._sent += 1
+            if not self._waiting:
+                self._oldest = time.monotonic()
+                self._waiting = 1
+                self._wake.notify()
+            else:
+                self._waiting += 1
+                if part.nbytes >= self._batch_size and not self._full:
+                    self._full = True       # one wake-up, not one per send until taken
+                    self._wake.notify()
+        return fut
+
+    def _checked(self, p: int, value: Any, key: Any, timestamp: int | None,
+                 headers: Headers) -> tuple[Record, int]:
+        """A record that is not plain bytes: every check ``Log.append_batch`` makes
+        (the log's own ``encode``, so the rules are the log's), and a copy of its
+        buffers (a bytearray changed after ``send`` must not change the record)."""
+        rec = Record(value, key, timestamp, headers)
+        batches = self._logs[p].encode((rec,), _time_ms())
+        if headers and (not isinstance(headers, tuple)
+                        or any(type(v) is not bytes for _, v in headers)):
+            headers = tuple((k, memoryview(v).tobytes()) for k, v in headers)
+        if type(value) is not bytes and value is not None:
+            value = memoryview(value).tobytes()
+        if type(key) is not bytes and key is not None:
+            key = memoryview(key).tobytes()
+        return Record(value, key, timestamp, headers), batches[0][3]
+
+    def _wait_for_space(self, size: int) -> None:
+        """(lock held) Wait until ``size`` more bytes fit in the buffer."""
+        if threading.current_thread() is self._thread:
+            # a future's callback runs on the writer: waiting for it would never end
+            raise ProducerTimeoutError("the producer's buffer is full; a send() from a "
+                                       "future's callback cannot wait for it")
+        deadline = time.monotonic() + self._max_block
+        # as Kafka's accumulator: a sender waiting for memory makes what waits ready now
+        self._starved += 1
+        self._wake.notify()
+        try:
+            while self._buffered + size > self._max_buffer and not self._closing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ProducerTimeoutError(
+                        f"the producer's buffer ({self._max_buffer} bytes) stayed full for "
+                        f"max_block_ms={round(self._max_block * 1000)}; nothing was queued")
+                self._space.wait(left)
+        finally:
+            self._starved -= 1
+
+    # -- flushing and closing --------------------------------------------------------
+    def flush(self, timeout: float | None = None) -> None:
+        """Write everything sent before this call now (``durable``: and fsync it) and
+        wait until its futures are resolved; ``ProducerTimeoutError`` after
+        ``timeout`` seconds (None: no bound)."""
+        if self._pid != os.getpid():
+            raise self._closed_error()
+        if threading.current_thread() is self._thread:
+            raise ProducerClosedError("flush() from a future's callback would wait for itself")
+        deadline = _deadline(timeout)
+        with self._lock:
+            target = self._sent
+            if target > self._flush_to:
+                self._flush_to = target
+                self._wake.notify()
+            while self._completed < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ProducerTimeoutError(
+                        f"flush: {target - self._completed} record(s) still being written "
+                        f"after {timeout} s")
+                self._done.wait(None if left == _FOREVER else left)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new sends, flush, stop the background thread. Idempotent; does not
+        close the target. ``ProducerTimeoutError`` if the flush takes longer than
+        ``timeout`` seconds (the thread goes on writing; call ``close`` again to
+        wait). In a process forked from the producer's, it does nothing."""
+        if self._pid != os.getpid():
+            return
+        deadline = _deadline(timeout)
+        with self._lock:
+            self._closing = True
+            self._space.notify_all()
+            self._wake.notify()
+            if threading.current_thread() is self._thread:
+                self._stopped = True    # from a future's callback: the writer ends its work
+                return
+        left = None if deadline == _FOREVER else deadline - time.monotonic()
+        self.flush(left)
+        with self._lock:
+            self._stopped = True
+            self._wake.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(None if deadline == _FOREVER else max(0.0, deadline - time.monotonic()))
+        _LIVE.discard(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _closed_error(self) -> ProducerClosedError:
+        if self._pid != os.getpid():
+            return ProducerClosedError(
+                f"this producer belongs to process {self._pid}; a forked child cannot use "
+                f"it (make a new Producer in the child)")
+        return ProducerClosedError("the producer is closed")
+
+    def _after_fork(self) -> None:
+        """In a forked child: the writer thread does not exist here; locks are new."""
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._space = threading.Condition(self._lock)
+        self._done = threading.Condition(self._lock)
+        self._closing = True
+
+    # -- the background thread -------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    if self._waiting:
+                        if (self._closing or self._flush_to > self._taken or self._starved
+                                or self._full):
+                            break
+                        left = self._oldest + self._linger - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._wake.wait(left)
+                    elif self._stopped:
+                        return
+                    else:
+                        self._wake.wait()
+                taken = [(p, part) for p, part in enumerate(self._parts) if part.items]
+                for p, _ in taken:
+                    self._parts[p] = _Part()
+                    if p == self._sticky:
+                        self._sticky = (p + 1) % len(self._parts)
+                upto = self._sent
+                self._taken = upto
+                self._waiting = 0
+                self._full = False
+            freed = 0
+            for p, part in taken:
+                freed += part.nbytes
+                try:
+                    self._write(p, part)
+                except BaseException as e:      # never lose the thread: fail the futures
+                    _fail(part.futures, e)
+            with self._lock:
+                self._buffered -= freed
+                self._completed = upto
+                self._space.notify_all()
+                self._done.notify_all()
+
+    def _write(self, p: int, part: _Part) -> None:
+        """Write one partition's records, one atomic batch per append; resolve futures."""
+        keep = start_all(part.futures)
+        items: Sequence[bytes | Record] = part.items
+        futures = part.futures
+        if keep.count(True) != len(keep):           # cancelled ones are not written
+            items = list(compress(items, keep))
+            futures = list(compress(futures, keep))
+            if not items:
+                return
+        log = self._logs[p]
+        written: list[tuple[list[Future[Any]], range]] = []
+        for a, b in self._chunks(p, items, part.plain):
+            chunk = items[a:b]
+            try:
+                batches = log.encode(chunk, _time_ms())
+            except Exception:
+                # a check that passed in send() fails now (the timestamp window moved):
+                # fail the records it refuses, write the others
+                batches = self._encode_each(log, chunk, futures[a:b])
+            i = a
+            for batch in batches:
+                n = batch[1]
+                futs = futures[i:i + n] if batch[0] is not None else []
+                i += n
+                if not futs:
+                    continue
+                try:
+                    written.append((futs, log.append_encoded([batch])))
+                except Exception as e:
+                    _fail(futs, e)
+        if self.durable and written:
+            # one fsync for every thread's records of this round (group commit)
+            try:
+                flushed = log.flush()
+            except Exception as e:
+                for futs, _ in written:
+                    _fail(futs, e)
+                return
+            for futs, offsets in written:
+                if offsets.stop > flushed:      # never resolve ahead of the fsync
+                    _fail(futs, StorageError(f"{log.path}: flushed to {flushed}, not past "
+                                             f"{offsets.stop - 1}"))
+            written = [w for w in written if w[1].stop <= flushed]
+        for futs, offsets in written:
+            finish_all(futs, offsets if self._topic is None else zip(repeat(p), offsets))
+
+    def _encode_each(self, log: Log, chunk: Sequence[bytes | Record],
+                     futures: list[Future[Any]]) -> list[tuple[Any, int, int, int]]:
+        """Encode record by record: a refused record's future fails (its batch is
+        ``(None, 1, 0, 0)``, skipped by the writer)."""
+        out: list[tuple[Any, int, int, int]] = []
+        for item, fut in zip(chunk, futures):
+            try:
+                out += log.encode((item,), _time_ms())
+            except Exception as e:
+                fut.set_exception(e)
+                out.append((None, 1, 0, 0))
+        return out
+
+    def _chunks(self, p: int, items: Sequence[bytes | Record], plain: bool
+                ) -> list[tuple[int, int]]:
+        """Index ranges of ``items``, each within ``max_message_bytes`` when plain
+        bytes (found by C-level sums and bisection, not a loop per record); other
+        records in one range, which ``Log.encode`` cuts into batches itself."""
+        n = len(items)
+        if not plain or n == 1:
+            return [(0, n)]
+        ends = list(accumulate(map(add, map(len, items), repeat(_CUT_OVERHEAD))))
+        limit = self._max_msg[p]
+        if ends[-1] <= limit:
+            return [(0, n)]
+        out = []
+        a, base = 0, 0
+        while a < n:
+            b = max(a + 1, bisect_right(ends, base + limit, a))
+            out.append((a, b))
+            base = ends[b - 1]
+            a = b
+        return out
+
+
+def _fail(futures: list[Future[Any]], e: BaseException) -> None:
+    for f in futures:
+        if not f.done():
+            f.set_exception(e)
+
+
+_LIVE: "weakref.WeakSet[Producer]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for producer in list(_LIVE):
+        producer._after_fork()
+
+
+def _close_at_exit() -> None:
+    # a producer left open when the interpreter exits writes what it holds first
+    for producer in list(_LIVE):
+        try:
+            producer.close()
+        except Exception:
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_at_exit)
