@@ -23,6 +23,11 @@
         append_batch with the values ``stopped_values()``, stopping itself (SIGSTOP)
         after its first batch is copied into the segment: it holds the append lock, its
         call half done. Once continued it finishes the call and prints the range.
+    python mw_child.py compact-stop PATH OPTIONS_JSON
+        Opens the log multi_writer and runs a compaction pass that stops itself
+        (SIGSTOP) at its commit point (the rewritten files and the manifest written, no
+        file swapped yet); once continued it prints ``[skipped, records read, records
+        kept]`` and closes.
 """
 
 from __future__ import annotations
@@ -152,6 +157,20 @@ def _stop(path: str, options: dict) -> None:
     log.close()
 
 
+def _compact_stop(path: str, options: dict) -> None:
+    from seglog import cleaner   # the test's own seam: stop inside a compaction pass
+    log = seglog.Log.open(path, multi_writer=True, **options)
+    real = cleaner.swap_in
+
+    def stop_then_swap(*a, **k):
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return real(*a, **k)
+    cleaner.swap_in = stop_then_swap
+    st = log.compact()
+    print(json.dumps([st.skipped, st.records_read, st.records_kept]), flush=True)
+    log.close()
+
+
 def main() -> None:
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "write":
@@ -165,6 +184,8 @@ def main() -> None:
         _hold(args[0], json.loads(args[1]))
     elif mode == "stop":
         _stop(args[0], json.loads(args[1]))
+    elif mode == "compact-stop":
+        _compact_stop(args[0], json.loads(args[1]))
     else:
         raise SystemExit(f"unknown mode {mode}")
 

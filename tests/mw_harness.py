@@ -54,6 +54,18 @@ def wait_for(cond, what: str, deadline: float = DEADLINE) -> None:
         time.sleep(0.002)
 
 
+def wait_stopped(pid: int) -> None:
+    """Until the kernel reports ``pid`` stopped (it stops itself: SIGSTOP)."""
+    end = time.monotonic() + DEADLINE
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+        if done:
+            assert os.WIFSTOPPED(status), f"the writer ended instead of stopping ({status})"
+            return
+        assert time.monotonic() < end, f"the writer did not stop in {DEADLINE} s"
+        time.sleep(0.002)
+
+
 def read_line(f, what: str) -> bytes:
     """The next line from pipe ``f`` within the deadline (b"" at end of file)."""
     sel = selectors.DefaultSelector()

@@ -25,8 +25,8 @@ from seglog import Log, LogLockedError, SeglogError, repair
 from seglog.testing import abandon
 
 from mw_child import calls, record, stopped_values
-from mw_harness import (DEADLINE, SCALE, Reader, Writer, check_whole_log, read_line, readline,
-                        seed_for, spawn, wait_exit, wait_for)
+from mw_harness import (SCALE, Reader, Writer, check_whole_log, read_line, readline,
+                        seed_for, spawn, wait_exit, wait_for, wait_stopped)
 
 
 # -- writers killed at random instants ----------------------------------------------
@@ -145,18 +145,6 @@ TIMEOUT_MS = 400
 SLACK = 1.5            # seconds past the timeout a loaded CI machine may take
 
 
-def _wait_stopped(pid: int) -> None:
-    """Until the kernel reports ``pid`` stopped (it stops itself, holding the lock)."""
-    end = time.monotonic() + DEADLINE
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
-        if done:
-            assert os.WIFSTOPPED(status), f"the writer ended instead of stopping ({status})"
-            return
-        assert time.monotonic() < end, f"the writer did not stop in {DEADLINE} s"
-        time.sleep(0.002)
-
-
 def _times_out(fn, what: str) -> None:
     t0 = time.monotonic()
     with pytest.raises(LogLockedError):
@@ -174,7 +162,7 @@ def test_a_writer_stopped_inside_an_append_never_hangs_the_others(tmp_path, then
     child = spawn("stop", path, json.dumps(opts), stdout=subprocess.PIPE)
     try:
         assert readline(child, "its first append") == "1"
-        _wait_stopped(child.pid)
+        wait_stopped(child.pid)
         # it holds the append lock inside append_batch, its first batch copied in
         _times_out(lambda: parent.append(b"never"), "append")
         _times_out(lambda: parent.append_batch([b"never", b"never"]), "append_batch")

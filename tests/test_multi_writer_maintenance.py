@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import time
 
@@ -19,7 +20,7 @@ from seglog import Log, OffsetOutOfRangeError, repair
 
 from mw_child import calls, record
 from mw_harness import (DEADLINE, SCALE, Reader, Writer, acked_offsets, expect_message,
-                        seed_for, spawn)
+                        readline, seed_for, spawn, wait_exit, wait_stopped)
 
 
 def _maintained_while_others_append(tmp_path, seed: int, opts: dict, maintain) -> tuple[
@@ -184,4 +185,62 @@ def test_compaction_swap_while_another_writer_rolls(tmp_path, monkeypatch):
         got = {m.offset: m.key for m in r.iter()}
     assert set(latest.values()) <= set(got) <= set(acked)
     assert all(acked[off][0] == k for off, k in got.items())
+    assert not repair.check(path).problems
+
+
+@pytest.mark.parametrize("then", ["continued", "killed"])
+def test_one_maintenance_pass_at_a_time_across_processes(tmp_path, then):
+    """A writer process stopped inside its compaction pass: another writer's passes are
+    skipped meanwhile (neither compaction nor retention touches the files under it),
+    its appends and reads go on; once the first is continued (or killed: the next pass
+    finishes its swap) compaction has kept the latest record of every key."""
+    path = str(tmp_path / "log")
+    opts = dict(segment_bytes=1024, cleanup_policy="compact,delete", min_cleanable_dirty_ratio=0.0,
+                retention_check_ms=None, flush_ms=None)
+    later = int(time.time() * 1000) + 30 * 86_400_000     # past retention_ms (7 days)
+    parent = Log.open(path, multi_writer=True, lock_timeout_ms=2000, **opts)
+    model = {}
+    for i in range(200):
+        k, v = b"k%d" % (i % 5), b"v%d." % i + b"x" * 40
+        model[parent.append(v, key=k)] = (k, v)
+    child = spawn("compact-stop", path, json.dumps(opts), stdout=subprocess.PIPE)
+    try:
+        wait_stopped(child.pid)
+        skipped = parent.compact()
+        assert skipped.skipped is not None and skipped.records_read == 0
+        assert parent.enforce_retention(now_ms=later) == [] and parent.start_offset == 0
+        t0 = time.monotonic()
+        for i in range(200, 230):
+            k, v = b"k%d" % (i % 5), b"v%d." % i + b"x" * 40
+            model[parent.append(v, key=k)] = (k, v)
+        assert time.monotonic() - t0 < 1.0, "appends waited for the maintenance pass"
+        with Log.open(path, readonly=True) as r:
+            assert {m.offset: (m.key, m.value) for m in r.iter()} == model
+        if then == "continued":
+            os.kill(child.pid, signal.SIGCONT)
+            skipped_by_child, read, kept = json.loads(readline(child, "its compaction"))
+            assert skipped_by_child is None and kept < read
+            assert wait_exit(child, "the compacting writer") == 0
+        else:
+            os.kill(child.pid, signal.SIGKILL)
+            assert wait_exit(child, "the compacting writer") == -signal.SIGKILL
+        st = parent.compact()           # one pass at a time again: this one runs
+        assert st.skipped != skipped.skipped, st
+        k, v = b"k0", b"last"
+        model[parent.append(v, key=k)] = (k, v)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    parent.close()
+    with Log.open(path, readonly=True) as r:
+        present = {m.offset: (m.key, m.value) for m in r.iter()}
+        active = r.segments[-1].base_offset
+    latest = {k: off for off, (k, _) in sorted(model.items())}
+    assert set(latest.values()) <= set(present) <= set(model)
+    assert all(present[o] == model[o] for o in present)
+    for off in set(model) - set(present):
+        assert off < active and latest[model[off][0]] > off
+    assert len(present) < len(model), "nothing was compacted"
+    assert not any(n.startswith(".seglog-") for n in os.listdir(path)), "a swap left over"
     assert not repair.check(path).problems
