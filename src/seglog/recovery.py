@@ -142,7 +142,10 @@ def _recover_tail(seg: Segment, rp: int, same_boot: bool, capacity: int, interva
                                      res.next_offset)
     if trusted is not None:
         res.index[:0] = trusted[0]
-        res.time_index[:0] = trusted[1]
+        # the scan starts its own time entries afresh: those not past the trusted
+        # prefix's last timestamp repeat it (time entries strictly ascend)
+        last_t = trusted[1][-1][0] if trusted[1] else -1
+        res.time_index[:] = trusted[1] + [e for e in res.time_index if e[0] > last_t]
         res.first_timestamp = _first_timestamp(seg)
     if res.end < file_size:
         # cut the torn tail (and the old preallocation) off first, which also frees
