@@ -220,6 +220,9 @@ def test_the_modes_exclude_each_other_across_processes_at_once(tmp_path, held):
             Log.open(path, multi_writer=held == "exclusive", lock_timeout_ms=5000)
         assert time.monotonic() - t0 < 1.0, "not at once: it waited for the lock timeout"
         if held == "multi_writer":
+            # a joiner takes the stored settings; changing one while others write is refused
+            with pytest.raises(seglog.InvalidConfigError):
+                Log.open(path, multi_writer=True, segment_bytes=1 << 16)
             with Log.open(path, multi_writer=True) as log:     # the same mode joins
                 assert log.append(b"joined") == 0
         child.stdin.close()
@@ -228,8 +231,10 @@ def test_the_modes_exclude_each_other_across_processes_at_once(tmp_path, held):
         if child.poll() is None:
             child.kill()
             child.wait()
-    with Log.open(path, multi_writer=held == "exclusive") as log:   # free once it left
+    # free once it left; the first writer may change the settings
+    with Log.open(path, multi_writer=held == "exclusive", segment_bytes=1 << 16) as log:
         assert log.append(b"next") == (1 if held == "multi_writer" else 0)
+        assert log.config.segment_bytes == 1 << 16
 
 
 # -- forks ---------------------------------------------------------------------------
