@@ -45,6 +45,13 @@ def wait_exit(proc: subprocess.Popen, what: str) -> int:
         raise AssertionError(f"{what} did not finish in {DEADLINE} s") from None
 
 
+def gone(proc: subprocess.Popen) -> None:
+    """Make sure a child is gone (a test's cleanup, whatever failed before it)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def wait_for(cond, what: str, deadline: float = DEADLINE) -> None:
     """Poll ``cond`` until true; fail after ``deadline`` seconds."""
     end = time.monotonic() + deadline

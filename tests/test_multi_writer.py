@@ -25,7 +25,7 @@ from seglog import Log, LogLockedError, SeglogError, repair
 from seglog.testing import abandon
 
 from mw_child import calls, record, stopped_values
-from mw_harness import (SCALE, Reader, Writer, check_whole_log, read_line, readline,
+from mw_harness import (gone, SCALE, Reader, Writer, check_whole_log, read_line, readline,
                         seed_for, spawn, wait_exit, wait_for, wait_stopped)
 
 
@@ -196,9 +196,7 @@ def test_a_writer_stopped_inside_an_append_never_hangs_the_others(tmp_path, then
         after = parent.append(b"after")
         assert time.monotonic() - t0 < TIMEOUT_MS / 1000, "the lock was free again"
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        gone(child)
     parent.close()
     with Log.open(path, readonly=True) as r:
         got = [m.value for m in r.iter()]
@@ -232,9 +230,7 @@ def test_the_modes_exclude_each_other_across_processes_at_once(tmp_path, held):
         child.stdin.close()
         assert wait_exit(child, "the holder") == 0
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        gone(child)
     # free once it left; the first writer may change the settings
     with Log.open(path, multi_writer=held == "exclusive", segment_bytes=1 << 16) as log:
         assert log.append(b"next") == (1 if held == "multi_writer" else 0)

@@ -19,7 +19,7 @@ import seglog
 from seglog import Log, OffsetOutOfRangeError, repair
 
 from mw_child import calls, record
-from mw_harness import (DEADLINE, SCALE, Reader, Writer, acked_offsets, expect_message,
+from mw_harness import (gone, DEADLINE, SCALE, Reader, Writer, acked_offsets, expect_message,
                         readline, seed_for, spawn, wait_exit, wait_stopped)
 
 
@@ -229,9 +229,7 @@ def test_one_maintenance_pass_at_a_time_across_processes(tmp_path, then):
         k, v = b"k0", b"last"
         model[parent.append(v, key=k)] = (k, v)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        gone(child)
     parent.close()
     with Log.open(path, readonly=True) as r:
         present = {m.offset: (m.key, m.value) for m in r.iter()}

@@ -136,9 +136,6 @@ class SharedLock:
     def __exit__(self, *exc: object) -> None:
         self.release()
 
-    def locked(self) -> bool:
-        return self._t.locked()
-
     # -- following the header ------------------------------------------------------------
     def _sync(self, cur: int, holder: int) -> None:
         w = self._w

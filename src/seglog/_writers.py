@@ -57,7 +57,6 @@ class Shared(NamedTuple):
     current: int
     holder: int
     version: int
-    session: int
     list_gen: int
     start: int
     flushed: int
@@ -121,15 +120,12 @@ class WritersFile:
         magic, boot = _HEAD.unpack_from(self.mm, 0)
         return magic == MAGIC and boot == _boot_hash() and self.words[_SESSION] != 0
 
-    def session(self) -> int:
-        return int(self.words[_SESSION])
-
     def read(self) -> Shared:
         """The current state (whole: the slot CURRENT names)."""
         cur = int(self.words[CURRENT])
         (version, gen, start, flushed, base, size, nxt, ie, te, nip, mts, mto,
          first) = SLOT.unpack_from(self.mm, SLOT_AT[cur & 1])
-        return Shared(cur, int(self.words[HOLDER]), version, self.session(), gen, start,
+        return Shared(cur, int(self.words[HOLDER]), version, gen, start,
                       flushed, int(self.words[_RESERVED]),
                       WriterState(base, size, nxt, ie, te, nip, mts, mto, first))
 
