@@ -30,14 +30,16 @@ def test_reserved_pages_are_faulted_in_ahead_of_the_writer(logdir):
     with Log.open(logdir, flush_ms=None) as log:
         log.append_batch([b"x" * 1000] * 10)
         seg = log.segments[-1]
-        # blocks are reserved a chunk past the data, and the thread faults them in
-        assert seg._map.reserved >= seg.size + (4 << 20)
+        # blocks are reserved a chunk past the data (small at first: the chunk grows
+        # with the segment), and the thread faults them in
+        assert seg.size + (32 << 10) <= seg._map.reserved <= 128 << 10
         assert _wait_for(lambda: seg._map.populated >= seg._map.reserved)
         # the writer comes back before the reserved end, so the thread stays ahead
         assert seg._alloc_end < seg._map.reserved
         for _ in range(800):
             log.append_batch([os.urandom(100)] * 50)
-        assert seg._map.reserved - seg.size >= 4 << 20
+        # 4 MB in, the chunks have grown: the writer keeps half of one ahead
+        assert seg._map.reserved - seg.size >= 2 << 20
         assert _wait_for(lambda: seg._map.populated >= seg._map.reserved)
 
 

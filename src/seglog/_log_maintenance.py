@@ -69,19 +69,25 @@ class Maintenance:
             check()
             if not mine:
                 return []
-            self._deletes.purge()
-            segs = local.segs
-            m = local.metrics
-            m.retention_runs += 1
-            n = expired_prefix(segs, now_ms, cfg.retention_ms, cfg.retention_bytes)
-            if not n:
-                return []
-            new_start = segs[n].base_offset
-            write_checkpoint(local.path, LOG_START, new_start)
-            doomed = local.drop_prefix(n, new_start)
-            self._deletes.delete(doomed, cfg.file_delete_delay_ms)
-            m.retention_deleted_segments += len(doomed)
-            m.retention_deleted_bytes += sum(s.size for s in doomed)
+            with self._reading():
+                return self._enforce(now_ms)
+
+    def _enforce(self, now_ms: int) -> list[int]:
+        local = self._local
+        cfg = local.config
+        self._deletes.purge()
+        segs = local.segs
+        m = local.metrics
+        m.retention_runs += 1
+        n = expired_prefix(segs, now_ms, cfg.retention_ms, cfg.retention_bytes)
+        if not n:
+            return []
+        new_start = segs[n].base_offset
+        write_checkpoint(local.path, LOG_START, new_start)
+        doomed = local.drop_prefix(n, new_start)
+        self._deletes.delete(doomed, cfg.file_delete_delay_ms)
+        m.retention_deleted_segments += len(doomed)
+        m.retention_deleted_bytes += sum(s.size for s in doomed)
         return [s.base_offset for s in doomed]
 
     def compact(self, now_ms: int | None, check: _Check, fail: _Fail) -> CompactionStats:
@@ -92,12 +98,27 @@ class Maintenance:
             check()
             if not mine:
                 return CompactionStats(skipped="another writer process runs a maintenance pass")
-            st = compact(local.path, local.segs[:-1], local.start, local.config, local.replace,
-                         now_ms)
+            with self._reading():
+                try:
+                    st = compact(local.path, local.segs[:-1], local.start, local.config,
+                                 local.replace, now_ms)
+                except BaseException:
+                    local.open_segs.freeze()
+                    raise
             if st.skipped is None:
                 local.metrics.compaction_runs += 1
                 local.metrics.compaction_bytes_saved += st.bytes_before - st.bytes_after
             return st
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A pass reads segments as a reader does: counted in flight, so that no
+        descriptor it uses is closed under it (idle segments' or retired ones')."""
+        self._local.enter()
+        try:
+            yield
+        finally:
+            self._local.leave()
 
     @contextmanager
     def _one_process(self) -> Iterator[bool]:

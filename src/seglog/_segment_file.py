@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+from typing import Callable
 
 from ._files import fsync_file
 from .errors import OffsetOutOfRangeError
@@ -34,6 +35,11 @@ class SegmentFile:
         self.fio: io.FileIO | None = None
         self.lock = threading.RLock()
         self.gone: str | None = None
+        # the file first opened (device, inode): a reopen after ``close`` must find
+        # the same file at the path, not one compaction renamed in since
+        self._identity: tuple[int, int] | None = None
+        # called (holding ``lock``) after each lazy open: its log counts open files
+        self.on_open: Callable[[], None] | None = None
 
     @staticmethod
     def create(log_path: str, *others: str) -> None:
@@ -49,14 +55,32 @@ class SegmentFile:
             raise SegmentGoneError(f"{self.what} was {self.gone}")
 
     def get(self) -> io.FileIO:
-        """The descriptor, opened read-only on first use."""
+        """The descriptor, opened read-only on first use and again after ``close``
+        (``SegmentGoneError`` if another file took the path meanwhile)."""
         f = self.fio
         if f is None:
             with self.lock:
                 self.check_present()
                 if self.fio is None:
-                    self.fio = io.FileIO(self.path, "r")
+                    self.fio = self._checked(io.FileIO(self.path, "r"))
+                    self.opened()
                 f = self.fio
+        return f
+
+    def opened(self) -> None:
+        """Files of the segment were opened on use: tell ``on_open``."""
+        if self.on_open is not None:
+            self.on_open()
+
+    def _checked(self, f: io.FileIO) -> io.FileIO:
+        st = os.fstat(f.fileno())
+        identity = st.st_dev, st.st_ino
+        if self._identity is None:
+            self._identity = identity
+        elif identity != self._identity:
+            f.close()
+            self.retire("replaced on disk (by compaction) while its files were closed")
+            self.check_present()
         return f
 
     def open_for_writing(self) -> io.FileIO:
@@ -64,7 +88,7 @@ class SegmentFile:
         check the indexes)."""
         if self.fio is not None:
             self.fio.close()
-        self.fio = io.FileIO(self.path, "r+")
+        self.fio = self._checked(io.FileIO(self.path, "r+"))
         return self.fio
 
     def fsync(self) -> None:
@@ -80,7 +104,7 @@ class SegmentFile:
 
     def close(self) -> None:
         """Close the descriptor (the caller holds ``lock``); a later use reopens it
-        unless the segment is retired."""
+        (the same file) unless the segment is retired."""
         if self.fio is not None:
             self.fio.close()
             self.fio = None

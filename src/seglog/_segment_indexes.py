@@ -81,14 +81,16 @@ def rebuilt(seg: Any, max_bytes: int, interval: int) -> tuple[OffsetIndex, TimeI
     return memory_indexes(seg.base_offset, res, max_bytes)
 
 
-def load(seg: Any, max_bytes: int, interval: int) -> tuple[OffsetIndex, TimeIndex, bool]:
-    """A sealed segment's indexes, checked once, cheaply: entries ascend, point
-    inside the file, and the files hold whole entries. A missing or damaged pair is
+def load(seg: Any, max_bytes: int, interval: int, checked: bool = False
+         ) -> tuple[OffsetIndex, TimeIndex, bool]:
+    """A sealed segment's indexes, checked cheaply: entries ascend, point inside the
+    file, and the files hold whole entries (``checked``: these files passed that
+    before, only the last entry is looked at again). A missing or damaged pair is
     ``rebuilt``; the flag says it was."""
     ix = tix = None
     try:
         ix, tix = open_pair(seg, max_bytes)
-        if indexes_ok(ix, tix, seg.size) and entry_fits(seg, ix):
+        if (checked or indexes_ok(ix, tix, seg.size)) and entry_fits(seg, ix):
             return ix, tix, False
     except (OSError, ValueError, CorruptRecordError):
         pass
@@ -96,6 +98,17 @@ def load(seg: Any, max_bytes: int, interval: int) -> tuple[OffsetIndex, TimeInde
         if bad is not None:
             bad.release()
     return *rebuilt(seg, max_bytes, interval), True
+
+
+def for_reading(seg: Any, max_bytes: int, interval: int, live: bool, checked: bool
+                ) -> tuple[OffsetIndex, TimeIndex, bool]:
+    """A segment's indexes as its reads use them: a live segment's as views that
+    follow its writer, a sealed one's ``load``-ed (checked; rebuilt from the log if
+    missing or damaged: on disk by the writer, in memory by a reader); the flag
+    says they were rebuilt."""
+    if live:
+        return *open_pair(seg, max_bytes, live=True), False
+    return load(seg, max_bytes, interval, checked)
 
 
 def active_entries(seg: Any, max_bytes: int, interval: int) -> tuple[int, int, bool]:

@@ -19,10 +19,15 @@ from typing import Callable
 
 from . import _platform, _prefault
 
+# blocks are reserved in chunks that grow with the segment: as much again as it has
+# reserved, from 64 KiB up to 8 MiB, so a small log reserves little disk and a busy
+# one makes few reserving calls
+_MIN_CHUNK = 64 << 10
 _ALLOC_CHUNK = 8 << 20
 _ZEROS = bytes(1 << 16)
-# with a prefaulter thread, reserve the next chunk this far before the reserved end,
-# so that the thread faults pages in while the writer still has some to fill
+# with a prefaulter thread, reserve the next chunk this far (half a chunk at most)
+# before the reserved end, so that the thread faults pages in while the writer still
+# has some to fill
 _LEAD = 4 << 20
 _POPULATE: int | None = _prefault.POPULATE
 
@@ -56,8 +61,9 @@ class WritableMap:
         self.mm: mmap.mmap | None = mmap.mmap(fd, self.capacity)
 
     def grow(self, end: int) -> int:
-        """Reserve disk blocks up to ``end`` and a chunk beyond, and fault the pages
-        in; returns the end below which appends need not call again.
+        """Reserve disk blocks up to ``end`` and a chunk beyond (as much again as is
+        reserved, 64 KiB to 8 MiB), and fault the pages in; returns the end below
+        which appends need not call again.
 
         Reserving first makes a full disk an OSError here rather than a SIGBUS in a
         later page fault. Faulting pages in ahead in bulk costs a fraction of a
@@ -69,8 +75,10 @@ class WritableMap:
             raise OSError(errno.EFBIG, f"a batch ending at {end} does not fit the segment's "
                                        f"capacity {self.capacity}")
         reserved = self.reserved
-        if end > reserved or reserved - end < _LEAD:
-            new_end = min(self.capacity, max(end, reserved + _ALLOC_CHUNK))
+        chunk = min(_ALLOC_CHUNK, max(_MIN_CHUNK, reserved))
+        lead = min(_LEAD, chunk >> 1)
+        if end > reserved or reserved - end < lead:
+            new_end = min(self.capacity, max(end, reserved + chunk))
             if new_end > reserved:
                 try:
                     _platform.reserve(self._fd, reserved, new_end - reserved)
@@ -91,8 +99,9 @@ class WritableMap:
                 if not self.address:
                     self.address = _prefault.address_of(mm)
                 pf.request(self)
-            # come back _LEAD before the reserved end, to keep the thread ahead
-            return reserved if reserved >= self.capacity else max(end, reserved - _LEAD)
+            # come back a lead before the reserved end, to keep the thread ahead
+            lead = min(_LEAD, min(_ALLOC_CHUNK, max(_MIN_CHUNK, reserved)) >> 1)
+            return reserved if reserved >= self.capacity else max(end, reserved - lead)
         page = self.populated - self.populated % mmap.PAGESIZE
         try:
             mm.madvise(_POPULATE, page, reserved - page)

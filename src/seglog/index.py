@@ -69,7 +69,10 @@ def next_entry_position(last_entry_position: int, interval: int) -> int:
     return last_entry_position + interval
 
 _TIME_ENTRY = Struct("<qI")
-_RESERVE_SLOTS = 4096       # blocks are reserved this many entries at a time
+# blocks are reserved as many entries again as the index has room for, from 512 to
+# 4096 at a time: a small log's indexes reserve a block or two
+_MIN_RESERVE_SLOTS = 512
+_RESERVE_SLOTS = 4096
 
 # an unpacked entry: (offset - base, position) or (timestamp, offset - base)
 Entry = tuple[int, int]
@@ -105,11 +108,16 @@ class _Index:
                 self._room = self._entries
             else:
                 self._entries = size // self.SIZE
-                if not self._live and self._entries:
-                    self._mm = mmap.mmap(self._fd, self._entries * self.SIZE,
-                                         access=mmap.ACCESS_READ)
+                if not self._live:
+                    if self._entries:
+                        self._mm = mmap.mmap(self._fd, self._entries * self.SIZE,
+                                             access=mmap.ACCESS_READ)
+                    # the map holds its own descriptor: a sealed index costs one
+                    os.close(self._fd)
+                    self._fd = -1
         except BaseException:
-            os.close(self._fd)
+            if self._fd >= 0:
+                os.close(self._fd)
             self._fd = -1
             raise
 
@@ -213,7 +221,8 @@ class _Index:
         if slots <= self._room or not self._writable or self._mm is None:
             return
         need = min(self._slots, slots)
-        want = min(self._slots, max(slots, self._room + _RESERVE_SLOTS))
+        step = min(_RESERVE_SLOTS, max(_MIN_RESERVE_SLOTS, self._room))
+        want = min(self._slots, max(slots, self._room + step))
         lo = self._room * self.SIZE
         try:
             _platform.reserve(self._fd, lo, want * self.SIZE - lo)
@@ -247,6 +256,8 @@ class _Index:
         self._writable = False
         self._room = 0
         self._mm = (mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) if size else None)
+        os.close(self._fd)      # sealed: the map holds its own descriptor
+        self._fd = -1
 
     def flush(self) -> None:
         if self._fd >= 0:
@@ -262,14 +273,9 @@ class _Index:
 
     def close(self) -> None:
         """Release the file. A writable index is trimmed first."""
-        if self._fd < 0:
-            return
-        if self._writable:
+        if self._writable and self._fd >= 0:
             self.trim()
-        self._room = 0
-        self._mm = None
-        os.close(self._fd)
-        self._fd = -1
+        self.release()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path} entries={self._entries}>"

@@ -48,6 +48,82 @@ def active_capacity(config: LogConfig) -> int:
     return config.segment_bytes + config.max_message_bytes + 65536
 
 
+# sealed segments a log keeps open besides its last two (the active one, and the one
+# it rolled from, which a writer's repair may still walk): three descriptors each
+OPEN_SEALED = 4
+
+
+class OpenSegments:
+    """The sealed segments of one log whose files are open, oldest opened first. Past
+    ``OPEN_SEALED`` of them (not counting the ones to ``keep``), the oldest are
+    closed once no read is in flight; their next use opens them again."""
+
+    __slots__ = ("_lock", "_order", "_frozen")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()       # innermost: nothing is called holding it
+        self._order: dict[Segment, None] = {}
+        self._frozen = False
+
+    def opened(self, seg: Segment) -> None:
+        """``seg``'s files were opened (on use, or it was sealed holding them)."""
+        with self._lock:
+            self._order.pop(seg, None)
+            self._order[seg] = None
+
+    def forget(self, seg: Segment) -> None:
+        with self._lock:
+            self._order.pop(seg, None)
+
+    def over(self) -> bool:
+        return len(self._order) > OPEN_SEALED + 2 and not self._frozen
+
+    def freeze(self) -> None:
+        """Close nothing from now on: a compaction pass failed after swapping files
+        on disk that the list still names as they were (their descriptors hold the
+        data the list describes; the next open finishes the swap)."""
+        self._frozen = True
+
+    def idle(self, keep: Sequence[Segment]) -> list[Segment]:
+        """The oldest opened past the budget, ``keep`` aside: forgotten, to close."""
+        with self._lock:
+            order = self._order
+            n = sum(1 for s in order if s not in keep)
+            out = []
+            for s in list(order):
+                if n <= OPEN_SEALED:
+                    break
+                if s not in keep:
+                    del order[s]
+                    out.append(s)
+                    n -= 1
+            return out
+
+    def watch(self, segs: Sequence[Segment]) -> None:
+        """Be told when the files of ``segs`` are opened on use."""
+        for seg in segs:
+            seg.watch(self.opened)
+
+    def found(self, segs: Sequence[Segment]) -> None:
+        """Of ``segs``, those whose files are open already (the loader's)."""
+        for seg in segs:
+            if seg.opened:
+                self.opened(seg)
+
+    def close_idle(self, keep: Sequence[Segment]) -> None:
+        """Close the files of the oldest opened past the budget, ``keep`` aside (the
+        caller made sure no read is in flight): a log holds a bounded number of
+        descriptors however much of it is read. The next use opens them again."""
+        for seg in self.idle(keep):
+            try:
+                seg.close(seal=False)
+            except OSError:
+                pass        # closing a read-only descriptor: nothing was lost
+
+    def after_fork(self) -> None:
+        self._lock = threading.Lock()
+
+
 class LocalLog:
     """The segments of one log directory and their state (see the module docstring).
     A writer's is built from the loader's result (``segments`` not empty, the last
@@ -74,7 +150,9 @@ class LocalLog:
         self.list_gen = 0
         self.changes = 0
         self.segs: tuple[Segment, ...] = ()
+        self.open_segs = OpenSegments()
         self._set(tuple(segments))
+        self.open_segs.found(self.segs[:-1])
         self.start = start
         self.end = end
         self.closed = False
@@ -118,6 +196,7 @@ class LocalLog:
         self.segs = segs
         if segs:
             self.active = segs[-1]
+        self.open_segs.watch(segs)
 
     # -- what a reader sees -------------------------------------------------------------
     @property
@@ -225,6 +304,7 @@ class LocalLog:
         self._cond = threading.Condition(threading.Lock())
         self._inflight = 0
         self.waiters = 0
+        self.open_segs.after_fork()
         if self.shared is not None:
             self.shared.after_fork()
         for seg in self.segs:
@@ -250,6 +330,8 @@ class LocalLog:
             if not self._inflight:
                 if self._graveyard:
                     self._bury()
+                if self.open_segs.over():
+                    self.open_segs.close_idle(self.segs[-2:])
                 self._idle.notify_all()
 
     def _dispose(self, close: Callable[[], None]) -> None:
@@ -266,6 +348,7 @@ class LocalLog:
         is in flight (one this writer had active and another sealed: as they are)."""
         for seg in segs:
             # marked at once (a reader between steps re-finds), closed once no read is
+            self.open_segs.forget(seg)
             self._dispose(seg.retire(why, keep_files=seg.is_active))
 
     # -- changes of the list -----------------------------------------------------------
@@ -279,6 +362,11 @@ class LocalLog:
         end = self.end
         old.next_offset = end
         old.seal()
+        self.open_segs.opened(old)       # sealed, its files open: closed when idle
+        if self.open_segs.over():
+            with self._rlock:            # else the last read in flight closes them
+                if not self._inflight:
+                    self.open_segs.close_idle(self.segs[-2:])
         cfg = self.config
         new = Segment.create(self.path, end, self.capacity, cfg.index_interval_bytes,
                              cfg.max_index_bytes)

@@ -25,7 +25,7 @@ from typing import Callable, NamedTuple, cast
 
 from . import _notebook, _prefault, _scan, _segment_read, codec
 from ._files import fsync_dir, fsync_file, remove, segment_name
-from ._segment_indexes import close_all, load, open_pair, replace_files, reserve_room
+from ._segment_indexes import close_all, for_reading, replace_files, reserve_room
 # SegmentGoneError is raised by the .log descriptor's holder, and known by Segment's name
 from ._segment_file import SegmentFile
 from ._segment_file import SegmentGoneError as SegmentGoneError
@@ -117,6 +117,7 @@ class Segment:
         self.marks = 0
         self.on_reserve: Callable[[int], None] | None = None
         self.index_repairs = 0      # indexes found damaged and rebuilt
+        self._checked = False       # the sealed indexes passed the full check once
         self.corruption: CorruptRecordError | None = None   # a reader's scan: not a torn tail
 
     # -- the writer interface: creation, activation, state ------------------------------
@@ -275,24 +276,23 @@ class Segment:
         return tix if tix is not None else self._indexes()[1]
 
     def _indexes(self) -> tuple[OffsetIndex, TimeIndex]:
-        """Both indexes, loaded once even when threads ask at the same time: a live
-        segment's as views that follow its writer, a sealed one's checked once and
-        rebuilt from the log if missing or damaged (``_segment_indexes.load``: the
-        writer rebuilds them on disk, a reader in memory)."""
+        """Both indexes, loaded once even when threads ask at the same time
+        (``_segment_indexes.for_reading``)."""
         with self._log.lock:
             if self._index is None or self._timeindex is None:
                 self._log.check_present()
-                self._load_indexes()
+                self._index, self._timeindex, repaired = for_reading(
+                    self, self._max_index_bytes, self._interval, self._live, self._checked)
+                self.index_repairs += repaired
+                self._checked = not repaired and not self._live
+                self._log.opened()
             assert self._index is not None and self._timeindex is not None
             return self._index, self._timeindex
 
-    def _load_indexes(self) -> None:
-        if self._live:
-            self._index, self._timeindex = open_pair(self, self._max_index_bytes, live=True)
-            return
-        self._index, self._timeindex, repaired = load(self, self._max_index_bytes,
-                                                      self._interval)
-        self.index_repairs += repaired
+    def watch(self, on_open: Callable[["Segment"], None]) -> None:
+        """Call ``on_open(self)`` when its files are opened on use (after a close too)."""
+        if self._log.on_open is None:
+            self._log.on_open = lambda: on_open(self)
 
     def write_indexes(self, res: "_scan.ScanResult", final: bool) -> None:
         """Replace both index files by the entries of a scan (``final``: trimmed, as a

@@ -1,0 +1,179 @@
+"""What an open log costs: descriptors bounded however many segments it has and
+however much of it is read, disk reserved in proportion to what it holds."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import seglog
+from seglog import Log, Record, Topic
+
+FD_DIR = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
+
+
+def open_fds() -> int:
+    return len(os.listdir(FD_DIR))
+
+
+def allocated(path: str) -> int:
+    """Bytes of disk blocks the files under ``path`` hold (sparse holes excluded)."""
+    total = 0
+    for d, _, names in os.walk(path):
+        for n in names:
+            total += os.stat(os.path.join(d, n)).st_blocks * 512
+    return total
+
+
+def test_a_small_topic_reserves_little_disk_and_few_descriptors(tmp_path):
+    """32 partitions, 100 small messages, open for writing: under 40 MiB of disk
+    (each active segment reserves a chunk that grows with it), seven descriptors a
+    partition (the lock file, the active segment and its map, two indexes and theirs)."""
+    before = open_fds()
+    with Topic.open(tmp_path, "clicks", partitions=32, flush_ms=None) as topic:
+        for i in range(100):
+            topic.append(b"click %d" % i, key=b"user-%d" % (i % 17))
+        topic.flush()
+        used = allocated(str(tmp_path))
+        fds = open_fds() - before
+        assert used < 40 << 20, used
+        assert used < 4 << 20, f"{used} bytes: more than a small chunk per partition"
+        assert fds <= 7 * 32 + 4, fds
+        assert sum(len(topic.partition(p)) for p in range(32)) == 100
+    assert open_fds() <= before
+
+
+def test_reservation_grows_with_the_segment(tmp_path):
+    """The first batches reserve a small chunk; a growing segment reserves more at a
+    time, as much again as it has (up to 8 MiB): few reserving calls when busy."""
+    with Log.open(tmp_path / "log", flush_ms=None) as log:
+        log.append(b"x" * 100)
+        small = allocated(str(tmp_path / "log"))
+        assert small <= 256 << 10, small
+        for _ in range(400):
+            log.append_batch([b"y" * 1000] * 50)          # 20 MB
+        grown = allocated(str(tmp_path / "log"))
+        data = log.segments[-1].size
+        assert data < grown <= data + (8 << 20) + (1 << 20), (data, grown)
+
+
+def test_a_writer_of_many_segments_holds_few_descriptors(tmp_path):
+    """Hundreds of rolls: the sealed segments' files close once idle; reading the
+    whole log, at random from several threads, with retention and compaction going
+    on, never holds more than a few segments open."""
+    path = tmp_path / "many"
+    before = open_fds()
+    with Log.open(path, segment_bytes=2048, flush_ms=None, cleanup_policy="compact,delete",
+                  retention_bytes=None) as log:
+        recs = []
+        for i in range(1500):
+            batch = [Record(b"value-%d-%d-" % (i, j) + b"z" * (i % 300), key=b"k%d" % (i % 50))
+                     for j in range(1 + i % 5)]
+            log.append_batch(batch)
+            recs += batch
+        n_segs = len(log.segments)
+        assert n_segs > 300
+        after_writing = open_fds() - before
+        assert after_writing <= 30, (n_segs, after_writing)
+        start, end = log.start_offset, log.end_offset
+        assert sum(1 for _ in log.iter()) == end - start
+        errors: list[BaseException] = []
+
+        def reader(seed: int) -> None:
+            import random
+            rnd = random.Random(seed)
+            try:
+                for _ in range(300):
+                    off = rnd.randrange(log.start_offset, log.end_offset)
+                    ms = log.read(off, 4096)
+                    assert ms and ms.next_offset > off
+            except BaseException as e:      # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=reader, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        log.compact()
+        for t in threads:
+            t.join(timeout=120)
+            assert not t.is_alive()
+        assert not errors, errors
+        assert open_fds() - before <= 30
+        # compaction kept the latest value of every key, at its offset
+        latest = {}
+        for off, r in enumerate(recs):
+            latest[r.key] = (off, r.value)
+        got = {m.key: (m.offset, m.value) for m in log.iter()}
+        assert got == latest
+    assert open_fds() <= before
+
+
+CHILD = textwrap.dedent("""
+    import resource, sys, seglog
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    path = sys.argv[1]
+    with seglog.Log.open(path, segment_bytes=1024, flush_ms=None) as log:
+        for i in range(600):
+            log.append_batch([b"m%d-" % i + b"q" * 200] * 3)
+        n = len(log.segments)
+        got = sum(1 for _ in log.iter())
+    with seglog.Log.open(path, readonly=True) as reader:
+        again = sum(1 for _ in reader.iter())
+    print(n, got, again)
+""")
+
+
+def test_a_log_of_thousands_of_segments_under_a_small_descriptor_limit(tmp_path):
+    """RLIMIT_NOFILE 64: a writer rolls 600 segments, reads all of it, and a reader
+    reopens and reads it all (each sealed segment held 5 descriptors before)."""
+    p = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "log")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    n, got, again = map(int, p.stdout.split())
+    assert n >= 600 and got == again == 1800, p.stdout
+
+
+def test_a_reader_reopening_a_closed_segment_notices_compaction_replaced_it(tmp_path):
+    """A readonly reader's idle segments are closed; when the writer (another
+    process) compacts them meanwhile, the reader's reopen finds another file at the
+    path and re-lists: it reads the compacted log, never a mix."""
+    path = str(tmp_path / "c")
+    with Log.open(path, segment_bytes=4 << 10, cleanup_policy="compact", flush_ms=None) as log:
+        for i in range(600):
+            log.append(b"v%d-" % i + b"p" * 100, key=b"k%d" % (i % 7))
+        with Log.open(path, readonly=True) as reader:
+            everything = [(m.offset, m.key, m.value) for m in reader.iter()]
+            assert len(everything) == 600
+            assert log.compact().skipped is None
+            # the reader's idle segments were closed: reopening one finds the
+            # compacted file at its path, and the reader re-lists
+            got = [(m.offset, m.key, m.value) for m in reader.iter()]
+            latest = {k: (o, v) for o, k, v in everything}
+            kept = {k: (o, v) for o, k, v in got}
+            assert kept == latest
+            offsets = [o for o, _, _ in got]
+            assert offsets == sorted(set(offsets))
+            assert set(got) <= set(everything)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_reads_through_its_copy_of_a_reader(tmp_path):
+    """The child's copy of a reader closes idle segments with its own lock."""
+    with Log.open(tmp_path / "f", segment_bytes=4 << 10, flush_ms=None) as log:
+        for i in range(300):
+            log.append(b"x%d" % i + b"y" * 200)
+        with Log.open(tmp_path / "f", readonly=True) as reader:
+            assert sum(1 for _ in reader.iter()) == 300
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    vals = [m.value for m in reader.iter()]
+                    code = 0 if vals == [b"x%d" % i + b"y" * 200 for i in range(300)] else 2
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
