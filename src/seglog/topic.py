@@ -143,6 +143,8 @@ class Topic:
                 return cls._open(root, name, partitions, readonly, multi_writer,
                                  lock_timeout_ms, config, locked=True)
         have = target if n is None else n       # partitions that are (or become) the topic's
+        if target > have:
+            _check_new_dirs(root, name, have, target)     # before any file is touched
         logs: list[Log] = []
         try:
             if n is None:
@@ -379,13 +381,12 @@ def _check_count(root: str, name: str, n: int | None, partitions: int | None,
     return partitions
 
 
-def _add_partitions(root: str, name: str, old: int, new: int, multi_writer: bool,
-                    lock_timeout_ms: int, settings: dict[str, Any]) -> list[Log]:
-    """Open partitions ``old`` to ``new - 1`` of a growing topic as writers, creating
-    those that do not exist. A directory that already exists can only be one a
-    crashed growth made (it holds no message: nothing writes to a partition before
-    it is recorded); one holding messages is another log, refused before any
-    partition is created or changed."""
+def _check_new_dirs(root: str, name: str, old: int, new: int) -> None:
+    """Refuse a growth from ``old`` to ``new`` partitions if a directory where a new
+    partition goes holds anything but what a crashed growth leaves: that is a log
+    holding no message (nothing writes to a partition before it is recorded), or a
+    start of one. A log holding messages is ``InvalidConfigError``, a file or a
+    foreign directory ``NotALogError``; either way nothing is changed."""
     for p in range(old, new):
         d = partition_dir(root, name, p)
         if not os.path.lexists(d):
@@ -399,6 +400,13 @@ def _add_partitions(root: str, name: str, old: int, new: int, multi_writer: bool
                 f"cannot grow topic {name!r} to {new} partitions: {d} is a log that "
                 f"holds messages (its offsets reach {end}), not a partition of the topic "
                 f"(it records {old}); nothing was changed. Move it away")
+
+
+def _add_partitions(root: str, name: str, old: int, new: int, multi_writer: bool,
+                    lock_timeout_ms: int, settings: dict[str, Any]) -> list[Log]:
+    """Open partitions ``old`` to ``new - 1`` of a growing topic as writers with
+    ``settings``, creating those that do not exist (``_check_new_dirs`` has seen the
+    rest)."""
     logs: list[Log] = []
     try:
         for p in range(old, new):
@@ -409,7 +417,6 @@ def _add_partitions(root: str, name: str, old: int, new: int, multi_writer: bool
             log.close()
         raise
     return logs
-
 
 @contextmanager
 def _creating(root: str, timeout_ms: int) -> Iterator[None]:
