@@ -7,6 +7,7 @@ rebalance; readers see the new count when they reopen."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import select
@@ -18,6 +19,7 @@ import time
 import pytest
 
 import seglog
+import seglog.cli
 from seglog import InvalidConfigError, LogLockedError, Record, Topic, describe_group
 from seglog.topic import partition_for_key, read_partition_count
 
@@ -257,11 +259,8 @@ CRASH_POINTS = {
 }
 
 
-@pytest.mark.parametrize("point", list(CRASH_POINTS))
-def test_a_growth_killed_at_each_step_leaves_the_old_topic_or_the_new_one(tmp_path, point):
-    root = str(tmp_path)
-    before = make_topic(root, 3)
-    proc = subprocess.Popen([sys.executable, "-c", GROWER, root, point, "3", "6"],
+def kill_growth_at(root: str, point: str, old: int, new: int) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", GROWER, root, point, str(old), str(new)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, bufsize=0)
     try:
@@ -270,6 +269,13 @@ def test_a_growth_killed_at_each_step_leaves_the_old_topic_or_the_new_one(tmp_pa
         proc.wait(timeout=DEADLINE)
     finally:
         gone(proc)
+
+
+@pytest.mark.parametrize("point", list(CRASH_POINTS))
+def test_a_growth_killed_at_each_step_leaves_the_old_topic_or_the_new_one(tmp_path, point):
+    root = str(tmp_path)
+    before = make_topic(root, 3)
+    kill_growth_at(root, point, 3, 6)
     count, extra = CRASH_POINTS[point]
     assert read_partition_count(root, "t") == count
     assert partition_dirs(root) == {f"t-{p}" for p in set(range(3)) | extra}
@@ -313,6 +319,16 @@ def test_a_growth_killed_at_each_step_leaves_the_old_topic_or_the_new_one(tmp_pa
     assert partition_dirs(root) == {f"t-{p}" for p in range(6)}
     with Topic.open(root, "t", readonly=True) as r:
         assert r.num_partitions == 6 and sum(r.end_offsets().values()) == 120
+
+
+@pytest.mark.xfail(strict=True, reason="the record's temp file, left by a kill inside its "
+                   "write (a creation's too), is listed as a topic by _files.list_topics")
+def test_a_growth_killed_inside_the_records_write_leaves_no_phantom_topic(tmp_path):
+    root = str(tmp_path)
+    make_topic(root, 3)
+    kill_growth_at(root, "temp-written", 3, 6)
+    out = io.StringIO()
+    assert seglog.cli.main(["verify", root], out=out) == 0, out.getvalue()
 
 
 # -- two processes growing at once -------------------------------------------------------
