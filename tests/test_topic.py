@@ -27,9 +27,9 @@ def test_partition_count_rules(tmp_path):
     root = str(tmp_path)
     with pytest.raises(InvalidConfigError, match="does not exist"):
         Topic.open(root, "missing")
-    Topic.open(root, "t", partitions=2).close()
-    with pytest.raises(InvalidConfigError, match="2 partitions, not 3"):
-        Topic.open(root, "t", partitions=3)
+    Topic.open(root, "t", partitions=3).close()
+    with pytest.raises(InvalidConfigError, match="3 partitions, not 2"):    # fewer: more grows
+        Topic.open(root, "t", partitions=2)
     for bad in (0, -1, 1 << 20):
         with pytest.raises(InvalidConfigError):
             Topic.open(root, "u", partitions=bad)

@@ -5,6 +5,12 @@ partition count is recorded in ``root/__topics/<name>.json`` once every partitio
 exists (so a topic whose creation a crash interrupted is finished by the next
 ``Topic.open`` that names its partition count, and refused by one that does not).
 
+A topic grows (Kafka's ``kafka-topics --alter --partitions``): a writer's open with
+more partitions than recorded creates the new partition logs, then records the new
+count, so a crash at any instant leaves the old topic or the new one. Directories of
+partitions a crashed growth made but did not record are ignored (never deleted) by
+opens that do not grow, and taken by the next growth if they hold no message.
+
 Placement, as Kafka's producer: a keyed record goes to
 ``xxh64(key, seed=0) % num_partitions`` (stable across processes, runs and
 machines); the keyless records of one ``append``/``append_batch`` call go to one
@@ -21,6 +27,7 @@ import re
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any, Iterable, Iterator
 
 import xxhash
@@ -87,16 +94,26 @@ class Topic:
     def open(cls, root: str | os.PathLike[str], name: str, partitions: int | None = None,
              readonly: bool = False, multi_writer: bool = False, lock_timeout_ms: int = 10_000,
              **config: Any) -> "Topic":
-        """Open topic ``name`` under ``root``; a writer creates it with ``partitions``.
+        """Open topic ``name`` under ``root``; a writer creates it with ``partitions``,
+        or grows it to ``partitions`` if that is more than the recorded count.
 
-        ``InvalidConfigError`` for a bad name, a bad or missing partition count, or a
-        count that differs from the topic's; options are ``Log`` options, applied to
-        every partition. A writer holds every partition's log lock
-        (``LogLockedError`` if another process writes one of them), or with
-        ``multi_writer=True`` shares them with other such writers (``Log.open``); two
-        processes creating a topic at once agree on it. A ``root`` (or
-        a partition's directory) that is a file is a ``NotALogError``, as
-        ``Log.open`` says, and nothing is changed.
+        ``InvalidConfigError`` for a bad name, a bad or missing partition count, a
+        count below the topic's (a topic never shrinks), or above it on a readonly
+        open (a reader never grows a topic); ``partitions=None`` takes the recorded
+        count. Options are ``Log`` options, applied to every partition; partitions a
+        growth adds take partition 0's settings with them. A writer holds every
+        partition's log lock (``LogLockedError`` if another process writes one of
+        them), or with ``multi_writer=True`` shares them with other such writers
+        (``Log.open``). Creating and growing take the root's creation lock (up to
+        ``lock_timeout_ms``), so processes creating or growing a topic at once agree
+        on it. A growth creates the new partitions, then records the count: a crash
+        leaves the old topic or the new one. A directory a crashed growth left is
+        taken by the next growth only if it holds no message (``InvalidConfigError``
+        otherwise, before anything is changed). Other processes' open ``Topic``
+        objects keep their count until reopened; keyed records of the grown topic go
+        to ``partition_for_key(key, new count)``. A ``root`` (or a partition's
+        directory) that is a file is a ``NotALogError``, as ``Log.open`` says, and
+        nothing is changed.
         """
         check_name(name)
         if partitions is not None:
@@ -110,44 +127,44 @@ class Topic:
         # a file (or a link to nothing) where the root should be: refused untouched;
         # a missing root is a topic that does not exist, or one to create
         require_dir(root, "topic root", create=True)
-        n = read_partition_count(root, name)
-        if n is None and partitions is not None and not readonly:
-            # writers creating it at once: one at a time, the later ones find it made
-            with _creating(root, lock_timeout_ms):
-                return cls._open(root, name, partitions, readonly, multi_writer,
-                                 lock_timeout_ms, config)
-        return cls._open(root, name, partitions, readonly, multi_writer, lock_timeout_ms, config)
+        return cls._open(root, name, partitions, readonly, multi_writer, lock_timeout_ms,
+                         config, locked=False)
 
     @classmethod
     def _open(cls, root: str, name: str, partitions: int | None, readonly: bool,
-              multi_writer: bool, lock_timeout_ms: int, config: dict[str, Any]) -> "Topic":
+              multi_writer: bool, lock_timeout_ms: int, config: dict[str, Any],
+              locked: bool) -> "Topic":
         n = read_partition_count(root, name)
-        if n is None:
-            if partitions is None:
-                raise InvalidConfigError(f"topic {name!r} does not exist under {root}; "
-                                         f"give partitions= to create it")
-            if readonly:
-                raise InvalidConfigError(f"topic {name!r} does not exist under {root}")
-            n = partitions
-            create = True
-        else:
-            if partitions is not None and partitions != n:
-                raise InvalidConfigError(f"topic {name!r} has {n} partitions, not {partitions}")
-            create = False
+        target = _check_count(root, name, n, partitions, readonly)
+        if (n is None or target > n) and not locked:
+            # creating or growing: one process at a time, under the root's creation
+            # lock; the count is read again under it (another may have done it)
+            with _creating(root, lock_timeout_ms):
+                return cls._open(root, name, partitions, readonly, multi_writer,
+                                 lock_timeout_ms, config, locked=True)
+        have = target if n is None else n       # partitions that are (or become) the topic's
+        if target > have:
+            _check_new_dirs(root, name, have, target)     # before any file is touched
         logs: list[Log] = []
         try:
-            if create:
+            if n is None:
                 make_dirs(os.path.join(root, TOPICS_DIR))
-            for p in range(n):
+            for p in range(have):
                 logs.append(Log.open(partition_dir(root, name, p), readonly=readonly,
                                      multi_writer=multi_writer,
                                      lock_timeout_ms=lock_timeout_ms, **config))
-            if create:
+            if target > have:
+                # the new partitions take partition 0's settings (this open's options
+                # already applied to it), as Kafka's take the topic's configuration
+                logs += _add_partitions(root, name, have, target, multi_writer,
+                                        lock_timeout_ms, asdict(logs[0].config))
+            if n != target:
                 try:
+                    # the new directories are durable before the record that names them
                     fsync_dir(root)
                     atomic_write(topic_file(root, name),
                                  json.dumps({"version": 1, "name": name,
-                                             "partitions": n}).encode())
+                                             "partitions": target}).encode())
                 except OSError as e:
                     raise path_error(e, f"recording topic {name!r} under {root} failed") from e
         except BaseException:
@@ -341,6 +358,66 @@ def _key_bytes(key: object) -> bytes:
     raise TypeError(f"key must be bytes or None, not {type(key).__name__}")
 
 
+def _check_count(root: str, name: str, n: int | None, partitions: int | None,
+                 readonly: bool) -> int:
+    """The partition count an open of a topic recorded with ``n`` partitions (None:
+    not created) will have; ``InvalidConfigError`` for an open ``n`` does not allow,
+    before anything is touched."""
+    if n is None:
+        if partitions is None:
+            raise InvalidConfigError(f"topic {name!r} does not exist under {root}; "
+                                     f"give partitions= to create it")
+        if readonly:
+            raise InvalidConfigError(f"topic {name!r} does not exist under {root}")
+        return partitions
+    if partitions is None:
+        return n
+    if partitions < n:
+        raise InvalidConfigError(f"topic {name!r} has {n} partitions, not {partitions}: "
+                                 f"a topic never shrinks")
+    if partitions > n and readonly:
+        raise InvalidConfigError(f"topic {name!r} has {n} partitions, not {partitions}: "
+                                 f"a readonly open never grows a topic (a writer's does)")
+    return partitions
+
+
+def _check_new_dirs(root: str, name: str, old: int, new: int) -> None:
+    """Refuse a growth from ``old`` to ``new`` partitions if a directory where a new
+    partition goes holds anything but what a crashed growth leaves: that is a log
+    holding no message (nothing writes to a partition before it is recorded), or a
+    start of one. A log holding messages is ``InvalidConfigError``, a file or a
+    foreign directory ``NotALogError``; either way nothing is changed."""
+    for p in range(old, new):
+        d = partition_dir(root, name, p)
+        if not os.path.lexists(d):
+            continue
+        # a reader's look changes nothing (a file or a foreign directory there is a
+        # NotALogError, as the writer's open would say)
+        with Log.open(d, readonly=True) as seen:
+            end = seen.end_offset
+        if end:
+            raise InvalidConfigError(
+                f"cannot grow topic {name!r} to {new} partitions: {d} is a log that "
+                f"holds messages (its offsets reach {end}), not a partition of the topic "
+                f"(it records {old}); nothing was changed. Move it away")
+
+
+def _add_partitions(root: str, name: str, old: int, new: int, multi_writer: bool,
+                    lock_timeout_ms: int, settings: dict[str, Any]) -> list[Log]:
+    """Open partitions ``old`` to ``new - 1`` of a growing topic as writers with
+    ``settings``, creating those that do not exist (``_check_new_dirs`` has seen the
+    rest)."""
+    logs: list[Log] = []
+    try:
+        for p in range(old, new):
+            logs.append(Log.open(partition_dir(root, name, p), multi_writer=multi_writer,
+                                 lock_timeout_ms=lock_timeout_ms, **settings))
+    except BaseException:
+        for log in logs:
+            log.close()
+        raise
+    return logs
+
 @contextmanager
 def _creating(root: str, timeout_ms: int) -> Iterator[None]:
     """The topic root's creation lock (``__topics/.create``): ``LogLockedError`` after
@@ -352,8 +429,8 @@ def _creating(root: str, timeout_ms: int) -> Iterator[None]:
         raise path_error(e, f"cannot create topics under {root}") from e
     try:
         if not lock_within(fd, timeout_ms / 1000.0):
-            raise LogLockedError(f"another process was creating a topic under {root} for "
-                                 f"lock_timeout_ms={timeout_ms}")
+            raise LogLockedError(f"another process was creating or growing a topic under "
+                                 f"{root} for lock_timeout_ms={timeout_ms}")
         yield
     finally:
         os.close(fd)
