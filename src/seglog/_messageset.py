@@ -91,7 +91,9 @@ class MessageSet:
         return chain.from_iterable(self.message_iters())
 
     def iter_as(self, message_type: Any, lead: tuple[Any, ...]) -> Iterator[Any]:
-        # the consumer's messages: ``message_type((*lead, offset, ..., headers))``
+        """The messages as ``message_type((*lead, offset, timestamp, key, value,
+        headers))`` (a consumer's ``ConsumerMessage`` with its topic and partition
+        in ``lead``), in offset order, each batch checked as iterating is."""
         return chain.from_iterable(self.message_iters(message_type, lead))
 
     def __len__(self) -> int:
