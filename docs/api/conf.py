@@ -35,7 +35,9 @@ html_theme_options = {"nosidebar": False, "fixed_sidebar": False}
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_inherit_docstrings = True
-autodoc_default_options = {"members": True}
+# iteration and len() are part of the contract (``for m in consumer``, ``len(log)``);
+# a special method without a docstring is still left out
+autodoc_default_options = {"members": True, "special-members": "__iter__, __aiter__, __len__"}
 # defaults as written in the source (``1 << 20``, ``Message``), not as repr()s that
 # the signature parser cannot read (``<class 'seglog._records.Message'>``)
 autodoc_preserve_defaults = True
