@@ -28,6 +28,15 @@ NOW = int(time.time() * 1000)
 
 @pytest.fixture(scope="session")
 def spark():
+    # without Java 17 the session would fail in pyspark's launcher with a gateway
+    # traceback: fail with the one message that says what to install instead
+    missing = None
+    try:
+        sgs.check_java()
+    except sgs.JavaMissingError as e:
+        missing = str(e)
+    if missing is not None:          # outside the except: no chained copy of the message
+        pytest.fail(missing, pytrace=False)
     # workers must run this interpreter: it is the one with seglog installed
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable

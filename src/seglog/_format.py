@@ -178,10 +178,12 @@ def batches_in(data: bytes | memoryview, start: int, end: int
 
 
 def last_offset(hdr: BatchHeader) -> int:
+    """The offset of the batch's last record: base offset + last offset delta."""
     return hdr[0] + hdr[5]
 
 
 def batch_size(hdr: BatchHeader) -> int:
+    """The whole batch's size in bytes, header included (``batch_length`` + 12)."""
     return LENGTH_END + hdr[1]
 
 

@@ -88,13 +88,20 @@ class MessageSet:
         return pos - self._start + (self._file_pos or 0)
 
     def __iter__(self) -> Iterator[Message]:
+        """The messages of the set (offsets from ``min_offset``, below ``max_offset``
+        when given), in offset order; each batch's checksum is checked as it is
+        reached (``CorruptRecordError`` naming the file, position and offset)."""
         return chain.from_iterable(self.message_iters())
 
     def iter_as(self, message_type: Any, lead: tuple[Any, ...]) -> Iterator[Any]:
-        # the consumer's messages: ``message_type((*lead, offset, ..., headers))``
+        """The messages as ``message_type((*lead, offset, timestamp, key, value,
+        headers))`` (a consumer's ``ConsumerMessage`` with its topic and partition
+        in ``lead``), in offset order, each batch checked as iterating is."""
         return chain.from_iterable(self.message_iters(message_type, lead))
 
     def __len__(self) -> int:
+        """The number of messages iteration yields (header arithmetic; a compacted
+        or partly wanted batch is decoded to count)."""
         n = 0
         for pos, hdr in self._headers():
             base, last = hdr[codec.H_BASE], codec.last_offset(hdr)

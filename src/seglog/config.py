@@ -13,31 +13,49 @@ _INT32_MAX = (1 << 31) - 1
 
 @dataclass(frozen=True)
 class LogConfig:
-    """Settings of one log. ``None`` switches a bound off.
+    """Settings of one log, the keyword options of ``Log.open`` (Kafka's topic
+    settings in snake_case). ``None`` switches a bound off. Every value is checked
+    when the config is built: an unknown name or a value out of range raises
+    ``InvalidConfigError``.
 
-    segment_bytes: roll the active segment when the next batch would pass this size.
-    segment_ms: roll when the active segment's records span more than this.
-    flush_messages: fsync after this many appended messages (None: no count bound).
-    flush_ms: fsync at most this long after an append, even if the writer goes idle.
-    index_interval_bytes: bytes of log data between two offset-index entries.
-    max_index_bytes: preallocated size of each index; a full index rolls the segment.
-    retention_ms / retention_bytes: delete policy bounds (None: keep forever).
-    cleanup_policy: "delete", "compact" or "compact,delete".
-    compression: None or "lz4": the records of a batch compressed together, where
-        that pays: a batch of one record (what ``append`` writes) is never
-        compressed, as lz4 gains nothing on one record of the sizes logs hold;
-        nor is a batch that compression would not make smaller. So it pays with
-        ``append_batch`` (50 access-log lines: 0.38x the size).
-    max_message_bytes: largest record (key + value + headers) accepted; also the
-        size at which ``append_batch`` cuts its input into batches.
-    delete_retention_ms: how long compaction keeps tombstones.
-    min_cleanable_dirty_ratio / min_compaction_lag_ms: when compaction may run.
-    file_delete_delay_ms: how long deleted segments stay on disk, renamed aside.
-    cleaner_buffer_bytes: memory for compaction's offset map (24 bytes a key).
-    retention_check_ms: how often a background thread applies retention and
-        compaction (None: only when ``enforce_retention``/``compact`` are called).
-    message_timestamp_before_max_ms / message_timestamp_after_max_ms: how far
-        before / after the writer's clock a given record timestamp may be
+    ``segment_bytes``
+        roll the active segment when the next batch would pass this size.
+    ``segment_ms``
+        roll when the active segment's records span more than this.
+    ``flush_messages``
+        fsync after this many appended messages (None: no count bound).
+    ``flush_ms``
+        fsync at most this long after an append, even if the writer goes idle.
+    ``index_interval_bytes``
+        bytes of log data between two offset-index entries.
+    ``max_index_bytes``
+        preallocated size of each index; a full index rolls the segment.
+    ``retention_ms``, ``retention_bytes``
+        delete policy bounds (None: keep forever).
+    ``cleanup_policy``
+        ``"delete"``, ``"compact"`` or ``"compact,delete"``.
+    ``compression``
+        None or ``"lz4"``: the records of a batch compressed together, where that
+        pays: a batch of one record (what ``append`` writes) is never compressed,
+        as lz4 gains nothing on one record of the sizes logs hold; nor is a batch
+        that compression would not make smaller. So it pays with ``append_batch``
+        (50 access-log lines: 0.38x the size).
+    ``max_message_bytes``
+        largest record (key + value + headers) accepted; also the size at which
+        ``append_batch`` cuts its input into batches.
+    ``delete_retention_ms``
+        how long compaction keeps tombstones.
+    ``min_cleanable_dirty_ratio``, ``min_compaction_lag_ms``
+        when compaction may run.
+    ``file_delete_delay_ms``
+        how long deleted segments stay on disk, renamed aside.
+    ``cleaner_buffer_bytes``
+        memory for compaction's offset map (24 bytes a key).
+    ``retention_check_ms``
+        how often a background thread applies retention and compaction (None:
+        only when ``enforce_retention``/``compact`` are called).
+    ``message_timestamp_before_max_ms``, ``message_timestamp_after_max_ms``
+        how far before / after the writer's clock a given record timestamp may be
         (``ValueError`` otherwise; None: no bound). The defaults, 20 years and 1
         hour, reject seconds passed as milliseconds and runaway clocks.
 
@@ -67,7 +85,8 @@ class LogConfig:
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> "LogConfig":
-        """A config from keyword options; unknown names raise InvalidConfigError."""
+        """A config from keyword options; unknown names and bad values raise
+        ``InvalidConfigError``."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
@@ -107,10 +126,12 @@ class LogConfig:
 
     @property
     def compacted(self) -> bool:
+        """Whether compaction applies (``cleanup_policy`` names ``compact``)."""
         return "compact" in self.cleanup_policy
 
     @property
     def deletes(self) -> bool:
+        """Whether retention deletes segments (``cleanup_policy`` names ``delete``)."""
         return "delete" in self.cleanup_policy
 
 

@@ -146,6 +146,7 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
+        """True when the check found no problem at all."""
         return not self.problems
 
 

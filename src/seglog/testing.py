@@ -192,6 +192,8 @@ class FaultyFS:
         self._active = True
 
     def stop(self) -> None:
+        """Stop watching: the real ``os`` functions are back. Capture states taken
+        so far stay valid; idempotent."""
         if not self._active:
             return
         for fn, real in self._real.items():
@@ -206,6 +208,7 @@ class FaultyFS:
         self._faults.append(_Fault(op, nth, errno, times))
 
     def clear_faults(self) -> None:
+        """Drop every fault ``fail`` set that has not fired yet."""
         self._faults.clear()
 
     def _event(self, op: str, path: str | None) -> None:

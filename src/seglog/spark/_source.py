@@ -30,9 +30,14 @@ class _Source:
 
     @classmethod
     def name(cls) -> str:
+        """The format's name: ``spark.read.format("seglog")``."""
         return "seglog"
 
     def schema(self) -> "StructType":
+        """Kafka's source schema (``key``, ``value``, ``topic``, ``partition``,
+        ``offset``, ``timestamp``, ``timestampType``, and ``headers`` with
+        ``includeHeaders``). Bad options raise ``InvalidConfigError`` here, at
+        ``load()``."""
         # checks the options now, so that a bad one fails load(), not a task (whether
         # it is a batch or a stream is known only to reader() and streamReader())
         o = parse_options(self.options, streaming=None)
@@ -46,12 +51,17 @@ class _Source:
                                      f"{schema.simpleString()}")
 
     def reader(self, schema: "StructType") -> "DataSourceReader":
+        """The batch reader of ``spark.read``: the ranges the options select, read
+        on the executors. A schema other than the fixed one is ``InvalidConfigError``."""
         o = parse_options(self.options, streaming=False)
         self._check_schema(schema, o)
         cls: Any = spark_classes()["SeglogReader"]
         return cls(o)   # type: ignore[no-any-return]
 
     def streamReader(self, schema: "StructType") -> "DataSourceStreamReader":
+        """The micro-batch reader of ``spark.readStream`` (offsets as Kafka's JSON,
+        admission control, ``Trigger.AvailableNow``). A schema other than the fixed
+        one is ``InvalidConfigError``."""
         o = parse_options(self.options, streaming=True)
         self._check_schema(schema, o)
         cls: Any = spark_classes()["SeglogStreamReader"]
