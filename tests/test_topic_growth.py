@@ -321,8 +321,6 @@ def test_a_growth_killed_at_each_step_leaves_the_old_topic_or_the_new_one(tmp_pa
         assert r.num_partitions == 6 and sum(r.end_offsets().values()) == 120
 
 
-@pytest.mark.xfail(strict=True, reason="the record's temp file, left by a kill inside its "
-                   "write (a creation's too), is listed as a topic by _files.list_topics")
 def test_a_growth_killed_inside_the_records_write_leaves_no_phantom_topic(tmp_path):
     root = str(tmp_path)
     make_topic(root, 3)

@@ -189,7 +189,9 @@ def list_topics(root: str) -> list[str]:
         return []
     except OSError as e:
         raise path_error(e, f"cannot list the topics of {root}") from e
-    return sorted(n[:-5] for n in names if n.endswith(".json") and len(n) > 5)
+    # a record's temp file (a writer killed while replacing it) is no topic
+    return sorted(n[:-5] for n in names
+                  if n.endswith(".json") and len(n) > 5 and not n.startswith(PREFIX))
 
 
 RECOVERY_POINT = "recovery-point"
