@@ -172,6 +172,7 @@ class _Index:
 
     @property
     def is_full(self) -> bool:
+        """True when every slot holds an entry."""
         return self._entries >= self._slots
 
     @property
@@ -260,6 +261,7 @@ class _Index:
         self._fd = -1
 
     def flush(self) -> None:
+        """fsync the file (an index being written; a sealed one has nothing to sync)."""
         if self._fd >= 0:
             fsync_file(self._fd)
 

@@ -191,20 +191,17 @@ class Log:
             self._dir_lock.release()
 
     def _after_fork(self) -> None:
-        """In a forked child: this object belongs to the parent process.
-
-        A writer's lock, segment and checkpoints are the parent's: the child's copy
-        refuses every operation (``close`` is a no-op) and drops its copy of the lock
-        descriptor (the parent keeps the lock; a child never holds it). Locks are made
-        anew: another thread of the parent may have held one at the fork.
-        """
+        """In a forked child: a writer's lock, segment and checkpoints are the
+        parent's; the child's copy refuses every operation (``close`` is a no-op) and
+        drops its copy of the lock descriptor (closing it never releases the parent's
+        flock). Locks are made anew: a thread of the parent may have held one."""
         self._local.after_fork()
         self._flush_lock = threading.Lock()
         self._maint.after_fork()
         if self.readonly:
             return
         self._ok = False
-        self._dir_lock.drop_copy()   # closing a copy never releases the parent's flock
+        self._dir_lock.drop_copy()
 
     # -- state ----------------------------------------------------------------------
     @property
@@ -214,6 +211,7 @@ class Log:
 
     @property
     def closed(self) -> bool:
+        """True once closed (``close()``, garbage collection, a fork's copy of a writer)."""
         return self._local.closed
 
     def check_writable(self) -> None:
@@ -238,7 +236,7 @@ class Log:
         """Append one message; return its offset.
 
         On return it is readable by all readers and survives a crash of this
-        process (R1); ``flush`` makes it survive power loss. ``value=None`` with a
+        process (rule R1 of docs/DURABILITY.md); ``flush`` makes it survive power loss. ``value=None`` with a
         key is a tombstone. Bad input raises TypeError, ValueError or
         MessageTooLargeError and writes nothing.
         """

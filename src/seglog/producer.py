@@ -300,6 +300,8 @@ class Producer:
 
     @property
     def closed(self) -> bool:
+        """True from the start of ``close()``: ``send`` then raises
+        ``ProducerClosedError``."""
         return self._closing
 
     def __enter__(self) -> "Producer":

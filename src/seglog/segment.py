@@ -70,14 +70,12 @@ class WriterState(NamedTuple):
 
 
 class Segment:
-    """One segment: ``<base>.log``, ``<base>.index`` and ``<base>.timeindex``; ``size``
-    (bytes of whole batches), ``next_offset`` (after the last batch; None until known),
-    ``max_timestamp`` (-1 when empty). The writer interface (``LocalLog``, the loader
-    and the writers' repair, nothing else): ``create`` or ``activate`` at a
-    ``WriterState``; ``append``, ``append_one`` (-1: roll first, ``set_roll_policy``);
-    ``writer_state``, ``reload``, ``erase_after``; ``flush``, ``seal``, ``close``,
-    ``abandon``, ``retire``, ``delete``. The loader's: ``set_measured``, ``write_indexes``.
-    """
+    """One segment: ``<base>.log``, ``.index`` and ``.timeindex``; ``size`` (bytes of
+    whole batches), ``next_offset`` (after the last batch; None until known),
+    ``max_timestamp`` (-1 when empty). Writer interface (``LocalLog``, the loader, the
+    writers' repair): ``create``, ``activate``, ``append``, ``append_one`` (-1: roll
+    first), ``writer_state``, ``reload``, ``erase_after``, ``flush``, ``seal``,
+    ``close``, ``abandon``, ``retire``, ``delete``, ``set_measured``, ``write_indexes``."""
 
     def __init__(self, directory: str, base_offset: int, *, size: int | None = None,
                  next_offset: int | None = None, max_index_bytes: int = 10 << 20,
@@ -124,7 +122,7 @@ class Segment:
     @classmethod
     def create(cls, directory: str, base_offset: int, capacity: int,
                index_interval_bytes: int, max_index_bytes: int) -> "Segment":
-        """Create a new empty active segment; files and directory entry made durable (R2)."""
+        """Create a new empty active segment; files and directory entry made durable (rule R2 of docs/DURABILITY.md)."""
         seg = cls(directory, base_offset, size=0, next_offset=base_offset,
                   max_index_bytes=max_index_bytes, writer=True,
                   index_interval_bytes=index_interval_bytes)
@@ -267,11 +265,13 @@ class Segment:
 
     @property
     def index(self) -> OffsetIndex:
+        """The offset index (opened, checked, on first use)."""
         ix = self._index
         return ix if ix is not None else self._indexes()[0]
 
     @property
     def time_index(self) -> TimeIndex:
+        """The time index (opened, checked, on first use)."""
         tix = self._timeindex
         return tix if tix is not None else self._indexes()[1]
 
@@ -306,6 +306,7 @@ class Segment:
         fsync_dir(self.directory)
 
     def fileno(self) -> int:
+        """The ``.log`` descriptor (opened on use; ``SegmentGoneError`` once retired)."""
         return self._log.get().fileno()
 
     @property
@@ -431,6 +432,7 @@ class Segment:
 
     @property
     def index_full(self) -> bool:
+        """True when an index has no slot left: the next append rolls."""
         return self._index is not None and (self._index.is_full or self.time_index.is_full)
 
     def flush(self) -> None:
@@ -483,15 +485,13 @@ class Segment:
         return self.abandon if keep_files else self._release_files
 
     def reset_locks(self) -> None:
-        """In a forked child: new locks (another thread of the parent may have held one
-        at the fork)."""
+        """In a forked child: new locks (the parent's threads may have held them)."""
         self._log.reset_lock()
         if self._map is not None:
             self._map.reset_lock()
 
     def sendfile(self, out: int, pos: int, count: int) -> int:
-        """``os.sendfile`` from this segment's file; the descriptor cannot be closed
-        (and its number reused) meanwhile."""
+        """``os.sendfile`` from its file, which cannot be closed meanwhile."""
         return self._log.sendfile(out, pos, count)
 
     def _unmap(self) -> None:

@@ -176,6 +176,8 @@ class Topic:
     # -- partitions -------------------------------------------------------------------
     @property
     def num_partitions(self) -> int:
+        """The partition count this object opened (another process's growth of the
+        topic shows after a reopen)."""
         return len(self._logs)
 
     def partition(self, p: int) -> Log:
@@ -261,10 +263,12 @@ class Topic:
 
     # -- offsets ---------------------------------------------------------------------
     def start_offsets(self) -> dict[int, int]:
+        """Each partition's first offset still stored, by partition number."""
         self._check_open()
         return {p: log.start_offset for p, log in enumerate(self._logs)}
 
     def end_offsets(self) -> dict[int, int]:
+        """Each partition's next offset to assign, by partition number."""
         self._check_open()
         return {p: log.end_offset for p, log in enumerate(self._logs)}
 
@@ -280,6 +284,7 @@ class Topic:
 
     @property
     def closed(self) -> bool:
+        """True once ``close()`` ran."""
         return self._closed
 
     def close(self) -> None:
