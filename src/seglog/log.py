@@ -236,9 +236,9 @@ class Log:
         """Append one message; return its offset.
 
         On return it is readable by all readers and survives a crash of this
-        process (rule R1 of docs/DURABILITY.md); ``flush`` makes it survive power loss. ``value=None`` with a
-        key is a tombstone. Bad input raises TypeError, ValueError or
-        MessageTooLargeError and writes nothing.
+        process (rule R1 of docs/DURABILITY.md); ``flush`` makes it survive power
+        loss. ``value=None`` with a key is a tombstone. Bad input raises TypeError,
+        ValueError or MessageTooLargeError and writes nothing.
         """
         if type(value) is bytes and key is None and not headers:
             # the hot path: one short keyless record, written straight into the map (with

@@ -122,7 +122,7 @@ class Segment:
     @classmethod
     def create(cls, directory: str, base_offset: int, capacity: int,
                index_interval_bytes: int, max_index_bytes: int) -> "Segment":
-        """Create a new empty active segment; files and directory entry made durable (rule R2 of docs/DURABILITY.md)."""
+        """A new empty active segment, files and directory entry durable (R2, DURABILITY.md)."""
         seg = cls(directory, base_offset, size=0, next_offset=base_offset,
                   max_index_bytes=max_index_bytes, writer=True,
                   index_interval_bytes=index_interval_bytes)
