@@ -31,7 +31,7 @@ POPULATE: int | None = _platform.POPULATE
 
 
 class Prefaulter:
-    """A daemon thread that runs ``segment.prefault(self)`` for queued segments."""
+    """A daemon thread that runs ``wmap.prefault(self)`` for queued writable maps."""
 
     def __init__(self, madvise: Callable[..., int]) -> None:
         self.madvise = madvise
@@ -41,8 +41,8 @@ class Prefaulter:
         self._thread = threading.Thread(target=self._run, name="seglog-prefault", daemon=True)
         self._thread.start()
 
-    def request(self, segment: Any) -> None:
-        self._queue.append(segment)
+    def request(self, wmap: Any) -> None:
+        self._queue.append(wmap)
         self._wake.set()
 
     def _run(self) -> None:
@@ -50,13 +50,13 @@ class Prefaulter:
             self._wake.wait()
             self._wake.clear()
             while self._queue:
-                # no reference to a segment outlives the call: the thread must not keep
+                # no reference to a map outlives the call: the thread must not keep
                 # a closed log's objects (and any file they hold) alive
                 self._work(self._queue.popleft())
 
-    def _work(self, segment: Any) -> None:
+    def _work(self, wmap: Any) -> None:
         try:
-            segment.prefault(self)
+            wmap.prefault(self)
         except Exception:   # noqa: BLE001 - only a hint failed: the writer's copies fault instead
             return
 

@@ -37,7 +37,7 @@ class SegmentFile:
         self.gone: str | None = None
         # the file first opened (device, inode): a reopen after ``close`` must find
         # the same file at the path, not one compaction renamed in since
-        self._identity: tuple[int, int] | None = None
+        self.identity: tuple[int, int] | None = None
         # called (holding ``lock``) after each lazy open: its log counts open files
         self.on_open: Callable[[], None] | None = None
 
@@ -67,6 +67,13 @@ class SegmentFile:
                 f = self.fio
         return f
 
+    def inode(self) -> int:
+        """The inode of the file this object reads (opened now if it never was)."""
+        if self.identity is None:
+            self.get()
+        assert self.identity is not None
+        return self.identity[1]
+
     def opened(self) -> None:
         """Files of the segment were opened on use: tell ``on_open``."""
         if self.on_open is not None:
@@ -75,9 +82,9 @@ class SegmentFile:
     def _checked(self, f: io.FileIO) -> io.FileIO:
         st = os.fstat(f.fileno())
         identity = st.st_dev, st.st_ino
-        if self._identity is None:
-            self._identity = identity
-        elif identity != self._identity:
+        if self.identity is None:
+            self.identity = identity
+        elif identity != self.identity:
             f.close()
             self.retire("replaced on disk (by compaction) while its files were closed")
             self.check_present()

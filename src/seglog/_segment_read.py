@@ -20,11 +20,6 @@ _SCAN_CHUNK = 1 << 16
 
 
 
-def inode(seg: Any) -> int:
-    """The ``.log`` file's inode (a replaced segment has a new one)."""
-    return os.fstat(seg.fileno()).st_ino
-
-
 def pread(seg: Any, n: int, pos: int) -> bytes:
     """``n`` bytes of the ``.log`` file from ``pos`` (fewer at its end)."""
     return os.pread(seg.fileno(), n, pos)

@@ -23,7 +23,7 @@ import os
 from struct import Struct
 from typing import Callable, NamedTuple, cast
 
-from . import _notebook, _prefault, _scan, _segment_read, codec
+from . import _notebook, _scan, _segment_read, codec
 from ._files import fsync_dir, fsync_file, remove, segment_name
 from ._segment_indexes import close_all, for_reading, replace_files, reserve_room
 # SegmentGoneError is raised by the .log descriptor's holder, and known by Segment's name
@@ -230,8 +230,14 @@ class Segment:
 
     @property
     def opened(self) -> bool:
-        """True once its ``.log`` file is open in this object."""
-        return self._log.fio is not None
+        """True once this object opened its ``.log`` file (``inode`` is known; it may
+        be closed now, while idle)."""
+        return self._log.identity is not None
+
+    @property
+    def inode(self) -> int:
+        """The inode of the ``.log`` file this object reads (the one it first opened)."""
+        return self._log.inode()
 
     def end_live(self) -> list[Callable[[], None]]:
         """Its writer sealed it: read it as a file now; the live views' closers."""
@@ -424,12 +430,6 @@ class Segment:
         assert wmap is not None
         self._alloc_end = wmap.grow(end)
 
-    def prefault(self, prefaulter: "_prefault.Prefaulter") -> None:
-        """Fault in the reserved pages not yet faulted in (the prefaulter thread)."""
-        wmap = self._map
-        if wmap is not None:
-            wmap.prefault(prefaulter)
-
     @property
     def index_full(self) -> bool:
         """True when an index has no slot left: the next append rolls."""
@@ -509,7 +509,6 @@ class Segment:
 
     # -- reading (``_segment_read``): functions of the public surface above, bound
     # here as methods, so a read costs no extra call ----------------------------------
-    inode = property(_segment_read.inode)
     pread = _segment_read.pread
     batches = _segment_read.batches
     first_header = _segment_read.first_header
