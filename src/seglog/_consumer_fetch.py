@@ -35,6 +35,7 @@ class ConsumerMessage(_ConsumerMessageBase):
     """
 
     __slots__ = ()
+    __module__ = "seglog.consumer_group"       # where users import it from (and pickles)
     _fields = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
     topic: str = field_getter(0, "Topic name.")
     partition: int = field_getter(1, "Partition number.")

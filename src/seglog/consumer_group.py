@@ -5,8 +5,8 @@ Under ``root/__groups/<group>/``:
 * ``members/<id>``: each member holds an exclusive ``flock`` on its file for its
   whole life (the lock dies with its process, even on SIGKILL, and a forked child
   never keeps it); the file's mtime is its heartbeat, refreshed by every ``poll``;
-  its content names its topics and its own session timeout, by which the others
-  judge it.
+  its content names its topics (and its pattern, subscribed by one) and its own
+  session timeout, by which the others judge it.
 * ``group.lock``: held briefly by whoever changes the group's state or commits, for
   short file reads and writes only (never a user callback, a log open or a wait);
   taken with a deadline, so a member stopped while holding it stalls no one: polls
@@ -36,8 +36,10 @@ never backwards, not fenced.
 
 This module is the consumer and the names users import; beside it, ``_assignors``
 deals partitions, ``_group_files`` reads and writes the files above,
-``_membership`` is one member's coordination (which a ``Consumer`` holds) and
-``_group_admin`` the calls made without being a member.
+``_membership`` is one member's coordination (which a ``Consumer`` holds),
+``_consumer_fetch`` its reading (``ConsumerMessage``, the ``Fetcher``),
+``_consumer_args`` the checks of its arguments and ``_group_admin`` the calls made
+without being a member; ``_aio`` runs ``async for``'s polls in worker threads.
 """
 
 from __future__ import annotations
