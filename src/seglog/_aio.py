@@ -116,6 +116,7 @@ class Waiters:
                 # any growth wakes it (a waiter for a lower offset may have come
                 # since), and a waiter the end already passed returns at once
                 self._wait(min(lowest, self._end()), STEP_S)
+                end = self._end()
             except BaseException as e:
                 with self._lock:
                     items, self._items = self._items, []
@@ -123,7 +124,6 @@ class Waiters:
                 for _, loop, fut in items:
                     _resolve(loop, fut, e)
                 return
-            end = self._end()
             with self._lock:
                 done = [i for i in self._items if end > i[0]]
                 if done:
