@@ -10,6 +10,10 @@ generation, t], ["left", member, t]. It commits after every batch it got.
 While a file TRACE.hold-MEMBER exists, it stops after its next batch, before
 committing it (event ["holding", member, generation, t]), until the file is gone:
 the moment between poll and commit in which a test stops it.
+
+A TOPIC of the form ``re:PATTERN`` subscribes by pattern instead (``pattern=``); its
+"got" events then list [topic, p, offset] triples and its "commit" events key the
+positions by "topic-p".
 """
 
 from __future__ import annotations
@@ -33,13 +37,17 @@ def main() -> None:
         def emit(*event: object) -> None:
             out.write(json.dumps(list(event) + [time.time()]) + "\n")
 
-        c = seglog.Consumer(root, group, [topic], session_timeout_ms=int(session_ms),
-                            auto_commit_ms=None, member_id=member, assignor=assignor)
+        pattern = topic[3:] if topic.startswith("re:") else None
+        c = seglog.Consumer(root, group, None if pattern else [topic], pattern=pattern,
+                            session_timeout_ms=int(session_ms), auto_commit_ms=None,
+                            member_id=member, assignor=assignor)
         emit("join", member, c.generation)
         while not stop:
             batch = c.poll(timeout_ms=50, max_records=200)
             if batch:
-                emit("got", member, c.generation, [[m.partition, m.offset] for m in batch])
+                emit("got", member, c.generation,
+                     [[m.topic, m.partition, m.offset] if pattern else [m.partition, m.offset]
+                      for m in batch])
                 if os.path.exists(hold):
                     emit("holding", member, c.generation)
                     while os.path.exists(hold) and not stop:
@@ -47,7 +55,8 @@ def main() -> None:
                 try:
                     c.commit()
                     emit("commit", member, c.generation,
-                         {str(p): c.position(t, p) for t, p in c._owned})
+                         {(f"{t}-{p}" if pattern else str(p)): c.position(t, p)
+                          for t, p in c._owned})
                 except seglog.CommitFailedError:
                     emit("commit_failed", member, c.generation)
         c.close()

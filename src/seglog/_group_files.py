@@ -8,6 +8,7 @@ with a ``SeglogError`` naming it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -18,7 +19,7 @@ from typing import Any, Callable, TypeGuard
 
 from . import _platform
 from ._assignors import ASSIGNORS, TP
-from ._files import atomic_write, make_dirs, remove
+from ._files import TMP, atomic_write, list_topics, make_dirs, remove
 from .errors import GroupBusyError, SeglogError, StorageError
 
 GROUPS_DIR = "__groups"
@@ -132,8 +133,26 @@ class State:
 
 @dataclass(frozen=True)
 class MemberInfo:
-    topics: list[str]
+    topics: list[str]            # its subscription when it joined
     session_s: float | None      # None: a file from before members recorded it
+    pattern: str | None = None   # a pattern subscription: its topics are those matching now
+
+
+MAX_PATTERN = 4096               # characters: a member file stays one small read
+
+
+@functools.lru_cache(maxsize=256)
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """A subscription pattern, compiled (``re.error`` if it is not a regex)."""
+    return re.compile(pattern)
+
+
+def topics_matching(root: str, pattern: str) -> list[str]:
+    """The topics recorded under ``root`` whose whole name matches ``pattern``, sorted
+    (a record being replaced, a temporary file, is not a topic)."""
+    rx = compile_pattern(pattern)
+    return [t for t in list_topics(root)
+            if is_name(t) and not t.startswith(TMP) and rx.fullmatch(t) is not None]
 
 
 def _unreadable(path: str, e: Exception) -> SeglogError:
@@ -153,7 +172,15 @@ def _parse_member(path: str, data: bytes) -> MemberInfo:
     ms = top.get("session_timeout_ms")
     if ms is not None and not (type(ms) is int and ms >= 1):
         raise _bad(path, "'session_timeout_ms' must be an int >= 1")
-    return MemberInfo(topics, None if ms is None else ms / 1000.0)
+    pattern = top.get("pattern")
+    if pattern is not None:
+        if not isinstance(pattern, str) or len(pattern) > MAX_PATTERN:
+            raise _bad(path, "'pattern' must be a regular expression")
+        try:
+            compile_pattern(pattern)
+        except (re.error, RecursionError, OverflowError) as e:
+            raise _bad(path, f"'pattern' is not a regular expression: {e}") from None
+    return MemberInfo(topics, None if ms is None else ms / 1000.0, pattern)
 
 
 def _open_file(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:

@@ -22,7 +22,8 @@ from typing import Callable, Iterable, TypeVar
 from . import _platform
 from ._assignors import TP, assign
 from ._files import fsync_dir, remove
-from ._group_files import GroupFiles, Flock, State, close_on_fork, keep_on_fork, key
+from ._group_files import GroupFiles, Flock, State, close_on_fork, keep_on_fork, key, \
+    topics_matching
 from .errors import CommitFailedError, GroupBusyError, InvalidConfigError
 from .log import Log
 from .topic import partition_dir, read_partition_count
@@ -50,7 +51,12 @@ def _rebalance(files: GroupFiles, root: str, me: str, my_topics: list[str] | Non
                session_s: float, assignor: str) -> State:
     """Under the group lock: the current state, or a new generation if membership
     changed (dead and silent members out, ``me`` in, or out with ``my_topics``
-    None) or a subscribed topic appeared or went."""
+    None), a member's subscription changed or a subscribed topic appeared or went.
+
+    A member subscribed by pattern (its file names the pattern) subscribes to the
+    topics that match it now, whoever computes the generation: the topic one
+    member sees created is in the next generation for every member whose pattern
+    matches it."""
     st = files.state(assignor)
     now = time.time()
     live: dict[str, list[str]] = {}
@@ -58,10 +64,13 @@ def _rebalance(files: GroupFiles, root: str, me: str, my_topics: list[str] | Non
         if m == me:
             continue
         if files.probe(m, now, session_s, tidy=True) == "alive":
-            topics = st.members.get(m)
-            if topics is None:
-                info = files.member_info(m)
-                topics = None if info is None else info.topics
+            info = files.member_info(m)
+            if info is not None and info.pattern is not None:
+                topics: list[str] | None = topics_matching(root, info.pattern)
+            else:
+                topics = st.members.get(m)
+                if topics is None:
+                    topics = None if info is None else info.topics
             if topics is not None:
                 live[m] = list(topics)
     if my_topics is not None:
@@ -88,18 +97,22 @@ def _warn(messages: list[str]) -> None:
 
 class Membership:
     """The member ``member_id`` of ``group`` under ``root``, subscribed to
-    ``topics``: its member file and lock, the generation it adopted, its assignment
-    and claims. Every method runs in the consumer's thread; none waits for the
-    group lock beyond ``lock_s`` (joining, committing, leaving) or this look's
-    short wait (the poll's group work, which is otherwise left to a later look)."""
+    ``topics``, or to the topics whose names match ``pattern`` (then ``topics`` is
+    the set that matches at the last look, and grows or shrinks as topics are
+    created or deleted): its member file and lock, the generation it adopted, its
+    assignment and claims. Every method runs in the consumer's thread; none waits
+    for the group lock beyond ``lock_s`` (joining, committing, leaving) or this
+    look's short wait (the poll's group work, which is otherwise left to a later
+    look)."""
 
     def __init__(self, root: str, group: str, topics: list[str], member_id: str, *,
                  reset: str, commit_on_revoke: bool, session_ms: int, lock_s: float,
-                 assignor: str, on_assign: Callback | None, on_revoke: Callback | None
-                 ) -> None:
+                 assignor: str, on_assign: Callback | None, on_revoke: Callback | None,
+                 pattern: str | None = None) -> None:
         self.root = root
         self.group = group
-        self.topics = topics
+        self.pattern = pattern
+        self.topics = topics if pattern is None else topics_matching(root, pattern)
         self.member_id = member_id
         self.files = GroupFiles(root, group)
         self.reset = reset
@@ -163,9 +176,13 @@ class Membership:
         renamed = False
         try:
             _platform.flock(fd, _platform.LOCK_EX_NB)
-            os.write(fd, json.dumps({"topics": self.topics, "pid": os.getpid(),
-                                     "host": socket.gethostname(),
-                                     "session_timeout_ms": self.session_ms}).encode())
+            info: dict[str, object] = {"topics": self.topics, "pid": os.getpid(),
+                                       "host": socket.gethostname(),
+                                       "session_timeout_ms": self.session_ms}
+            if self.pattern is not None:
+                # the others compute this member's topics from it at every rebalance
+                info["pattern"] = self.pattern
+            os.write(fd, json.dumps(info).encode())
             with self.locked("join"):
                 if os.path.exists(path):
                     if files.probe(self.member_id, time.time(), self.session_s) != "dead":
@@ -193,6 +210,8 @@ class Membership:
     def rebalance(self, leaving: bool = False) -> State:
         """Under the group lock: the current generation, or a new one with this member
         in it (or out of it, ``leaving``)."""
+        if self.pattern is not None and not leaving:
+            self.topics = topics_matching(self.root, self.pattern)
         return _rebalance(self.files, self.root, self.member_id,
                           None if leaving else self.topics, self.session_s, self.assignor)
 
@@ -211,6 +230,9 @@ class Membership:
         self.lock_wait = lock_wait
         self.busy = False
         self.heartbeat()
+        if self.pattern is not None:
+            # topics created or deleted since the last look: a rebalance is due
+            self.topics = topics_matching(self.root, self.pattern)
         files = self.files
         try:
             s = os.stat(files.state_path)
@@ -248,8 +270,11 @@ class Membership:
 
     def _stale(self, st: State) -> bool:
         """Is a rebalance due: a member of the generation dead or silent, a member
-        file not in it alive (it wants in) or dead (to tidy), or a subscribed topic
-        created or deleted since the assignment?"""
+        file not in it alive (it wants in) or dead (to tidy), this member's
+        subscription changed (a pattern's), or a subscribed topic created or deleted
+        since the assignment?"""
+        if st.members.get(self.member_id) != self.topics:
+            return True
         files = self.files
         wall = time.time()
         for m in st.members:
@@ -455,12 +480,15 @@ class Membership:
         return refused
 
     # -- commits ---------------------------------------------------------------------
-    def commit(self, todo: dict[TP, int]) -> None:
+    def commit(self, todo: dict[TP, int], exact: bool = False) -> None:
         """Commit positions ``todo`` under the group lock, waited for up to
-        ``lock_s`` (``GroupBusyError``); ``CommitFailedError`` if fenced."""
+        ``lock_s`` (``GroupBusyError``); ``CommitFailedError`` if fenced. ``exact``:
+        offsets the user named, committed as given (also below the committed one),
+        which leaves the positions and their seeks alone."""
         with self.locked("commit"):
-            self._commit_locked(todo, self.seeked & set(todo))
-        self.seeked.difference_update(todo)
+            self._commit_locked(todo, set(todo) if exact else self.seeked & set(todo))
+        if not exact:
+            self.seeked.difference_update(todo)
 
     def try_commit(self, todo: dict[TP, int]) -> bool:
         """Auto-commit ``todo`` if the group lock is free within this look's wait:

@@ -5,8 +5,8 @@ Under ``root/__groups/<group>/``:
 * ``members/<id>``: each member holds an exclusive ``flock`` on its file for its
   whole life (the lock dies with its process, even on SIGKILL, and a forked child
   never keeps it); the file's mtime is its heartbeat, refreshed by every ``poll``;
-  its content names its topics and its own session timeout, by which the others
-  judge it.
+  its content names its topics (and its pattern, subscribed by one) and its own
+  session timeout, by which the others judge it.
 * ``group.lock``: held briefly by whoever changes the group's state or commits, for
   short file reads and writes only (never a user callback, a log open or a wait);
   taken with a deadline, so a member stopped while holding it stalls no one: polls
@@ -36,30 +36,31 @@ never backwards, not fenced.
 
 This module is the consumer and the names users import; beside it, ``_assignors``
 deals partitions, ``_group_files`` reads and writes the files above,
-``_membership`` is one member's coordination (which a ``Consumer`` holds) and
-``_group_admin`` the calls made without being a member.
+``_membership`` is one member's coordination (which a ``Consumer`` holds),
+``_consumer_fetch`` its reading (``ConsumerMessage``, the ``Fetcher``),
+``_consumer_args`` the checks of its arguments and ``_group_admin`` the calls made
+without being a member; ``_aio`` runs ``async for``'s polls in worker threads.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import operator
 import os
-import socket
 import time
-import uuid
 import weakref
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import AsyncIterator, Iterable, Iterator, Mapping
 
+from . import _consumer_args as args
+from ._aio import Serial, poll_in_thread
 from ._assignors import ASSIGNORS, TP, assign
+from ._consumer_fetch import ConsumerMessage, Deserializer, Fetcher
 from ._files import require_dir
-from ._group_admin import GroupDescription, check_int, check_ms, commit_offsets, \
-    committed_offsets, describe_group, list_groups
+from ._group_admin import GroupDescription, check_int, commit_offsets, committed_offsets, \
+    describe_group, list_groups
 from ._group_files import GROUPS_DIR, close_fork_copies, key
 from ._membership import POLL_LOCK_WAIT_S, Callback, Membership
 from .errors import InvalidConfigError, LogClosedError, OffsetOutOfRangeError, SeglogError
-from .message import Headers, Message, short_repr, field_getter
 from .topic import check_name
 
 __all__ = ["ASSIGNORS", "GROUPS_DIR", "TP", "Callback", "Consumer", "ConsumerMessage",
@@ -67,45 +68,21 @@ __all__ = ["ASSIGNORS", "GROUPS_DIR", "TP", "Callback", "Consumer", "ConsumerMes
            "describe_group", "list_groups"]
 
 _log = logging.getLogger("seglog")
-_FETCH_BYTES = 1 << 18    # one read per partition; what a poll leaves waits for the next
-
-if TYPE_CHECKING:
-    _ConsumerMessageBase = tuple[str, int, int, int, bytes | None, bytes | None, Headers]
-else:
-    _ConsumerMessageBase = tuple
-
-
-class ConsumerMessage(_ConsumerMessageBase):
-    """One message as a consumer sees it:
-    ``topic, partition, offset, timestamp, key, value, headers``.
-
-    A tuple with named fields, like ``Message``; built from one 7-tuple so that the
-    consume path makes it with C-level calls only.
-    """
-
-    __slots__ = ()
-    _fields = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
-    topic: str = field_getter(0, "Topic name.")
-    partition: int = field_getter(1, "Partition number.")
-    offset: int = field_getter(2, "Logical offset in the partition.")
-    timestamp: int = field_getter(3, "Milliseconds since the epoch.")
-    key: bytes | None = field_getter(4, "Key bytes or None.")
-    value: bytes | None = field_getter(5, "Value bytes; None is a tombstone.")
-    headers: Headers = field_getter(6, "(str, bytes) pairs.")
-
-    _asdict = Message._asdict        # one definition: it reads ``_fields``
-
-    def __repr__(self) -> str:
-        return (f"ConsumerMessage(topic={self[0]!r}, partition={self[1]}, offset={self[2]}, "
-                f"timestamp={self[3]}, key={self[4]!r}, value={short_repr(self[5])}, "
-                f"headers={self[6]!r})")
-
-
+_ASYNC_POLL_MS = 500      # one poll of ``async for`` in its worker thread, at most
 _CONSUMERS: "weakref.WeakSet[Consumer]" = weakref.WeakSet()
+_Batch = tuple[list[ConsumerMessage], Iterator[ConsumerMessage], int]
+
+
+def _firsts(msgs: list[ConsumerMessage]) -> dict[TP, int]:
+    """Per partition, the first offset among ``msgs``."""
+    return {(m[0], m[1]): m[2] for m in reversed(msgs)}
 
 
 class Consumer:
-    """A member of consumer group ``group`` reading ``topics`` under ``root``.
+    """A member of consumer group ``group`` reading ``topics`` under ``root``, or
+    every topic whose whole name matches the regular expression ``pattern``
+    (give one of the two; topics created later that match join the subscription at
+    the member's next look at the group, a rebalance follows).
 
     At-least-once delivery: positions are committed by ``commit()``, by
     auto-commit (``auto_commit_ms``, at the start of a poll, for what earlier polls
@@ -115,44 +92,31 @@ class Consumer:
     that does not exist yet is waited for: its partitions are assigned once it is
     created. ``on_assign`` and ``on_revoke`` are called with the partitions this
     member gains and loses, so that the partitions they announced are exactly those
-    that polls deliver from. Joining, ``commit()`` and ``close()`` wait at most
-    ``lock_timeout_ms`` for the group's lock (``GroupBusyError`` past it, nothing
-    written); ``poll`` never waits for it beyond its own timeout. A process forked
-    from the consumer's may not use it (the child never holds the member's lock).
+    that polls deliver from. ``key_deserializer`` and ``value_deserializer`` turn
+    each message's key and value bytes (never None) into what polls return.
+    Joining, ``commit()`` and ``close()`` wait at most ``lock_timeout_ms`` for the
+    group's lock (``GroupBusyError`` past it, nothing written); ``poll`` never waits
+    for it beyond its own timeout. ``async for m in consumer`` polls in a worker
+    thread. The consumer's calls are serialized: a call from another thread while
+    a poll waits makes that poll return at once. A process forked from the
+    consumer's may not use it (the child never holds the member's lock).
     """
 
-    def __init__(self, root: str | os.PathLike[str], group: str, topics: Iterable[str],
-                 auto_offset_reset: str = "earliest", auto_commit_ms: int | None = 5000,
-                 session_timeout_ms: int = 10_000, assignor: str = "range",
-                 on_assign: Callback | None = None, on_revoke: Callback | None = None,
-                 member_id: str | None = None, lock_timeout_ms: int = 10_000) -> None:
+    def __init__(self, root: str | os.PathLike[str], group: str,
+                 topics: Iterable[str] | None = None, auto_offset_reset: str = "earliest",
+                 auto_commit_ms: int | None = 5000, session_timeout_ms: int = 10_000,
+                 assignor: str = "range", on_assign: Callback | None = None,
+                 on_revoke: Callback | None = None, member_id: str | None = None,
+                 lock_timeout_ms: int = 10_000, *, pattern: str | None = None,
+                 key_deserializer: Deserializer | None = None,
+                 value_deserializer: Deserializer | None = None) -> None:
         check_name(group, "group")
-        if isinstance(topics, str):
-            raise TypeError("topics must be a list of topic names, not a str")
-        topic_list = sorted({check_name(t) for t in topics})
-        if not topic_list:
-            raise InvalidConfigError("subscribe to at least one topic")
-        if auto_offset_reset not in ("earliest", "latest"):
-            raise InvalidConfigError(
-                f"auto_offset_reset must be 'earliest' or 'latest', not {auto_offset_reset!r}")
-        if assignor not in ASSIGNORS:
-            raise InvalidConfigError(f"assignor must be one of {ASSIGNORS}, not {assignor!r}")
-        for name, v, lo in (("session_timeout_ms", session_timeout_ms, 10),
-                            ("auto_commit_ms", auto_commit_ms, 1),
-                            ("lock_timeout_ms", lock_timeout_ms, 0)):
-            if v is None and name == "auto_commit_ms":
-                continue
-            check_ms(name, v, lo)
-        for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke)):
-            if cb is not None and not callable(cb):
-                raise TypeError(f"{name} must be callable")
-        if member_id is None:
-            member_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-            member_id = "".join(c if c.isalnum() or c in "._-" else "-" for c in member_id)[:200]
-        check_name(member_id, "member")
-        if member_id.startswith("."):
-            raise InvalidConfigError(f"member id {member_id!r}: names starting with '.' are "
-                                     f"the group's temporary files")
+        topic_list, pattern = args.subscription(topics, pattern)
+        args.settings(auto_offset_reset, assignor, session_timeout_ms, auto_commit_ms,
+                      lock_timeout_ms, {"on_assign": on_assign, "on_revoke": on_revoke,
+                                        "key_deserializer": key_deserializer,
+                                        "value_deserializer": value_deserializer})
+        member_id = args.member_id(member_id)
         self.root = os.path.abspath(os.fspath(root))
         require_dir(self.root, "topic root", create=True)    # a file: NotALogError
         if not os.path.isdir(self.root):
@@ -160,31 +124,27 @@ class Consumer:
             # would otherwise become a new tree of directories
             raise InvalidConfigError(f"{self.root} is not a directory (a root of topics)")
         self.group = group
-        self.topics = topic_list
+        self.pattern = pattern
         self.member_id = member_id
         self._auto_commit_s = None if auto_commit_ms is None else auto_commit_ms / 1000.0
         self._member = m = Membership(
             self.root, group, topic_list, member_id, reset=auto_offset_reset,
             commit_on_revoke=auto_commit_ms is not None, session_ms=session_timeout_ms,
             lock_s=lock_timeout_ms / 1000.0, assignor=assignor, on_assign=on_assign,
-            on_revoke=on_revoke)
+            on_revoke=on_revoke, pattern=pattern)
         # the member's, moved in place here: one attribute lookup from a poll
         self._owned = m.owned
         self._positions = m.positions
         self._seeked = m.seeked
-        # per partition, what the last read returned and nobody took yet: the set's
-        # next offset and its messages
-        self._fetched: dict[TP, tuple[int, Iterator[ConsumerMessage]]] = {}
-        # an error met by a poll that returned what it had read before it: raised by
-        # the next poll (unless the partition went or was seeked)
-        self._pending_error: tuple[TP, Exception] | None = None
+        self._fetcher = Fetcher(m.owned, m.positions, group, key_deserializer,
+                                value_deserializer)
         # the batch an iterator is yielding: (messages, its iterator, epoch), so that
         # commit() and close() count only what it yielded; the epoch moves with every
         # poll that returns messages and every seek
-        self._undelivered: tuple[list[ConsumerMessage], Iterator[ConsumerMessage], int] | None \
-            = None
+        self._undelivered: _Batch | None = None
         self._epoch = 0
-        self._rr = 0
+        # one call at a time: a call from another thread ends a waiting poll at once
+        self._serial = Serial()
         self._closed = False
         self._pid = os.getpid()
         self._forked_from: int | None = None
@@ -205,112 +165,63 @@ class Consumer:
         except SeglogError as e:
             _log.warning("seglog: leaving group %s after a failed start: %s", self.group, e)
 
-    def _forget(self) -> None:
-        """Drop the read-ahead and the waiting error of partitions the member gave up."""
-        dropped = self._member.dropped
-        for tp in dropped:
-            self._fetched.pop(tp, None)
-            if self._pending_error is not None and self._pending_error[0] == tp:
-                self._pending_error = None
-        dropped.clear()
+    @property
+    def topics(self) -> list[str]:
+        """The subscribed topics now, sorted (``subscription()`` as a list)."""
+        return list(self._member.topics)
+
+    def subscription(self) -> set[str]:
+        """The subscribed topics: those given, or those matching ``pattern`` at the
+        member's last look at the group (kafka-python's ``subscription()``)."""
+        return set(self._member.topics)
 
     # -- consuming -----------------------------------------------------------------
     def poll(self, timeout_ms: int = 1000, max_records: int = 500) -> list[ConsumerMessage]:
-        """Messages from owned partitions, up to ``max_records``; waits up to
+        """Messages from owned, unpaused partitions, up to ``max_records``; waits up to
         ``timeout_ms`` for some (0: look once), and returns within it whatever other
         members do. Heartbeats, follows rebalances and auto-commits as it goes.
 
-        A poll that fails (a damaged batch, say) moves no position; one that fails
-        on a partition after reading others returns what it read, and the next poll
-        raises the error."""
-        self._check_open()
+        A poll that fails (a damaged batch, a deserializer's error) moves no position
+        past the message that failed; one that fails on a partition after reading
+        others returns what it read, and the next poll raises the error. A message a
+        deserializer refused is read again by every later poll (which raises again
+        if it fails again) until a ``seek`` moves past it."""
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):
             raise TypeError("timeout_ms must be a number")
         if isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1:
             raise TypeError("max_records must be an int >= 1")
+        with self._serial:
+            self._check_open()
+            return self._poll(timeout_ms, max_records)
+
+    def _poll(self, timeout_ms: float, max_records: int) -> list[ConsumerMessage]:
         self._give_back()
-        if self._pending_error is not None:
-            e = self._pending_error[1]
-            self._pending_error = None
-            raise e
+        fetcher = self._fetcher
+        fetcher.raise_pending()
         member = self._member
         deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
         delay = 0.0005
         while True:
             member.check(min(POLL_LOCK_WAIT_S, max(0.0, deadline - time.monotonic())))
             if member.dropped:
-                self._forget()
+                fetcher.forget(member.dropped)
+                member.dropped.clear()
             member.raise_callback_error()
             if self._auto_commit_s is not None and \
                     time.monotonic() - self._last_commit >= self._auto_commit_s:
                 self._auto_commit()
-            out = self._fetch(max_records)
+            out = fetcher.fetch(max_records)
             if out:
                 self._epoch += 1
                 return out
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or self._serial.calls:
                 return out
-            time.sleep(min(delay, left, member.check_s))
             # back off to 50 ms between looks: an idle member costs well under 1 % of
-            # a core, and new data waits at most that long
+            # a core, and new data waits at most that long; a call from another
+            # thread ends the wait at once
+            self._serial.wake.wait(min(delay, left, member.check_s))
             delay = min(delay * 2, 0.05)
-    def _fetch(self, max_records: int) -> list[ConsumerMessage]:
-        out: list[ConsumerMessage] = []
-        tps = sorted(self._owned)
-        if not tps:
-            return out
-        n = len(tps)
-        start = self._rr % n
-        self._rr += 1
-        # positions and read-ahead change only when the fetch is over, by what it
-        # returns: a fetch interrupted half-way moves nothing
-        moved: dict[TP, int] = {}
-        keep: dict[TP, tuple[int, Iterator[ConsumerMessage]]] = {}
-        error: tuple[TP, Exception] | None = None
-        for i in range(n):
-            tp = tps[(start + i) % n]
-            buffered = self._fetched.pop(tp, None)
-            before = len(out)
-            want = max_records - before
-            try:
-                if buffered is None:
-                    log = self._owned[tp]
-                    pos = self._positions[tp]
-                    try:
-                        ms = log.read(pos, _FETCH_BYTES)
-                    except OffsetOutOfRangeError:
-                        start_off = log.start_offset
-                        _log.warning("seglog: group %s: offset %d of %s-%d was deleted by "
-                                     "retention; resuming at the log start %d", self.group,
-                                     pos, tp[0], tp[1], start_off)
-                        moved[tp] = start_off
-                        continue
-                    if not ms:
-                        continue
-                    buffered = ms.next_offset, ms.iter_as(ConsumerMessage, tp)
-                out += itertools.islice(buffered[1], want)
-            except Exception as e:
-                # damage (or an I/O error) in this partition: what was read before it
-                # is returned, the error waits for the next poll
-                if len(out) > before:
-                    moved[tp] = out[-1][2] + 1
-                error = (tp, e)
-                break
-            if len(out) - before == want:
-                # the rest of what was read waits for the next poll: no read again
-                keep[tp] = buffered
-                moved[tp] = out[-1][2] + 1
-                break
-            # all of it taken: go on after the set (past batches compaction emptied)
-            moved[tp] = max(self._positions[tp], buffered[0])
-        self._positions.update(moved)
-        self._fetched.update(keep)
-        if error is not None:
-            if not out:
-                raise error[1]
-            self._pending_error = error
-        return out
 
     def __iter__(self) -> Iterator[ConsumerMessage]:
         """Messages for ever (until ``close()``), blocking while there are none.
@@ -336,21 +247,51 @@ class Consumer:
             try:
                 yield from it
             finally:
-                if self._undelivered is token:
-                    self._undelivered = None
-                rest = list(it)
-                if rest and not self._closed and self._epoch == token[2]:
-                    self._rewind(rest)
+                self._end_batch(token)
 
-    def _firsts(self, msgs: list[ConsumerMessage]) -> dict[TP, int]:
-        """Per partition, the first offset among ``msgs``."""
-        return {(m[0], m[1]): m[2] for m in reversed(msgs)}
+    async def __aiter__(self) -> AsyncIterator[ConsumerMessage]:
+        """``async for m in consumer``: ``__iter__`` for asyncio. Each poll (at most
+        0.5 s) runs in a worker thread while the event loop awaits it, one at a
+        time; callbacks and deserializers run there too. A task cancelled while a
+        poll is under way loses nothing: what that poll returns goes back to the
+        partitions. ``close()`` (from another task) ends the loop at once."""
+        while not self._closed:
+            try:
+                batch = (await poll_in_thread(self._async_poll, self._async_give_back,
+                                              self._serial))[0]
+            except LogClosedError:
+                if self._closed:
+                    return
+                raise
+            if not batch:
+                continue
+            it = iter(batch)
+            token = (batch, it, self._epoch)
+            self._undelivered = token
+            try:
+                for m in it:
+                    yield m
+            finally:
+                self._end_batch(token)
 
-    def _rewind(self, rest: list[ConsumerMessage]) -> None:
-        for tp, off in self._firsts(rest).items():
-            if tp in self._owned:
-                self._positions[tp] = off
-                self._fetched.pop(tp, None)
+    def _async_poll(self) -> tuple[list[ConsumerMessage], int]:
+        batch = self.poll(timeout_ms=_ASYNC_POLL_MS)
+        return batch, self._epoch
+
+    def _async_give_back(self, polled: tuple[list[ConsumerMessage], int]) -> None:
+        """A poll's messages that nobody received go back (the consumer's lock held)."""
+        batch, epoch = polled
+        if batch and not self._closed and epoch == self._epoch:
+            self._fetcher.rewind(batch)
+
+    def _end_batch(self, token: _Batch) -> None:
+        """An iteration left its batch: what it did not yield goes back."""
+        with self._serial:
+            if self._undelivered is token:
+                self._undelivered = None
+            rest = list(token[1])
+            if rest and not self._closed and self._epoch == token[2]:
+                self._fetcher.rewind(rest)
 
     def _give_back(self) -> None:
         """What an iterator holds back goes back to its partitions (it yields no
@@ -359,7 +300,7 @@ class Consumer:
         if u is not None and u[2] == self._epoch:
             rest = list(u[1])
             if rest:
-                self._rewind(rest)
+                self._fetcher.rewind(rest)
 
     def _delivered(self) -> dict[TP, int]:
         """The positions of the owned partitions, less what an iterator holds back."""
@@ -368,14 +309,39 @@ class Consumer:
         if u is not None and u[2] == self._epoch:
             left = operator.length_hint(u[1])
             if left:
-                for tp, off in self._firsts(u[0][len(u[0]) - left:]).items():
+                for tp, off in _firsts(u[0][len(u[0]) - left:]).items():
                     if tp in out:
                         out[tp] = off
         return out
 
+    # -- pausing -------------------------------------------------------------------
+    def pause(self, *partitions: TP) -> None:
+        """Stop fetching from these owned (topic, partition)s (none given: nothing
+        paused, as kafka-python). They stay owned, polls go on heartbeating, and what
+        was read ahead waits; a partition lost in a rebalance is no longer paused.
+        ``InvalidConfigError`` (nothing paused) if one is not owned."""
+        with self._serial:
+            self._check_open()
+            self._fetcher.paused.update(self._owned_tps(partitions))
+
+    def resume(self, *partitions: TP) -> None:
+        """Fetch again from these paused (topic, partition)s (owned ones: else
+        ``InvalidConfigError``, nothing resumed)."""
+        with self._serial:
+            self._check_open()
+            self._fetcher.paused.difference_update(self._owned_tps(partitions))
+
+    def paused(self) -> set[TP]:
+        """The (topic, partition)s paused now (a new set, as kafka-python's)."""
+        return set(self._fetcher.paused)
+
     # -- offsets -------------------------------------------------------------------
-    def commit(self) -> None:
-        """Durably commit the position (next offset) of every owned partition.
+    def commit(self, offsets: Mapping[TP, int] | None = None) -> None:
+        """Durably commit the position (next offset) of every owned partition, or
+        with ``offsets`` exactly those ``{(topic, partition): offset}`` (owned
+        partitions, int offsets within the log: ``InvalidConfigError``,
+        ``TypeError`` or ``OffsetOutOfRangeError`` before anything is written; a
+        given offset may be below the committed one; positions do not move).
 
         ``CommitFailedError`` if this member no longer owns them in the group's
         current generation (it rejoins at its next poll; nothing is committed).
@@ -383,12 +349,18 @@ class Consumer:
         (nothing is committed; commit again later). A position below the committed
         offset is committed only after a ``seek``.
         """
-        self._check_open()
-        todo = self._delivered()
-        if not todo:
-            return
-        self._member.commit(todo)
-        self._last_commit = time.monotonic()
+        with self._serial:
+            self._check_open()
+            if offsets is not None:
+                todo = args.offsets(offsets, self._owned, self._member.assigned)
+                if todo:
+                    self._member.commit(todo, exact=True)
+                return
+            todo = self._delivered()
+            if not todo:
+                return
+            self._member.commit(todo)
+            self._last_commit = time.monotonic()
 
     def _auto_commit(self) -> None:
         todo = self._delivered()
@@ -400,8 +372,9 @@ class Consumer:
 
     def position(self, topic: str, partition: int) -> int:
         """The next offset this member will return from an owned partition."""
-        self._check_open()
-        return self._delivered()[self._owned_tp(topic, partition)]
+        with self._serial:
+            self._check_open()
+            return self._delivered()[self._owned_tps(((topic, partition),))[0]]
 
     def committed(self, topic: str, partition: int) -> int | None:
         """The group's committed offset of a partition (any owner), None if none."""
@@ -413,28 +386,45 @@ class Consumer:
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Move the position of an owned partition; a later commit may move the
         committed offset back to it."""
-        self._check_open()
-        tp = self._owned_tp(topic, partition)
-        if isinstance(offset, bool) or not isinstance(offset, int):
-            raise TypeError("offset must be an int")
-        log = self._owned[tp]
-        if not log.start_offset <= offset <= log.end_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is outside [{log.start_offset}, {log.end_offset}]")
+        with self._serial:
+            self._check_open()
+            tp = self._owned_tps(((topic, partition),))[0]
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                raise TypeError("offset must be an int")
+            log = self._owned[tp]
+            if not log.start_offset <= offset <= log.end_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is outside [{log.start_offset}, {log.end_offset}]")
+            self._seek({tp: offset})
+
+    def seek_to_beginning(self, *partitions: TP) -> None:
+        """Move these owned (topic, partition)s (none given: every owned one) to
+        their log's start offset now. ``InvalidConfigError`` (nothing moved) if one
+        is not owned."""
+        with self._serial:
+            self._check_open()
+            tps = self._owned_tps(partitions) if partitions else sorted(self._owned)
+            self._seek({tp: self._owned[tp].start_offset for tp in tps})
+
+    def seek_to_end(self, *partitions: TP) -> None:
+        """Move these owned (topic, partition)s (none given: every owned one) to
+        their log's end offset now: only what is appended later is returned.
+        ``InvalidConfigError`` (nothing moved) if one is not owned."""
+        with self._serial:
+            self._check_open()
+            tps = self._owned_tps(partitions) if partitions else sorted(self._owned)
+            self._seek({tp: self._owned[tp].end_offset for tp in tps})
+
+    def _seek(self, where: dict[TP, int]) -> None:
         self._give_back()
         self._epoch += 1
-        self._positions[tp] = offset
-        self._fetched.pop(tp, None)
-        self._seeked.add(tp)
-        if self._pending_error is not None and self._pending_error[0] == tp:
-            self._pending_error = None
+        for tp, offset in where.items():
+            self._positions[tp] = offset
+            self._fetcher.drop(tp)
+            self._seeked.add(tp)
 
-    def _owned_tp(self, topic: str, partition: int) -> TP:
-        tp = (check_name(topic), check_int("partition", partition))
-        if tp not in self._owned:
-            raise InvalidConfigError(f"{topic}-{partition} is not owned by this consumer "
-                                     f"(assignment: {sorted(self._member.assigned)})")
-        return tp
+    def _owned_tps(self, tps: tuple[object, ...]) -> list[TP]:
+        return args.owned_tps(tps, self._owned, self._member.assigned)
 
     def assignment(self) -> frozenset[TP]:
         """The (topic, partition)s the current generation gives this member (what
@@ -444,7 +434,6 @@ class Consumer:
     @property
     def generation(self) -> int:
         return self._member.generation
-
 
     # -- lifecycle -----------------------------------------------------------------
     def _check_open(self) -> None:
@@ -464,6 +453,7 @@ class Consumer:
         if self._forked_from is None:
             self._forked_from = self._pid
         self._pid = os.getpid()
+        self._serial = Serial()     # another thread of the parent may have held it
         self._member.after_fork()
 
     @property
@@ -472,7 +462,9 @@ class Consumer:
 
     def close(self) -> None:
         """Commit (auto-commit on), give the partitions up and leave the group at once:
-        the others rebalance at their next poll, without waiting for a timeout.
+        the others rebalance at their next poll, without waiting for a timeout. A
+        poll waiting in another thread (or ``async for``'s worker) returns at once,
+        and the iteration ends.
 
         The consumer is closed however this ends; ``GroupBusyError`` if the group's
         lock stayed busy for ``lock_timeout_ms``: then nothing was committed (the next
@@ -483,22 +475,24 @@ class Consumer:
         if self._forked_from is not None:
             self._closed = True
             return
-        self._give_back()
-        member = self._member
-        try:
+        with self._serial:
+            if self._closed:
+                return
+            self._give_back()
+            member = self._member
             try:
-                # on_revoke may still commit() what it is given
-                member.leave()
+                try:
+                    # on_revoke may still commit() what it is given
+                    member.leave()
+                finally:
+                    self._closed = True
+                member.exit()
             finally:
-                self._closed = True
-            member.exit()
-        finally:
-            member.close()
-            self._fetched.clear()
-            self._pending_error = None
-            member.dropped.clear()
-            _CONSUMERS.discard(self)
-        member.raise_callback_error()
+                member.close()
+                self._fetcher.clear()
+                member.dropped.clear()
+                _CONSUMERS.discard(self)
+            member.raise_callback_error()
 
     def __enter__(self) -> "Consumer":
         return self

@@ -443,14 +443,14 @@ class Log:
         return _log_reads.repr_html(self._local)
 
     def wait(self, offset: int, timeout: float | None = None) -> bool:
-        """Block until ``end_offset > offset``; True if so, False on timeout.
-
-        ``timeout`` in seconds: None or ``math.inf`` waits for ever, 0 or less looks
-        once; NaN is a ``ValueError``. Readers in other processes poll the files
-        (sub-millisecond at first, backing off to 20 ms). Raises ``LogClosedError``
-        if the log is closed.
-        """
+        """Block until ``end_offset > offset``: True, or False after ``timeout`` seconds (None
+        or ``math.inf``: for ever; 0 or less: look once; NaN: ``ValueError``). Readers in other
+        processes poll the files (0.5 ms backing off to 20 ms). ``LogClosedError`` if closed."""
         return _log_reads.wait(self._local, offset, timeout)
+
+    async def wait_async(self, offset: int, timeout: float | None = None) -> bool:
+        """``wait`` for asyncio: awaits without blocking the event loop (docs/DESIGN.md)."""
+        return await _log_reads.wait_async(self._local, offset, timeout)
 
     # -- retention ---------------------------------------------------------------
     def enforce_retention(self, now_ms: int | None = None) -> list[int]:

@@ -92,6 +92,10 @@ class Producer:
     ``max_buffer_bytes`` bounds the queued record bytes: ``send()`` on a full
     buffer waits up to ``max_block_ms``, then raises ``ProducerTimeoutError``.
     The producer never closes its target; close the producer first.
+
+    asyncio: ``await asyncio.wrap_future(producer.send(...))`` awaits a record
+    without blocking the event loop; cancelling it cancels the record if the
+    writer has not taken it yet (docs/PRODUCER.md has an example).
     """
 
     def __init__(self, target: Log | Topic, linger_ms: int = 5, batch_size: int = 1 << 20,
