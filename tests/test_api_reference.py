@@ -30,12 +30,6 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 SPHINX = ["-m", "sphinx", "-b", "html", "-W", "--keep-going", "-n", "-q"]
 HAS_PYSPARK = importlib.util.find_spec("pyspark") is not None
 
-# Public callables whose docstring is missing today, in files other work is changing
-# at the moment (their docstrings are fixed there). An entry here that gains a
-# docstring fails the test too: remove it then.
-KNOWN_UNDOCUMENTED = {"seglog.Consumer.generation", "seglog.Consumer.closed"}
-
-
 def _callables_of(module: Any, names: list[str]) -> dict[str, Any]:
     """The classes and functions among ``names`` of ``module`` (not constants, not
     typing aliases, not C functions it names), by their public dotted name."""
@@ -154,7 +148,4 @@ def test_every_public_callable_states_its_contract():
             doc = inspect.getdoc(o) or ""
             if len(doc.split()) < 3:        # a sentence, not nothing or a bare word
                 undocumented.add(n)
-    assert not undocumented - KNOWN_UNDOCUMENTED, \
-        f"public callables without a docstring: {sorted(undocumented - KNOWN_UNDOCUMENTED)}"
-    assert not KNOWN_UNDOCUMENTED - undocumented, \
-        f"documented now, remove from KNOWN_UNDOCUMENTED: {sorted(KNOWN_UNDOCUMENTED - undocumented)}"
+    assert not undocumented, f"public callables without a docstring: {sorted(undocumented)}"

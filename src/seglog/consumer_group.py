@@ -433,6 +433,8 @@ class Consumer:
 
     @property
     def generation(self) -> int:
+        """The group generation this member last joined (it moves with every
+        rebalance: a member joining, leaving or expelled, a topic created or grown)."""
         return self._member.generation
 
     # -- lifecycle -----------------------------------------------------------------
@@ -458,6 +460,7 @@ class Consumer:
 
     @property
     def closed(self) -> bool:
+        """True once ``close()`` ran (or a callback closed it)."""
         return self._closed
 
     def close(self) -> None:
