@@ -38,3 +38,29 @@ def test_worker_pool_survives_a_killed_worker_with_every_order_processed(tmp_pat
     assert "SIGKILLed worker-0" in out
     m = re.search(r"results: ([\d,]+) distinct orders of ([\d,]+), (\d+) missing", out)
     assert m and m.group(1) == m.group(2) == "20,000" and m.group(3) == "0", out
+
+
+README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md")
+
+README_RUNNER = r"""
+import re, sys, textwrap
+text = open(sys.argv[1], encoding="utf-8").read()
+for i, block in enumerate(re.findall(r"```python\n(.*?)```", text, re.S)):
+    if "SparkSession" in block:
+        continue                # tests/test_spark.py runs the data source (Java, minutes)
+    print(f"--- block {i}", flush=True)
+    exec(compile(textwrap.dedent(block), f"README block {i}", "exec"), {"__name__": "__main__"})
+print("all blocks ran")
+"""
+
+
+def test_the_readmes_python_blocks_run_in_order(tmp_path):
+    """A new user pastes the README's examples one after another in one directory:
+    each runs against today's API (later blocks use what earlier ones made)."""
+    p = subprocess.run([sys.executable, "-c", README_RUNNER, README], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0 and p.stdout.endswith("all blocks ran\n"), p.stdout + p.stderr
+    out = p.stdout
+    assert "{'orders'}" in out and "{('orders', 0)}" in out       # pattern, pause
+    assert "True\nFalse\n" in out                                  # wait_async
+    assert re.search(r"^8 \d$", out, re.M), out                    # the topic grew to 8
