@@ -145,3 +145,11 @@ def test_window_is_configurable_and_none_switches_it_off(tmp_path):
         log.append(b"x", timestamp=NOW())
     with pytest.raises(InvalidConfigError):
         Log.open(tmp_path / "c", message_timestamp_after_max_ms=-1)
+
+
+def test_a_misspelt_option_is_refused_with_the_name_it_resembles(tmp_path):
+    path = tmp_path / "typo"
+    with pytest.raises(InvalidConfigError,
+                       match=r"segmnt_bytes \(did you mean segment_bytes\?\), zzz$"):
+        Log.open(path, segmnt_bytes=1 << 20, zzz=1)
+    assert not path.exists()        # refused before anything was made

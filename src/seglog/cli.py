@@ -48,8 +48,9 @@ def _version() -> str:
 # -- the parser ------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
-    ap = argparse.ArgumentParser(prog="seglog", description=__doc__.split("\n\n")[0],
-                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=fmt)
+    doc = __doc__.replace("``", "")          # reST literals read as plain text in a terminal
+    ap = argparse.ArgumentParser(prog="seglog", description=doc.split("\n\n")[0],
+                                 epilog=doc.split("\n\n", 1)[1], formatter_class=fmt)
     ap.add_argument("--version", action="version", version=f"seglog {_version()}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

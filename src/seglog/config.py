@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -90,7 +91,11 @@ class LogConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise InvalidConfigError(f"unknown option(s): {', '.join(unknown)}")
+            hints = []
+            for name in unknown:
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                hints.append(f"{name} (did you mean {close[0]}?)" if close else name)
+            raise InvalidConfigError(f"unknown option(s): {', '.join(hints)}")
         return cls(**kwargs)
 
     def __post_init__(self) -> None:
