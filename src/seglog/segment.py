@@ -239,6 +239,13 @@ class Segment:
         """The inode of the ``.log`` file this object reads (the one it first opened)."""
         return self._log.inode()
 
+    def at_path(self) -> bool:
+        """Is the ``.log`` file at its path the one this object read? False once
+        another took its place (compaction; while this object's descriptor was
+        closed, even one that was given the same inode number) or none is there;
+        True if it never opened one."""
+        return self._log.at_path()
+
     def end_live(self) -> list[Callable[[], None]]:
         """Its writer sealed it: read it as a file now; the live views' closers."""
         with self._log.lock:
