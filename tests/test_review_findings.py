@@ -66,3 +66,62 @@ def test_a_reader_tells_a_new_file_that_took_its_closed_files_inode_number(tmp_p
             assert {k: (o, v) for o, k, v in got} == latest
             offsets = [o for o, _, _ in got]
             assert offsets == sorted(set(offsets)) and set(got) <= set(everything)
+
+
+def _pipe_fill(fd: int) -> int:
+    buf = bytearray(4)
+    fcntl.ioctl(fd, termios.FIONREAD, buf)
+    return int.from_bytes(buf, "little")
+
+
+def test_a_stalled_sendfile_blocks_no_reader(tmp_path):
+    """``MessageSet.write_to`` a pipe nobody drains blocks inside ``sendfile`` on
+    an old segment's file. Other threads then read enough other segments that the
+    log closes its idle files, the oldest first (that one): they must not wait for
+    the stalled send (the writer's roll would wait there too, holding the append
+    lock)."""
+    path = str(tmp_path / "s")
+    with Log.open(path, segment_bytes=128 << 10, flush_ms=None) as log:
+        for i in range(1200):
+            log.append(b"%06d" % i + b"s" * 1000)
+    with Log.open(path, flush_ms=None) as log:
+        segs = log.segments
+        assert len(segs) >= 9
+        ms = log.read(0, 1 << 20)               # segment 0's batches: > a pipe's 64 KiB
+        assert ms.size_in_bytes > 100 << 10
+        r, w = os.pipe()
+        sent: list[int] = []
+        sender = threading.Thread(target=lambda: sent.append(ms.write_to(w)))
+        sender.start()
+        try:
+            deadline = time.monotonic() + 10
+            while _pipe_fill(r) < 16 << 10:      # the sender is inside sendfile, stalled
+                assert time.monotonic() < deadline, "the sender never started"
+                time.sleep(0.001)
+            done = threading.Event()
+            errors: list[BaseException] = []
+
+            def read_others() -> None:
+                try:
+                    for seg in segs[1:9]:
+                        assert log.read(seg.base_offset, 100).first_offset == seg.base_offset
+                except BaseException as e:      # reported below
+                    errors.append(e)
+                done.set()
+
+            reader = threading.Thread(target=read_others)
+            reader.start()
+            blocked = not done.wait(10)
+        finally:
+            got = bytearray()
+            while len(got) < ms.size_in_bytes:  # drain: the sender finishes
+                got += os.read(r, 1 << 16)
+            sender.join(10)
+            reader.join(10)
+            os.close(r)
+            os.close(w)
+        assert not blocked, "reads waited for a stalled sendfile on another segment"
+        assert not errors, errors
+        assert sent == [ms.size_in_bytes]
+        with open(segs[0].path, "rb") as f:
+            assert bytes(got) == f.read(ms.size_in_bytes)     # what the set holds

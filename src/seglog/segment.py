@@ -472,6 +472,19 @@ class Segment:
         finally:
             self._release_files()
 
+    def close_if_unused(self) -> bool:
+        """Close the files of this sealed segment (idle in its log), unless a thread
+        is using them now (a ``sendfile``, an index load: it holds their lock); then
+        close nothing and return False, never waiting for it."""
+        lock = self._log.lock
+        if not lock.acquire(blocking=False):
+            return False
+        try:
+            self._release_files()
+        finally:
+            lock.release()
+        return True
+
     def _release_files(self, trim: bool = True) -> None:
         with self._log.lock:
             self._unmap()
