@@ -125,3 +125,25 @@ def test_a_stalled_sendfile_blocks_no_reader(tmp_path):
         assert sent == [ms.size_in_bytes]
         with open(segs[0].path, "rb") as f:
             assert bytes(got) == f.read(ms.size_in_bytes)     # what the set holds
+
+
+def test_walking_a_segment_survives_its_file_closed_as_idle(tmp_path):
+    """A tool walks the batches of ``log.segments[0]`` and, between two batches,
+    reads other segments through the log, which closes the idle files of the
+    oldest-opened segments (the walked one) and opens others (one may take the
+    closed descriptor's number). The walk must go on in its own segment's file:
+    every batch it yields is one of that segment, in order."""
+    path = str(tmp_path / "w")
+    with Log.open(path, segment_bytes=200 << 10, flush_ms=None) as log:
+        for i in range(2000):
+            log.append(b"%06d" % i + b"b" * 1000)
+    with Log.open(path, flush_ms=None) as log:
+        segs = log.segments
+        assert len(segs) >= 9
+        first = segs[0]
+        walk = first.batches()
+        bases = [next(walk)[1][codec.H_BASE]]
+        for seg in segs[1:9]:                   # opens 8 others: the first is closed
+            log.read(seg.base_offset, 100)
+        bases += [hdr[codec.H_BASE] for _, hdr in walk]
+        assert bases == list(range(first.base_offset, segs[1].base_offset))
