@@ -147,3 +147,30 @@ def test_walking_a_segment_survives_its_file_closed_as_idle(tmp_path):
             log.read(seg.base_offset, 100)
         bases += [hdr[codec.H_BASE] for _, hdr in walk]
         assert bases == list(range(first.base_offset, segs[1].base_offset))
+
+
+def test_wait_async_is_served_while_every_worker_waits_on_another_log(tmp_path, monkeypatch):
+    """Each log's async waiters are served by a worker of a bounded pool (128
+    threads; two here). Logs awaited and idle must not hold every worker for as
+    long as they stay idle: a wait on a log that grows returns."""
+    monkeypatch.setattr(_aio, "_pool", ThreadPoolExecutor(2, thread_name_prefix="review"))
+    logs = [Log.open(str(tmp_path / f"l{i}"), flush_ms=None) for i in range(3)]
+    try:
+        async def main() -> bool:
+            idle = [asyncio.create_task(lg.wait_async(0)) for lg in logs[:2]]
+            await asyncio.sleep(0.05)            # their workers run, both waiting
+            busy = asyncio.create_task(logs[2].wait_async(0))
+            await asyncio.sleep(0.05)
+            logs[2].append(b"grown")
+            try:
+                return await asyncio.wait_for(busy, 5)
+            finally:
+                for t in idle:
+                    t.cancel()
+                await asyncio.gather(*idle, return_exceptions=True)
+
+        assert asyncio.run(main()) is True
+    finally:
+        for lg in logs:
+            lg.close()
+        _aio.pool().shutdown(wait=True)
