@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import subprocess
+import sys
 import termios
+import textwrap
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -174,3 +177,47 @@ def test_wait_async_is_served_while_every_worker_waits_on_another_log(tmp_path, 
         for lg in logs:
             lg.close()
         _aio.pool().shutdown(wait=True)
+
+
+MAINTENANCE_CHILD = textwrap.dedent("""
+    import resource, sys, time, seglog
+    path, what = sys.argv[1:]
+    old = int(time.time() * 1000) - 10 * 86400_000
+    opts = dict(segment_bytes=1024, flush_ms=None, retention_ms=None, cleanup_policy="compact")
+    with seglog.Log.open(path, **opts) as log:      # 120 segments
+        for i in range(120):
+            log.append_batch([seglog.Record(b"m%d-%d" % (i, j) + b"q" * 200, key=b"k%d" % i,
+                                            timestamp=old + i) for j in range(3)])
+        n = len(log.segments)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    if what == "compact":
+        with seglog.Log.open(path, **opts) as log:
+            st = log.compact()
+            latest = {m.key: m.value for m in log.iter()}
+            assert latest == {b"k%d" % i: b"m%d-2" % i + b"q" * 200 for i in range(120)}
+            print(n, st.segments_before, len(log.segments), len(latest))
+    else:
+        opts.update(retention_ms=86400_000, cleanup_policy="delete")
+        with seglog.Log.open(path, **opts) as log:
+            print(n, len(log.enforce_retention()), len(log.segments), len(log))
+""")
+
+
+@pytest.mark.parametrize("what", ["compact", "retention"])
+def test_a_maintenance_pass_over_hundreds_of_segments_holds_few_descriptors(tmp_path, what):
+    """RLIMIT_NOFILE 64: a compaction pass over 120 sealed segments, and a retention
+    pass over 120 expired ones of a reopened log (their largest timestamps read from
+    their files), each counted as one read in flight for the whole pass, kept every
+    file it touched open (three descriptors a segment): EMFILE, and the log
+    poisoned. Counted segment by segment, the log closes idle files between them."""
+    p = subprocess.run([sys.executable, "-c", MAINTENANCE_CHILD, str(tmp_path / "log"), what],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    n, done, left, messages = map(int, p.stdout.split())
+    assert n >= 120
+    if what == "compact":
+        # every sealed segment cleaned, the latest record of every key kept (checked
+        # by the child), in fewer segments
+        assert done == n - 1 and left < n / 2 and messages == 120, p.stdout
+    else:
+        assert done == n - 1 and left == 1 and messages == 3, p.stdout
