@@ -221,3 +221,33 @@ def test_a_maintenance_pass_over_hundreds_of_segments_holds_few_descriptors(tmp_
         assert done == n - 1 and left < n / 2 and messages == 120, p.stdout
     else:
         assert done == n - 1 and left == 1 and messages == 3, p.stdout
+
+
+LOOK_CHILD = textwrap.dedent("""
+    import resource, sys, time, seglog
+    path = sys.argv[1]
+    t0 = int(time.time() * 1000) - 3600_000
+    with seglog.Log.open(path, segment_bytes=1024, flush_ms=None,
+                         cleanup_policy="compact") as log:      # 120 segments
+        for i in range(120):
+            log.append_batch([seglog.Record(b"m%d-" % i + b"q" * 200, key=b"k%d" % i,
+                                            timestamp=t0 + i)] * 3)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    with seglog.Log.open(path, readonly=True) as reader:
+        st = reader.stats()
+        html = reader._repr_html_()
+        print(st["segments"], st["messages"], st["newest_timestamp"] - t0,
+              reader.offset_for_time(t0 + 119), "seglog.Log" in html)
+""")
+
+
+def test_a_readers_stats_and_time_lookup_over_hundreds_of_segments_hold_few_descriptors(
+        tmp_path):
+    """RLIMIT_NOFILE 64, a reader of a log of 120 segments it never read: ``stats()``
+    (and the notebook view) measure every segment, ``offset_for_time`` of a late
+    timestamp looks at every segment's time index. Each was one read in flight for
+    all segments, so every file it opened stayed open: EMFILE (a bare OSError)."""
+    p = subprocess.run([sys.executable, "-c", LOOK_CHILD, str(tmp_path / "log")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["120", "360", "119", "357", "True"], p.stdout
