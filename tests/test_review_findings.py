@@ -251,3 +251,40 @@ def test_a_readers_stats_and_time_lookup_over_hundreds_of_segments_hold_few_desc
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["120", "360", "119", "357", "True"], p.stdout
+
+
+def test_a_segment_retention_deletes_while_it_is_reopened_is_gone_not_vanished(
+        tmp_path, monkeypatch):
+    """An iteration holds a segment between two chunks while the log closes its idle
+    files; retention deletes the segment just as the iteration opens its file again
+    (after checking the segment was not retired, before the open: made here by
+    running the pass at that instant). The iteration must say its offset was
+    deleted by retention (``OffsetOutOfRangeError``), not that a file of the log
+    vanished behind the writer's back (``CorruptRecordError``)."""
+    import io as real_io
+    import types
+    from seglog import OffsetOutOfRangeError, _segment_file
+    path = str(tmp_path / "r")
+    with Log.open(path, segment_bytes=2 << 20, flush_ms=None, file_delete_delay_ms=0,
+                  retention_ms=None, retention_bytes=1) as log:
+        for i in range(20000):
+            log.append(b"%06d" % i + b"r" * 1000)
+        segs = log.segments
+        assert len(segs) >= 9
+        it = log.iter(0)
+        assert next(it).offset == 0            # one chunk of segment 0 read
+        for seg in segs[1:9]:                   # segment 0's files closed as idle
+            log.read(seg.base_offset, 100)
+        first = segs[0].path
+        fired = []
+
+        def file_io(p, *a, **kw):
+            if p == first and not fired:
+                fired.append(p)
+                log.enforce_retention()         # at this instant, in another thread
+            return real_io.FileIO(p, *a, **kw)
+        monkeypatch.setattr(_segment_file, "io", types.SimpleNamespace(FileIO=file_io))
+        with pytest.raises(OffsetOutOfRangeError):
+            for _ in it:
+                pass
+        assert fired and log.start_offset > 0

@@ -76,7 +76,14 @@ class SegmentFile:
             with self.lock:
                 self.check_present()
                 if self.fio is None:
-                    self.fio = self._checked(io.FileIO(self.path, "r"))
+                    try:
+                        f = io.FileIO(self.path, "r")
+                    except FileNotFoundError:
+                        # retired since the check (retention renames or removes the
+                        # files after retiring it): gone, not vanished
+                        self.check_present()
+                        raise
+                    self.fio = self._checked(f)
                     self.opened()
                 f = self.fio
         return f
