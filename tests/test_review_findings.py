@@ -2,7 +2,9 @@
 and topic growth found missing, each pinned by the test that showed it: a file
 whose inode number another file took, a stalled ``sendfile``, a ``Segment``
 walked while its descriptor is closed as idle, async waits beyond the worker
-pool. Every wait has a deadline."""
+pool, maintenance passes and a reader's looks over hundreds of segments under a
+small descriptor limit, a segment retention deletes as a reader reopens it.
+Every wait has a deadline."""
 
 from __future__ import annotations
 
