@@ -6,9 +6,11 @@ them (``Log.wait_async``, ``async for`` over a ``Consumer``).
   that long waits never hold the threads of the loop's default executor (the
   application's ``asyncio.to_thread`` calls); threads are made on demand.
 * ``Waiters``: the async waiters of one log, served by one worker at a time: it
-  waits for the log to grow in steps of at most ``STEP_S`` and resolves every
-  waiter whose offset the end passed. A waiter that is cancelled or times out
-  leaves at once; the worker ends within one step once nobody waits.
+  waits for the log to grow in steps of at most ``STEP_S``, resolves every
+  waiter whose offset the end passed, and queues its next step in the pool (so
+  that logs awaited beyond the pool's size all get steps). A waiter that is
+  cancelled or times out leaves at once; the worker ends within one step once
+  nobody waits.
 * ``poll_in_thread``: a poll run in a worker such that what it returns after its
   awaiting task was cancelled is given back, never lost.
 * ``Serial``: one call at a time on an object used from several threads (the event
@@ -106,30 +108,39 @@ class Waiters:
             self._items = [i for i in self._items if i[2] is not fut]
 
     def _serve(self) -> None:
-        while True:
-            with self._lock:
-                if not self._items:
-                    self._serving = False
-                    return
-                lowest = min(i[0] for i in self._items)
-            try:
-                # any growth wakes it (a waiter for a lower offset may have come
-                # since), and a waiter the end already passed returns at once
-                self._wait(min(lowest, self._end()), STEP_S)
-                end = self._end()
-            except BaseException as e:
-                with self._lock:
-                    items, self._items = self._items, []
-                    self._serving = False
-                for _, loop, fut in items:
-                    _resolve(loop, fut, e)
+        """One step; then the pool again: a log whose waiters stay unresolved must
+        not keep a worker for as long (other logs' steps queue for one)."""
+        with self._lock:
+            if not self._items:
+                self._serving = False
                 return
-            with self._lock:
-                done = [i for i in self._items if end > i[0]]
-                if done:
-                    self._items = [i for i in self._items if end <= i[0]]
-            for _, loop, fut in done:
-                _resolve(loop, fut, True)
+            lowest = min(i[0] for i in self._items)
+        try:
+            # any growth wakes it (a waiter for a lower offset may have come since),
+            # and a waiter the end already passed returns at once
+            self._wait(min(lowest, self._end()), STEP_S)
+            end = self._end()
+        except BaseException as e:
+            self._fail(e)
+            return
+        with self._lock:
+            done = [i for i in self._items if end > i[0]]
+            if done:
+                self._items = [i for i in self._items if end <= i[0]]
+        for _, loop, fut in done:
+            _resolve(loop, fut, True)
+        try:
+            pool().submit(self._serve)
+        except BaseException as e:      # the interpreter is shutting down
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        """What the wait raised goes to every waiter; the worker ends."""
+        with self._lock:
+            items, self._items = self._items, []
+            self._serving = False
+        for _, loop, fut in items:
+            _resolve(loop, fut, e)
 
 
 class Serial:

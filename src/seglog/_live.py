@@ -43,14 +43,10 @@ def relist(directory: str, segs: tuple[Segment, ...], max_index_bytes: int
         s = known.get(b)
         if s is not None and s.retired:
             s = None
-        if s is not None and s.opened:
-            try:
-                if os.stat(s.path).st_ino != s.inode:
-                    # compaction replaced it; or (a live one) a multi-writer that died
-                    # inside a roll had made it, and the next removed it and made it anew
-                    s = None
-            except FileNotFoundError:
-                s = None
+        if s is not None and not s.at_path():
+            # compaction replaced it; or (a live one) a multi-writer that died inside a
+            # roll had made it, and the next removed it and made it anew
+            s = None
         if s is None:
             s = Segment(directory, b, max_index_bytes=max_index_bytes)
         new.append(s)

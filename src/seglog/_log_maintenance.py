@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable, ContextManager, Iterator
 
 from . import _platform
 from ._files import CLEANED, LOG_START, MAINTENANCE_LOCK, SWAP, fsync_dir, remove, write_checkpoint
@@ -20,12 +20,35 @@ from .cleaner import CompactionStats, compact, resolve_interrupted
 from .errors import SeglogError, StorageError
 from .local_log import LocalLog
 from .retention import DelayedDeletes, expired_prefix
+from .segment import Segment
 
 _log = logging.getLogger("seglog")
 
 
 _Check = Callable[[], None]
 _Fail = Callable[[BaseException], StorageError]
+
+
+class _Measured:
+    """A segment's size and largest timestamp as retention asks for them, each read
+    counted in flight on its own: not the whole pass, so that a pass over thousands
+    of segments (an old log reopened) holds a few files open, not all of them."""
+
+    __slots__ = ("_seg", "_reading")
+
+    def __init__(self, seg: Segment, reading: Callable[[], ContextManager[object]]) -> None:
+        self._seg = seg
+        self._reading = reading
+
+    @property
+    def size(self) -> int:
+        with self._reading():
+            return self._seg.size
+
+    @property
+    def max_timestamp(self) -> int:
+        with self._reading():
+            return self._seg.max_timestamp
 
 
 class Maintenance:
@@ -69,8 +92,7 @@ class Maintenance:
             check()
             if not mine:
                 return []
-            with self._reading():
-                return self._enforce(now_ms)
+            return self._enforce(now_ms)
 
     def _enforce(self, now_ms: int) -> list[int]:
         local = self._local
@@ -79,7 +101,8 @@ class Maintenance:
         segs = local.segs
         m = local.metrics
         m.retention_runs += 1
-        n = expired_prefix(segs, now_ms, cfg.retention_ms, cfg.retention_bytes)
+        n = expired_prefix([_Measured(s, self._reading) for s in segs], now_ms,
+                           cfg.retention_ms, cfg.retention_bytes)
         if not n:
             return []
         new_start = segs[n].base_offset
@@ -98,13 +121,14 @@ class Maintenance:
             check()
             if not mine:
                 return CompactionStats(skipped="another writer process runs a maintenance pass")
-            with self._reading():
-                try:
-                    st = compact(local.path, local.segs[:-1], local.start, local.config,
-                                 local.replace, now_ms)
-                except BaseException:
-                    local.open_segs.freeze()
-                    raise
+            try:
+                # each segment read counts as a read in flight on its own (not the
+                # whole pass: idle files close between segments)
+                st = compact(local.path, local.segs[:-1], local.start, local.config,
+                             local.replace, now_ms, self._compacting)
+            except BaseException:
+                local.open_segs.freeze()
+                raise
             if st.skipped is None:
                 local.metrics.compaction_runs += 1
                 local.metrics.compaction_bytes_saved += st.bytes_before - st.bytes_after
@@ -117,6 +141,20 @@ class Maintenance:
         self._local.enter()
         try:
             yield
+        finally:
+            self._local.leave()
+
+    @contextmanager
+    def _compacting(self) -> Iterator[None]:
+        """``_reading`` for the cleaner: a failure inside (after a swap on disk, the
+        list may still name the files it replaced) stops the closing of idle files
+        before this read stops counting."""
+        self._local.enter()
+        try:
+            yield
+        except BaseException:
+            self._local.open_segs.freeze()
+            raise
         finally:
             self._local.leave()
 

@@ -17,6 +17,7 @@ import threading
 import time
 import weakref
 from bisect import bisect_right
+from contextlib import contextmanager
 from itertools import chain
 from operator import attrgetter
 from typing import Any, Callable, Iterator, TypeVar
@@ -197,20 +198,29 @@ def stats(local: LocalLog) -> dict[str, Any]:
 def _settled(local: LocalLog, look: Callable[[], _T]) -> _T:
     """``look()`` over the current segments, again over the new list when
     retention or compaction retired a segment under it (a bounded number of
-    times: ``_unsettled`` past that)."""
+    times: ``_unsettled`` past that). ``look`` counts its reads in flight itself,
+    segment by segment (``_reading``)."""
+    for _ in range(_RELOCATIONS):
+        if local.follows:
+            local.refresh()
+        try:
+            return look()
+        except (SegmentGoneError, FileNotFoundError) as e:
+            try:
+                _look_again(local, local.start, e)
+            except OffsetOutOfRangeError:
+                pass
+    raise _unsettled(local)
+
+
+@contextmanager
+def _reading(local: LocalLog) -> Iterator[None]:
+    """One read in flight: of one segment (or two neighbours) of a look over many,
+    never of all of them at once, so that the log closes idle files in between
+    (a log of thousands of segments would otherwise hold all their files)."""
     local.enter()
     try:
-        for _ in range(_RELOCATIONS):
-            if local.follows:
-                local.refresh()
-            try:
-                return look()
-            except (SegmentGoneError, FileNotFoundError) as e:
-                try:
-                    _look_again(local, local.start, e)
-                except OffsetOutOfRangeError:
-                    pass
-        raise _unsettled(local)
+        yield
     finally:
         local.leave()
 
@@ -221,7 +231,12 @@ def _stats(local: LocalLog, count: bool = True) -> dict[str, Any]:
     else:
         start, end = local.start, local.end
         n = end - start
-    return _notebook.log_stats(local.path, start, end, n if count else None, local.segs,
+    segs = local.segs
+    for seg in segs:
+        with _reading(local):        # measured here, read from memory below
+            if seg.size:
+                seg.max_timestamp
+    return _notebook.log_stats(local.path, start, end, n if count else None, segs,
                                local.readonly)
 
 
@@ -394,29 +409,39 @@ def _offset_for_time(local: LocalLog, ts: int) -> int | None:
     lo = local.start
     segs = local.segs
     for j, seg in enumerate(segs):
-        if seg.max_timestamp < ts or not seg.size:
+        with _reading(local):
+            found = _offset_in(segs, j, seg, lo, ts)
+        if found is not None:
+            return found
+    return None
+
+
+def _offset_in(segs: tuple[Segment, ...], j: int, seg: Segment, lo: int, ts: int
+               ) -> int | None:
+    """``_offset_for_time`` in the ``j``-th segment ``seg`` of ``segs``."""
+    if seg.max_timestamp < ts or not seg.size:
+        return None
+    entry = seg.time_index.lookup(ts)
+    ix_off, pos = seg.index.lookup(entry[1]) if entry is not None else (seg.base_offset, 0)
+    end = seg.size
+    covered = ix_off
+    for p, hdr in seg.batches(pos, end):
+        covered = codec.last_offset(hdr) + 1
+        if hdr[codec.H_MAX_TS] < ts or covered <= lo:
             continue
-        entry = seg.time_index.lookup(ts)
-        ix_off, pos = seg.index.lookup(entry[1]) if entry is not None else (seg.base_offset, 0)
-        end = seg.size
-        covered = ix_off
-        for p, hdr in seg.batches(pos, end):
-            covered = codec.last_offset(hdr) + 1
-            if hdr[codec.H_MAX_TS] < ts or covered <= lo:
-                continue
-            ms = seg.read_at(p, lo, 1, end)
-            for m in ms:
-                if m[1] >= ts:
-                    if j and segs[j - 1].base_offset >= lo:
-                        # the answer may have been in records missing from the end
-                        # of the segment before (timestamps mostly ascend)
-                        prev = segs[j - 1]
-                        _check_covers(prev, _end_offset(prev), seg.base_offset, prev.size)
-                    return m[0]
-        if j + 1 < len(segs):
-            # walked to the end of a segment whose records reach ts: it must end
-            # where the next begins, or the answer may be in what is missing
-            _check_covers(seg, covered, segs[j + 1].base_offset, end)
+        ms = seg.read_at(p, lo, 1, end)
+        for m in ms:
+            if m[1] >= ts:
+                if j and segs[j - 1].base_offset >= lo:
+                    # the answer may have been in records missing from the end
+                    # of the segment before (timestamps mostly ascend)
+                    prev = segs[j - 1]
+                    _check_covers(prev, _end_offset(prev), seg.base_offset, prev.size)
+                return m[0]
+    if j + 1 < len(segs):
+        # walked to the end of a segment whose records reach ts: it must end
+        # where the next begins, or the answer may be in what is missing
+        _check_covers(seg, covered, segs[j + 1].base_offset, end)
     return None
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from . import codec
 from ._files import remove
@@ -33,11 +33,13 @@ class Damage(CorruptRecordError):
         self.reason = reason
 
 
-def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: bool = False,
-         chunk: int = CHUNK, to_damage: bool = False
+def walk(fd: int | Callable[[], int], start: int, end: int, *, expect: int | None = None,
+         check: bool = False, chunk: int = CHUNK, to_damage: bool = False
          ) -> Iterator[tuple[bytes, int, int, codec.BatchHeader]]:
     """(buffer, position in it, the buffer's file position, header) of each whole
-    batch in the file ``fd`` from position ``start`` (a batch start) to ``end``.
+    batch in the file ``fd`` from position ``start`` (a batch start) to ``end``
+    (``fd`` a callable: asked for the descriptor at each read, for a walk that
+    may be left waiting while its file is closed and opened again).
 
     The file is read in ``chunk``-sized ``pread``s; a batch larger than a chunk is
     read whole. Framing is checked, and offsets: each batch starts where the last
@@ -49,9 +51,13 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
     """
     pos = start
     header_size = codec.HEADER_SIZE
+    get = fd if callable(fd) else None
+    f = -1 if callable(fd) else fd
     while pos < end:
+        if get is not None:
+            f = get()
         want = min(chunk, end - pos)
-        buf = os.pread(fd, want, pos)
+        buf = os.pread(f, want, pos)
         n = len(buf)
         if n < want and not to_damage:
             raise Damage("short", f"the file ends at {pos + n}, before the {end} bytes "
@@ -77,7 +83,7 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
                 # a chunk smaller than a header: read the header alone
                 if end - pos < header_size:
                     raise Damage("partial", "partial batch header inside the data", pos)
-                buf = os.pread(fd, header_size, pos)
+                buf = os.pread(f, header_size, pos)
                 if len(buf) < header_size:
                     raise Damage("short", "the file ends inside a batch header (cut back?)",
                                  pos + len(buf))
@@ -89,7 +95,7 @@ def walk(fd: int, start: int, end: int, *, expect: int | None = None, check: boo
             size = codec.LENGTH_END + hdr[codec.H_LENGTH]
             if pos + size > end:
                 raise Damage("partial", "batch runs past the end of the data", pos, hdr[codec.H_BASE])
-            big = os.pread(fd, size, pos)
+            big = os.pread(f, size, pos)
             if len(big) < size:
                 raise Damage("short", "the file ends inside a batch (cut back?)",
                              pos + len(big), hdr[codec.H_BASE])

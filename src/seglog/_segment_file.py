@@ -16,6 +16,16 @@ from typing import Callable
 from ._files import fsync_file
 from .errors import OffsetOutOfRangeError
 
+Stamp = tuple[int, int, int, int]
+_UNKNOWN: Stamp = (-1, -1, -1, -1)
+
+
+def _stamp(st: os.stat_result) -> Stamp:
+    # a file made under a freed inode number (ext4 gives one to the next file it
+    # creates) differs from the old one in its size or the time its bytes were
+    # written; not in the change time, which a hard link or chmod moves too
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
 
 class SegmentGoneError(OffsetOutOfRangeError):
     """The segment was deleted by retention, replaced by compaction or closed with its
@@ -38,6 +48,10 @@ class SegmentFile:
         # the file first opened (device, inode): a reopen after ``close`` must find
         # the same file at the path, not one compaction renamed in since
         self.identity: tuple[int, int] | None = None
+        # the file as it was when ``close`` let go of it: once no descriptor holds
+        # the inode, its number may be given to another file, so a reopen (or a
+        # re-listing) compares this, not the number alone
+        self.closed_as: Stamp | None = None
         # called (holding ``lock``) after each lazy open: its log counts open files
         self.on_open: Callable[[], None] | None = None
 
@@ -62,7 +76,14 @@ class SegmentFile:
             with self.lock:
                 self.check_present()
                 if self.fio is None:
-                    self.fio = self._checked(io.FileIO(self.path, "r"))
+                    try:
+                        f = io.FileIO(self.path, "r")
+                    except FileNotFoundError:
+                        # retired since the check (retention renames or removes the
+                        # files after retiring it): gone, not vanished
+                        self.check_present()
+                        raise
+                    self.fio = self._checked(f)
                     self.opened()
                 f = self.fio
         return f
@@ -79,15 +100,32 @@ class SegmentFile:
         if self.on_open is not None:
             self.on_open()
 
+    def at_path(self) -> bool:
+        """Is the file at the path the one this object read (True if it never opened
+        it; False if the path is gone)?"""
+        if self.identity is None:
+            return True
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        if (st.st_dev, st.st_ino) != self.identity:
+            return False
+        if self.fio is not None:
+            return True         # held open: nothing else can have its inode number
+        return self.closed_as is not None and _stamp(st) == self.closed_as
+
     def _checked(self, f: io.FileIO) -> io.FileIO:
         st = os.fstat(f.fileno())
         identity = st.st_dev, st.st_ino
         if self.identity is None:
             self.identity = identity
-        elif identity != self.identity:
+        elif identity != self.identity or (self.closed_as is not None
+                                           and _stamp(st) != self.closed_as):
             f.close()
             self.retire("replaced on disk (by compaction) while its files were closed")
             self.check_present()
+        self.closed_as = None
         return f
 
     def open_for_writing(self) -> io.FileIO:
@@ -112,9 +150,14 @@ class SegmentFile:
     def close(self) -> None:
         """Close the descriptor (the caller holds ``lock``); a later use reopens it
         (the same file) unless the segment is retired."""
-        if self.fio is not None:
-            self.fio.close()
+        f = self.fio
+        if f is not None:
+            try:
+                self.closed_as = _stamp(os.fstat(f.fileno()))
+            except OSError:
+                self.closed_as = _UNKNOWN   # a reopen takes it for another file
             self.fio = None
+            f.close()
 
     def retire(self, why: str) -> None:
         """From now on uses raise ``SegmentGoneError`` naming ``why``."""

@@ -35,7 +35,10 @@ def batches(seg: Any, start: int = 0, end: int | None = None, expect: int | None
     """
     end = seg.size if end is None else end
     try:
-        for _, p, filepos, hdr in _scan.walk(seg.fileno(), start, end, expect=expect,
+        # the descriptor asked for at each read: the caller may hold this generator
+        # while the log closes the segment's idle files (and another file takes the
+        # number), then go on
+        for _, p, filepos, hdr in _scan.walk(seg.fileno, start, end, expect=expect,
                                              chunk=_SCAN_CHUNK):
             yield filepos + p, hdr
     except CorruptRecordError as e:

@@ -264,13 +264,7 @@ def follow(directory: str, segs: tuple[Segment, ...], shared: Shared, capacity: 
 
 def _replaced(seg: Segment) -> bool:
     """Compaction swapped another file in under this sealed segment's name."""
-    if not seg.opened:
-        return False
-    try:
-        ino: int = seg.inode
-        return os.stat(seg.path).st_ino != ino
-    except FileNotFoundError:
-        return True
+    return not seg.at_path()
 
 
 def stray_segments(directory: str, active: int) -> list[int]:

@@ -28,8 +28,9 @@ from __future__ import annotations
 import os
 import time
 from array import array
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, ContextManager, Iterator, Sequence
 
 import xxhash
 
@@ -40,6 +41,9 @@ from .config import LogConfig
 from .errors import CorruptRecordError
 from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex
 from .segment import Segment
+
+# what the caller holds around each use of a segment's files (a read in flight)
+_Reading = Callable[[], ContextManager[object]]
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 # the earliest delete horizon of a tombstone kept in cleaned segments: a pass is due
@@ -178,8 +182,10 @@ def _batches(seg: Segment) -> Iterator[tuple[bytes, int, codec.BatchHeader]]:
                                  e.offset) from None
 
 
-def build_map(segs: list[Segment], first_dirty: int, omap: OffsetMap) -> tuple[int, int]:
-    """Map the keys of ``segs`` from ``first_dirty`` on; return (dirty end, records read).
+def build_map(segs: list[Segment], first_dirty: int, omap: OffsetMap,
+              reading: _Reading = nullcontext) -> tuple[int, int]:
+    """Map the keys of ``segs`` from ``first_dirty`` on; return (dirty end, records read),
+    each segment read inside ``reading()``.
 
     Stops at the start of the first segment that does not fit in the map: only
     whole segments count as mapped (the map may hold some of that segment's keys,
@@ -188,16 +194,17 @@ def build_map(segs: list[Segment], first_dirty: int, omap: OffsetMap) -> tuple[i
     end = first_dirty
     read = 0
     for seg in segs:
-        for buf, p, hdr in _batches(seg):
-            if codec.last_offset(hdr) < first_dirty:
-                continue
-            if not hdr[codec.H_ATTRS] & codec.F_KEYS:
-                read += hdr[codec.H_COUNT]
-                continue
-            for m in codec.decode_batch(buf, p, hdr):
-                read += 1
-                if m[0] >= first_dirty and m[2] is not None and not omap.put(m[2], m[0]):
-                    return end, read
+        with reading():
+            for buf, p, hdr in _batches(seg):
+                if codec.last_offset(hdr) < first_dirty:
+                    continue
+                if not hdr[codec.H_ATTRS] & codec.F_KEYS:
+                    read += hdr[codec.H_COUNT]
+                    continue
+                for m in codec.decode_batch(buf, p, hdr):
+                    read += 1
+                    if m[0] >= first_dirty and m[2] is not None and not omap.put(m[2], m[0]):
+                        return end, read
         end = seg.next_offset if seg.next_offset is not None else end
     return end, read
 
@@ -303,44 +310,47 @@ _EMPTY_BATCH_BYTES = len(_empty_batch(0, 1, 0))
 
 
 def _clean_segment(directory: str, cfg: LogConfig, seg: Segment, omap: OffsetMap,
-                   now: int, stats: CompactionStats) -> _Writer:
+                   now: int, stats: CompactionStats, reading: _Reading = nullcontext
+                   ) -> _Writer:
     """Write the kept records of ``seg`` (a segment's output on its own; the caller
-    merges outputs and ends each merged one with ``cover``)."""
+    merges outputs and ends each merged one with ``cover``), read inside ``reading()``."""
     w = _Writer(directory, seg.base_offset, cfg.index_interval_bytes)
     try:
-        for buf, p, hdr in _batches(seg):
-            w.input_max_ts = max(w.input_max_ts, hdr[codec.H_MAX_TS])
-            horizon = codec.delete_horizon(buf, p, hdr)
-            keep: list[codec.MessageTuple] = []
-            for m in codec.decode_batch(buf, p, hdr):
-                stats.records_read += 1
-                key = m[2]
-                if key is None:
+        with reading():
+            for buf, p, hdr in _batches(seg):
+                w.input_max_ts = max(w.input_max_ts, hdr[codec.H_MAX_TS])
+                horizon = codec.delete_horizon(buf, p, hdr)
+                keep: list[codec.MessageTuple] = []
+                for m in codec.decode_batch(buf, p, hdr):
+                    stats.records_read += 1
+                    key = m[2]
+                    if key is None:
+                        continue
+                    latest = omap.get(key)
+                    if latest > m[0]:
+                        continue
+                    if m[3] is None and horizon is not None and now > horizon:
+                        stats.tombstones_dropped += 1
+                        continue
+                    keep.append(m)
+                if not keep:
                     continue
-                latest = omap.get(key)
-                if latest > m[0]:
-                    continue
-                if m[3] is None and horizon is not None and now > horizon:
-                    stats.tombstones_dropped += 1
-                    continue
-                keep.append(m)
-            if not keep:
-                continue
-            stats.records_kept += len(keep)
-            if any(m[3] is None for m in keep):
-                if horizon is None:
-                    horizon = now + cfg.delete_retention_ms
-                if stats.next_horizon is None or horizon < stats.next_horizon:
-                    stats.next_horizon = horizon
-            base = hdr[codec.H_BASE]
-            data = codec.encode_batch(
-                base, [m[3] for m in keep], [m[1] for m in keep], [m[2] for m in keep],
-                [[(k.encode(), v) for k, v in m[4]] for m in keep]
-                if any(m[4] for m in keep) else None,
-                hdr[codec.H_ATTRS] & codec.CODEC_MASK,
-                offset_deltas=[m[0] - base for m in keep], last_offset_delta=hdr[codec.H_LAST_DELTA],
-                delete_horizon=horizon)
-            w.add(data, base, max(m[1] for m in keep), codec.last_offset(hdr) + 1)
+                stats.records_kept += len(keep)
+                if any(m[3] is None for m in keep):
+                    if horizon is None:
+                        horizon = now + cfg.delete_retention_ms
+                    if stats.next_horizon is None or horizon < stats.next_horizon:
+                        stats.next_horizon = horizon
+                base = hdr[codec.H_BASE]
+                data = codec.encode_batch(
+                    base, [m[3] for m in keep], [m[1] for m in keep], [m[2] for m in keep],
+                    [[(k.encode(), v) for k, v in m[4]] for m in keep]
+                    if any(m[4] for m in keep) else None,
+                    hdr[codec.H_ATTRS] & codec.CODEC_MASK,
+                    offset_deltas=[m[0] - base for m in keep],
+                    last_offset_delta=hdr[codec.H_LAST_DELTA],
+                    delete_horizon=horizon)
+                w.add(data, base, max(m[1] for m in keep), codec.last_offset(hdr) + 1)
     except BaseException:
         w.abort()
         raise
@@ -374,6 +384,11 @@ def _commit(directory: str, cfg: LogConfig, group: list[Segment], w: _Writer,
     fsynced, the manifest written (the commit point), the files renamed over the
     group's, then ``replace``. Before the commit point a failure removes the new
     files; after it, they stay for recovery to roll the swap forward."""
+    for seg in group:
+        # open (the log may have closed them as idle since they were read): if the
+        # swap fails half-way, the segments the log still lists read the files they
+        # describe, not the new ones renamed over them
+        seg.fileno()
     end = group[-1].next_offset
     assert end is not None and w.base == group[0].base_offset
     try:
@@ -454,9 +469,12 @@ def resolve_interrupted(directory: str) -> None:
 
 def compact(directory: str, segments: Sequence[Segment], start_offset: int, cfg: LogConfig,
             replace: Callable[[list[Segment], Segment], None],
-            now_ms: int | None = None) -> CompactionStats:
+            now_ms: int | None = None, reading: _Reading = nullcontext) -> CompactionStats:
     """One compaction pass over the sealed ``segments`` of the log in ``directory``
-    (oldest first, without the active one). See the module docstring.
+    (oldest first, without the active one). See the module docstring. Each use of
+    a segment's files happens inside ``reading()`` (its log counts a read in
+    flight), one segment at a time: between them the log may close idle files, so
+    a pass over thousands of segments holds a few descriptors.
 
     Each rewritten group is committed on disk, then handed to ``replace(old, new)``,
     which swaps it into the log's segment list (Kafka's ``replaceSegments``). The
@@ -471,21 +489,28 @@ def compact(directory: str, segments: Sequence[Segment], start_offset: int, cfg:
     lag = cfg.min_compaction_lag_ms
     cleanable = []
     for s in segments:
-        if lag and s.max_timestamp > now - lag:
-            break
+        if lag:
+            with reading():
+                if s.max_timestamp > now - lag:
+                    break
         cleanable.append(s)
     stats.segments_before = len(cleanable)
     first_dirty = max(read_checkpoint(directory, CLEANER_CHECKPOINT) or 0, start_offset)
     stats.first_dirty_offset = first_dirty
     dirty = [s for s in cleanable if (s.next_offset or 0) > first_dirty]
-    dirty_bytes = sum(s.size for s in dirty)
-    total = sum(s.size for s in cleanable)
+
+    def size(s: Segment) -> int:
+        with reading():        # measured from the file when the log was reopened
+            return s.size
+
+    dirty_bytes = sum(map(size, dirty))
+    total = sum(map(size, cleanable))
     stats.dirty_ratio = dirty_bytes / total if total else 0.0
     horizon = read_checkpoint(directory, HORIZON_CHECKPOINT)
     tombstones_due = horizon is not None and now > horizon
     omap = OffsetMap(cfg.cleaner_buffer_bytes)
     if dirty and stats.dirty_ratio >= cfg.min_cleanable_dirty_ratio:
-        dirty_end, _ = build_map(dirty, first_dirty, omap)
+        dirty_end, _ = build_map(dirty, first_dirty, omap, reading)
         if dirty_end <= first_dirty and not tombstones_due:
             stats.skipped = "cleaner_buffer_bytes cannot hold the keys of one segment"
             return stats
@@ -499,7 +524,7 @@ def compact(directory: str, segments: Sequence[Segment], start_offset: int, cfg:
     stats.map_entries, stats.map_bytes = omap.size, omap.memory_bytes
     stats.dirty_end_offset = dirty_end
     todo = [s for s in cleanable if s.base_offset < dirty_end]
-    stats.bytes_before = sum(s.size for s in todo)
+    stats.bytes_before = sum(map(size, todo))
     # each segment's output is made on its own, then taken into the output before
     # it while the two fit in one segment: grouped by what the pass writes, not by
     # what it reads, so no pass leaves neighbours that a merge would join
@@ -508,7 +533,7 @@ def compact(directory: str, segments: Sequence[Segment], start_offset: int, cfg:
     group: list[Segment] = []
     try:
         for seg in todo:
-            nxt = _clean_segment(directory, cfg, seg, omap, now, stats)
+            nxt = _clean_segment(directory, cfg, seg, omap, now, stats, reading)
             end = seg.next_offset
             assert end is not None
             if w is not None and _takes(w, nxt, end, cfg):
@@ -517,12 +542,14 @@ def compact(directory: str, segments: Sequence[Segment], start_offset: int, cfg:
             else:
                 if w is not None:
                     done, w = w, None
-                    _commit(directory, cfg, group, done, replace, stats)
+                    with reading():
+                        _commit(directory, cfg, group, done, replace, stats)
                 w, group = nxt, [seg]
             nxt = None
         if w is not None:
             done, w = w, None
-            _commit(directory, cfg, group, done, replace, stats)
+            with reading():
+                _commit(directory, cfg, group, done, replace, stats)
     except BaseException:
         for x in (w, nxt):
             if x is not None:

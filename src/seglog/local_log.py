@@ -116,7 +116,10 @@ class OpenSegments:
         descriptors however much of it is read. The next use opens them again."""
         for seg in self.idle(keep):
             try:
-                seg.close(seal=False)
+                if not seg.close_if_unused():
+                    # a thread uses its files now (a sendfile to a slow reader): never
+                    # wait for it here, under the read count's lock; a later pass does
+                    self.opened(seg)
             except OSError:
                 pass        # closing a read-only descriptor: nothing was lost
 

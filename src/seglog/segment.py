@@ -69,6 +69,27 @@ class WriterState(NamedTuple):
     first_timestamp: int
 
 
+def _at_path(seg: Segment) -> bool:
+    """Is the ``.log`` file at its path the one this object read? False once another
+    took its place (compaction; while this object's descriptor was closed, even one
+    given the same inode number) or none is there; True if it never opened one."""
+    return seg._log.at_path()
+
+
+def _close_if_unused(seg: Segment) -> bool:
+    """Close the files of this sealed segment (idle in its log), unless a thread is
+    using them now (a ``sendfile``, an index load: it holds their lock); then close
+    nothing and return False, never waiting for it."""
+    lock = seg._log.lock
+    if not lock.acquire(blocking=False):
+        return False
+    try:
+        seg._release_files()
+    finally:
+        lock.release()
+    return True
+
+
 class Segment:
     """One segment: ``<base>.log``, ``.index`` and ``.timeindex``; ``size`` (bytes of
     whole batches), ``next_offset`` (after the last batch; None until known),
@@ -515,6 +536,8 @@ class Segment:
     find_position = _segment_read.find_position
     read = _segment_read.read
     read_at = _segment_read.read_at
+    at_path, close_if_unused = _at_path, _close_if_unused      # defined above the class
 
     __repr__ = _notebook.segment_repr
     _repr_html_ = _notebook.segment_html
+
