@@ -16,6 +16,7 @@ import pytest
 
 import seglog
 from seglog import Consumer, InvalidConfigError, OffsetOutOfRangeError, Topic, describe_group
+from test_groups import wait_for     # one waiting helper for the group tests
 from seglog.consumer_group import committed_offsets
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -23,14 +24,6 @@ MEMBER = os.path.join(HERE, "group_member.py")
 SESSION_MS = 1000
 
 
-def wait_for(cond, timeout: float, what: str, step: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class Members:

@@ -241,11 +241,9 @@ class Consumer:
                 raise
             if not batch:
                 continue
-            it = iter(batch)
-            token = (batch, it, self._epoch)
-            self._undelivered = token
+            token = self._begin_batch(batch)
             try:
-                yield from it
+                yield from token[1]
             finally:
                 self._end_batch(token)
 
@@ -265,11 +263,9 @@ class Consumer:
                 raise
             if not batch:
                 continue
-            it = iter(batch)
-            token = (batch, it, self._epoch)
-            self._undelivered = token
+            token = self._begin_batch(batch)
             try:
-                for m in it:
+                for m in token[1]:
                     yield m
             finally:
                 self._end_batch(token)
@@ -283,6 +279,12 @@ class Consumer:
         batch, epoch = polled
         if batch and not self._closed and epoch == self._epoch:
             self._fetcher.rewind(batch)
+
+    def _begin_batch(self, batch: list[ConsumerMessage]) -> _Batch:
+        """An iteration starts yielding ``batch``: until it ends, commits count only
+        what it yielded."""
+        token = self._undelivered = (batch, iter(batch), self._epoch)
+        return token
 
     def _end_batch(self, token: _Batch) -> None:
         """An iteration left its batch: what it did not yield goes back."""
