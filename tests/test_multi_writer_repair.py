@@ -53,11 +53,16 @@ CHILD = textwrap.dedent("""
         segment.Segment.create = classmethod(lambda cls, *a, **k: die())
         while True:
             log.append(b"x" * 500)
-    elif point == "roll-created":
+    elif point.startswith("roll-created"):
+        # "roll-created-2": its first roll is whole (published), the second dies
+        rolls = [int(point[-1]) if point[-1].isdigit() else 1]
         real = segment.Segment.create.__func__
         def created(cls, *a, **k):
-            real(cls, *a, **k)
-            die()
+            seg = real(cls, *a, **k)
+            rolls[0] -= 1
+            if not rolls[0]:
+                die()
+            return seg
         segment.Segment.create = classmethod(created)
         while True:
             log.append(b"x" * 500)
@@ -220,3 +225,37 @@ def test_a_held_lock_bounds_appends_and_never_blocks_reads(tmp_path):
     assert log.append(b"after") == 1
     log.close()
     assert _check(path) == [b"before", b"after"]
+
+
+@pytest.mark.parametrize("repairer", ["joining", "behind"])
+def test_a_roll_finished_after_its_roller_died_leaves_what_readers_saw_sealed(tmp_path,
+                                                                              repairer):
+    """The roller died after cutting its segment back and creating the next one; a
+    reader saw that segment sealed with a successor. The writer that repairs (one
+    joining, or one whose view is older than that segment) finishes the roll: it never
+    appends to the sealed segment, so the reader reads on without a false gap."""
+    path = str(tmp_path / "log")
+    other = seglog.Log.open(path, multi_writer=True, segment_bytes=SEG)
+    other.append(b"first")
+    # "behind": the child rolls once (published), then dies inside its second roll:
+    # other's view names the first segment active, not the one cut back
+    _die_at(path, "roll-created" if repairer == "joining" else "roll-created-2", 3)
+    reader = seglog.Log.open(path, readonly=True)
+    seen = [m.value for m in reader.iter()]
+    segs = reader.segments
+    assert len(segs) >= 2 and not segs[-1].size      # the new one, empty
+    sealed_base, sealed_size = segs[-2].base_offset, segs[-2].size
+    writer = (seglog.Log.open(path, multi_writer=True, segment_bytes=SEG)
+              if repairer == "joining" else other)
+    added = [b"after-%d" % i for i in range(3 * SEG // 100)]
+    offs = [writer.append(v) for v in added]
+    assert offs == list(range(len(seen), len(seen) + len(added)))
+    # read on from where the reader was: the rest, no gap reported
+    assert [m.value for m in reader.iter(len(seen))] == added
+    on_disk = os.stat(segs[-2].path).st_size
+    assert (segs[-2].base_offset, on_disk) == (sealed_base, sealed_size)
+    reader.close()
+    assert _check(path) == seen + added
+    if writer is not other:
+        writer.close()
+    other.close()

@@ -148,15 +148,20 @@ class SharedLock:
                 self._cur = cur
                 return
         sh = w.read()
-        self._apply(sh, False)
+        cut = self._rolling(sh) if holder else None
+        self._apply(sh, False, cut)
         if holder:
-            self._repair(sh)
+            self._repair(sh, cut)
 
-    def _apply(self, sh: Shared, force: bool) -> None:
+    def _apply(self, sh: Shared, force: bool, cut: int | None = None) -> None:
+        """Take the header's view; ``cut``: the size of the active segment's file,
+        which its dead holder cut back inside a roll (mapped at that size, never
+        extended: readers may have seen it sealed, see ``_repair``)."""
         local = self._local
         cfg = local.config
         if force or sh.list_gen != self._gen or not local.segs:
-            new, gone = follow(local.path, local.segs, sh, local.capacity,
+            new, gone = follow(local.path, local.segs, sh,
+                               local.capacity if cut is None else cut,
                                cfg.index_interval_bytes, cfg.max_index_bytes)
             local.follow_list(new, gone)
             local.active.set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
@@ -185,30 +190,47 @@ class SharedLock:
                                     local.flushed, local.active.writer_state())
         self._mark_published()
 
-    def _repair(self, sh: Shared) -> None:
-        """A writer died holding the lock (it never published what it did last)."""
+    def _rolling(self, sh: Shared) -> int | None:
+        """If the dead holder died inside a roll, the size of the header's active
+        segment's file (it cut the file back, or made the next segment already),
+        measured before anything maps it; else None."""
+        local = self._local
+        base = sh.state.base_offset
+        try:
+            size = os.stat(segment_path(local.path, base, ".log")).st_size
+        except FileNotFoundError:
+            return None             # ``follow`` says the active segment is missing
+        if size < local.capacity or stray_segments(local.path, base):
+            return size
+        return None
+
+    def _repair(self, sh: Shared, cut: int | None) -> None:
+        """A writer died holding the lock (it never published what it did last);
+        ``cut``: it died inside a roll (``_rolling``)."""
         local = self._local
         seg = local.active
-        size = os.fstat(seg.fileno()).st_size
-        rolling = size < local.capacity
-        if rolling:
+        if cut is not None:
             # it died inside a roll, after cutting the segment (and maybe its indexes)
-            # back: this writer's maps of them are never touched again; the files are
-            # mapped whole anew, the batches it had appended kept, the roll finished
+            # back: this writer's maps of them are never touched again; the file is
+            # mapped anew at the size it was cut to, the batches it had appended kept,
+            # the roll finished. Never extended: a reader may have seen the segment
+            # sealed with the next one after it (which is empty), and trusts its size
+            # from then on; so no writer may append to it again, whenever this
+            # repair dies (the file stays cut back, or the next segment stays made)
             cfg = local.config
             fresh = Segment(local.path, seg.base_offset, max_index_bytes=cfg.max_index_bytes,
                             writer=True, index_interval_bytes=cfg.index_interval_bytes)
-            fresh.activate(local.capacity, sh.state)
+            fresh.activate(cut, sh.state)
             fresh.set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
             local.follow_list(list(local.segs[:-1]) + [fresh], [seg])
             seg = fresh
-            adopt(seg, size)
+            adopt(seg, cut)
         else:
             adopt(seg, min(max(self._w.reserved(), seg.size), local.capacity))
         local.end = seg.next_offset if seg.next_offset is not None else local.end
         for base in stray_segments(local.path, seg.base_offset):
             _remove_unwritten(local.path, base)
-        if rolling:
+        if cut is not None:
             local.roll(seg)
         # a retention pass that died between its checkpoint and its swap
         local.start = max(local.start, read_checkpoint(local.path, LOG_START) or 0)
@@ -231,9 +253,10 @@ class SharedLock:
             w.unhold()                  # a dead holder of the last session's, if any
             return
         sh = w.read()
-        self._apply(sh, True)
+        cut = self._rolling(sh) if sh.holder else None
+        self._apply(sh, True, cut)
         if sh.holder:
-            self._repair(sh)
+            self._repair(sh, cut)
         self._local.count_from_here()
         if self._local.changes != self._pub_changes:
             self._publish()
