@@ -104,7 +104,10 @@ def test_a_java_that_fails_or_says_no_version_is_refused(tmp_path, monkeypatch):
 @pytest.mark.skipif(importlib.util.find_spec("pyspark") is None, reason="needs the spark extra")
 def test_the_spark_tests_without_java_fail_with_that_message_and_no_launcher_traceback():
     test = "tests/test_spark.py::test_rdd_ranges_commit_only_after_the_jobs_output_succeeded"
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+    # -rN: no short summary, which pytest prints untruncated when CI is set (it echoes the
+    # message a second time there); the count below is of what the fixture says.
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider",
+                        test],
                        cwd=os.path.join(HERE, ".."), env=no_java_env(), capture_output=True,
                        text=True, timeout=240)
     out = p.stdout + p.stderr
