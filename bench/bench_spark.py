@@ -12,7 +12,8 @@ default stamped by the log (one timestamp per batch, as a producer that does not
 set them), with ``--record-timestamps`` each with its own (the decoder then builds
 the timestamp column per message). The text files and Parquet files hold the same
 values, one file per partition; Parquet also holds the other columns of the
-seglog schema. Each figure is the best of ``--repeat`` runs of the query.
+seglog schema. Each figure is the best of ``--repeat`` runs of the query (the runs go
+round the sources, so that a slow spell of a shared machine is spread over all).
 
 Beside them, two stand-ins over the same ranges: the naive read (a Python tuple per
 message, which pyspark converts to Arrow row by row) and the floor of the Python
@@ -210,28 +211,35 @@ def main() -> None:
             "count()": lambda df: df.count(),
             "sum(length(value))": lambda df: df.selectExpr("sum(length(value))").first()[0],
         }
-        results: dict[tuple[str, str], float] = {}
         answers: dict[str, set[object]] = {q: set() for q in queries}
         # a whole round first: the JVM's compiled code, the page cache and the Python
         # workers are then warm for every figure, not only for the later ones
         for q in queries.values():
             for make in sources.values():
                 q(make())
-        for qname, q in queries.items():
-            for sname, make in sources.items():
-                secs, out = best(lambda: q(make()), args.repeat)
-                results[(sname, qname)] = secs
-                if not sname.startswith("floor"):     # its rows are copies of the first ones
-                    answers[qname].add(out)
+        # the repeats go round the sources (not one source's repeats in a row), so
+        # that a slow spell of a shared machine spreads over all of them
+        times: dict[tuple[str, str], list[float]] = {}
+        for _ in range(args.repeat):
+            for qname, q in queries.items():
+                for sname, make in sources.items():
+                    t0 = time.perf_counter()
+                    out = q(make())
+                    times.setdefault((sname, qname), []).append(time.perf_counter() - t0)
+                    if not sname.startswith("floor"):     # its rows are copies of the first ones
+                        answers[qname].add(out)
+        results = {k: min(v) for k, v in times.items()}
         for qname, got in answers.items():
             assert len(got) == 1, f"{qname}: the sources disagree: {got}"
-        print(f"\n| query | source | seconds | rows/s | vs text |\n|---|---|---:|---:|---:|")
+        print(f"\n| query | source | seconds | rows/s | vs text | vs floor |\n"
+              f"|---|---|---:|---:|---:|---:|")
         for qname in queries:
             base = results[("text", qname)]
+            floor = results[("floor: prebuilt batches", qname)]
             for sname in sources:
                 s = results[(sname, qname)]
-                print(f"| {qname} | {sname} | {s:.2f} | {args.n / s / 1e6:.2f} M | "
-                      f"{base / s:.2f}x |")
+                print(f"| {qname} | {sname} | {s:.3f} | {args.n / s / 1e6:.2f} M | "
+                      f"{base / s:.2f}x | {floor / s:.2f}x |")
 
         # where the seglog query's time goes
         python_read(root, args.partitions)      # warm: imports, the page cache

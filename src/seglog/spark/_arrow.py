@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..errors import OffsetOutOfRangeError
 from ..log import Log
-from ..message import Columns
+from ..message import arrow_modules
 from ._options import OffsetRange, Options
 from ._plan import data_loss
 
@@ -56,22 +56,23 @@ def arrow_schema(include_headers: bool = False) -> Any:
     return pa.schema(fields)
 
 
-def spark_batch(cols: Columns, topic: str, partition: int, include_headers: bool = False) -> Any:
+def spark_batch(cols: Any, topic: str, partition: int, include_headers: bool = False) -> Any:
     """``cols`` as a ``pyarrow.RecordBatch`` of ``arrow_schema(include_headers)``.
 
-    Whole-column operations only (no Python object per message) unless headers are
-    asked for and present: values and keys keep their buffers, timestamps become
-    microseconds in one multiplication, topic and partition are repeated arrays.
+    ``cols``: anything with ``arrow_arrays()`` (offsets, millisecond timestamps,
+    keys, values) and ``headers``, as ``Columns``. Whole-column operations only (no
+    Python object per message) unless headers are asked for and present: values
+    and keys keep their buffers, timestamps become microseconds in one numpy
+    multiplication, and topic, partition and timestampType are slices of arrays
+    made once per process (immutable, so batches may share them).
     """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    n = len(cols.offsets)
+    pa, np = arrow_modules()
     offsets, ms, keys, values = cols.arrow_arrays()
-    stamps = pc.multiply(ms, 1000).view(pa.timestamp("us", tz="UTC"))
-    arrays = [keys, values, pa.repeat(pa.scalar(topic, pa.string()), n),
-              pa.repeat(pa.scalar(partition, pa.int32()), n), offsets, stamps,
-              pa.repeat(pa.scalar(0, pa.int32()), n)]    # 0: CreateTime, as Kafka's producer
+    n = len(offsets)
+    micros = ms.to_numpy(zero_copy_only=True) * 1000
+    stamps = pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(micros)])
+    arrays = [keys, values, _constant(pa, topic, n), _constant(pa, partition, n), offsets,
+              stamps, _constant(pa, 0, n)]    # timestampType 0: CreateTime, as Kafka's producer
     if include_headers:
         htype = pa.list_(pa.field("element", _header_type(pa)))
         if cols.headers is None:
@@ -82,6 +83,28 @@ def spark_batch(cols: Columns, topic: str, partition: int, include_headers: bool
             arrays.append(pa.array([[{"key": k, "value": v} for k, v in h] for h in cols.headers],
                                    type=htype))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+
+
+# (value, its Python type) -> an Arrow array repeating it: a batch's topic, partition
+# and timestampType columns are slices of these (pa.repeat per batch cost more than
+# building the rest of the batch)
+_CONSTANTS: dict[tuple[object, type], Any] = {}
+_CONSTANT_ROWS = 1 << 16
+_CONSTANT_KINDS = 64         # more distinct values than this (topics): start afresh
+
+
+def _constant(pa: Any, value: str | int, n: int) -> Any:
+    """An array of ``n`` times ``value`` (string, or int32 for an int)."""
+    key = (value, type(value))
+    have = _CONSTANTS.get(key)
+    if have is None or len(have) < n:
+        if have is None and len(_CONSTANTS) >= _CONSTANT_KINDS:
+            _CONSTANTS.clear()
+        rows = max(n, _CONSTANT_ROWS, 2 * len(have) if have is not None else 0)
+        have = pa.repeat(pa.scalar(value, pa.string() if isinstance(value, str) else pa.int32()),
+                         rows)
+        _CONSTANTS[key] = have
+    return have.slice(0, n)
 
 
 def _below(offsets: Sequence[int], until: int) -> int:
@@ -120,9 +143,8 @@ def read_range(o: Options, r: OffsetRange) -> Iterator[Any]:
                     f"{r.untilOffset} of the range read (was the log replaced?)")
             cols = ms.columns()
             batch = spark_batch(cols, r.topic, r.partition, o.include_headers)
-            k = _below(cols.offsets, r.untilOffset)
-            if k < batch.num_rows:
-                batch = batch.slice(0, k)
+            if ms.next_offset > r.untilOffset:      # the range ends inside this chunk
+                batch = batch.slice(0, _below(cols.offsets, r.untilOffset))
             if batch.num_rows:
                 yield batch
             pos = ms.next_offset
