@@ -649,3 +649,150 @@ def test_arrow_data_outlives_later_appends_and_reads(tmp_path, views, compressio
         held.only_columns()
         fill_for_lifetime(log, rnd, rounds=4)
         held.check()
+
+
+# -- damage: a flipped byte is refused, never read --------------------------------------
+def _damage_records(kind: str, i: int) -> list[Any]:
+    mark = b"MARK%03d-" % i
+    if kind == "plain":
+        return [mark + b"p" * 40 for _ in range(5)]
+    if kind == "keyed":
+        return [Record(mark + b"k" * 30, key=b"key%d" % j, headers=[("h", b"v")] if j % 2 else ())
+                for j in range(4)] + [Record(None, key=b"gone")]
+    if kind == "lz4":
+        return [mark + text(j, 200) for j in range(5)]
+    return [mark + random.Random(i).randbytes(70_000), b"small"]            # wide
+
+
+DAMAGE_KINDS = ["plain", "keyed", "lz4", "wide"]
+
+
+@pytest.fixture(scope="module")
+def damage_sources(tmp_path_factory) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Per kind of batch, a cleanly closed log of two or more segments and, for the
+    first (sealed) segment and the last (active) one, the file and the batch in
+    the middle of it: (position, size, base offset, last offset)."""
+    out = {}
+    for kind in DAMAGE_KINDS:
+        compression = "lz4" if kind == "lz4" else None
+        one = MessageSet.from_records(_damage_records(kind, 0), compression=compression)
+        path = str(tmp_path_factory.mktemp("damage") / kind)
+        targets = {}
+        with Log.open(path, compression=compression,
+                      segment_bytes=max(1024, one.size_in_bytes * 8),
+                      max_message_bytes=1 << 17, **SYNTHETIC_CLOCK) as log:
+            i = 0
+            while len(log.segments) < 2:               # a sealed one, then 5 batches more
+                log.append_batch(_damage_records(kind, i))
+                i += 1
+            for i in range(i, i + 5):
+                log.append_batch(_damage_records(kind, i))
+            segs = log.segments
+            assert len(segs) >= 2
+            for where, seg in (("sealed", segs[0]), ("active", segs[-1])):
+                with open(seg.path, "rb") as f:
+                    raw = f.read(seg.size)
+                found = [(pos, codec.batch_size(h), h[codec.H_BASE], codec.last_offset(h),
+                          h[codec.H_ATTRS]) for pos, h in codec.batches_in(raw, 0, len(raw))]
+                assert len(found) >= 3, (kind, where, len(found))
+                target = found[len(found) // 2]
+                if kind == "lz4":
+                    assert target[4] & codec.CODEC_MASK == codec.CODEC_LZ4
+                targets[where] = (os.path.basename(seg.path), target)
+        out[kind] = (path, targets)
+    return out
+
+
+def _flip(raw: bytearray, kind: str, target: tuple, flip: str) -> None:
+    pos, size = target[0], target[1]
+    if flip == "value":
+        if kind == "lz4":                        # the values are compressed: mid-body
+            at = pos + codec.HEADER_SIZE + (size - codec.HEADER_SIZE) // 2
+        else:
+            at = raw.index(b"MARK", pos + codec.HEADER_SIZE, pos + size) + 12
+        raw[at] ^= 0x01
+    elif flip == "length low byte":
+        raw[pos + 8] ^= 0x01                     # batch_length: little-endian uint32 at 8
+    elif flip == "length high byte":
+        raw[pos + 11] ^= 0x40
+    else:                                        # magic, at 12
+        raw[pos + 12] ^= 0xFF
+
+
+@pytest.mark.parametrize("flip", ["value", "length low byte", "length high byte", "magic"])
+@pytest.mark.parametrize("where", ["sealed", "active"])
+@pytest.mark.parametrize("kind", DAMAGE_KINDS)
+def test_a_flipped_byte_is_refused_with_where_it_is(tmp_path, damage_sources, views, kind,
+                                                    where, flip):
+    """read_arrow over the damaged batch, and to_arrow / columns of a read set holding
+    it, raise CorruptRecordError naming the segment file and a position at that
+    batch, for the writer and for a readonly reader; what lies before it reads."""
+    source, targets = damage_sources[kind]
+    name, target = targets[where]
+    pos, size, base, last, _ = target
+    path = str(tmp_path / "copy")
+    shutil.copytree(source, path)
+    seg_path = os.path.join(path, name)
+    with open(seg_path, "r+b") as f:
+        raw = bytearray(f.read())
+        _flip(raw, kind, target, flip)
+        f.seek(0)
+        f.write(raw)
+
+    def refused(read: Any) -> None:
+        with pytest.raises(CorruptRecordError) as ei:
+            read()
+        e = ei.value
+        assert e.path == seg_path and f"file {seg_path}" in str(e)
+        assert e.position is not None and f"position {e.position}" in str(e)
+        if flip.startswith("length"):            # found at the batch or where it now ends
+            assert pos <= e.position <= pos + size + 1, (e.position, pos, size)
+        else:
+            assert e.position == pos
+
+    for readonly in (False, True):
+        with Log.open(path, readonly=readonly, **({} if readonly else SYNTHETIC_CLOCK)) as log:
+            lo = log.start_offset
+            refused(lambda: arrow(log, views, max(lo, base - 2), last + 3))
+            refused(lambda: arrow(log, views, base, last + 1))
+            refused(lambda: arrow(log.read(base, MiB), views))
+            refused(lambda: log.read(base, MiB).columns())
+            refused(lambda: list(log.iter()))          # as iterating does
+            if not (readonly and where == "active"):
+                refused(lambda: arrow(log, views))     # (see the xfail test below)
+            # before the damage, read_arrow does what iter does: the same messages, or
+            # (a header whose framing is broken, met as the walk reaches it) the same error
+            try:
+                good = [tuple(m) for m in log.iter(lo, base)]
+            except CorruptRecordError:
+                assert flip == "magic"
+                refused(lambda: arrow(log, views, lo, base))
+            else:
+                assert [m[0] for m in good] == list(range(lo, base))
+                assert rows(arrow(log, views, lo, base), views) == good
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a readonly reader records damage in the live segment (valid batches after it) as "
+    "the segment's corruption and ends end_offset there; read() at end_offset and iter() "
+    "raise it (LocalLog.raise_damage), but read_arrow() with its default end = end_offset "
+    "stops at that end without raising, so it returns the rows before the damage and "
+    "silently drops the acknowledged messages after it (to_pandas() too)"))
+def test_a_readonly_reader_reading_to_the_end_is_told_of_damage_in_the_live_segment(
+        tmp_path, damage_sources):
+    source, targets = damage_sources["plain"]
+    name, target = targets["active"]
+    path = str(tmp_path / "copy")
+    shutil.copytree(source, path)
+    with open(os.path.join(path, name), "r+b") as f:
+        raw = bytearray(f.read())
+        _flip(raw, "plain", target, "value")
+        f.seek(0)
+        f.write(raw)
+    with Log.open(path, readonly=True) as log:
+        with pytest.raises(CorruptRecordError):
+            log.read(log.end_offset)                   # what read() says at the end
+        with pytest.raises(CorruptRecordError):
+            list(log.iter())
+        with pytest.raises(CorruptRecordError):
+            log.read_arrow()
