@@ -36,7 +36,7 @@ _T = TypeVar("_T")
 _ITER_CHUNK = 1 << 20
 # read_arrow's chunk: one pread, one numpy pass and one RecordBatch each (measured:
 # bench/bench_peers.py)
-_ARROW_CHUNK = 8 << 20
+_ARROW_CHUNK = 4 << 20
 
 
 def _locate(local: LocalLog, offset: int) -> tuple[tuple[Segment, ...], int]:
@@ -314,14 +314,15 @@ def _batch_iters(local: LocalLog, offset: int, end: int | None, columns: bool = 
             return
         local.enter()
         try:
-            step = _iter_step(local, st, offset, end, careful, chunk)
+            step = _iter_step(local, st, offset, end, careful, chunk,
+                              _pool_pread if arrow else None)
         finally:
             local.leave()
         careful = False
         if step is None:
             return
         seg, pos = st[0], st[1]
-        if isinstance(step, bytes):
+        if not isinstance(step, MessageSet):
             # decode the chunk's whole batches straight from the buffer
             try:
                 if arrow:
@@ -357,8 +358,19 @@ def _batch_iters(local: LocalLog, offset: int, end: int | None, columns: bool = 
             st[2] = step.end_of_batches
 
 
+def _pool_pread(seg: Segment, n: int, pos: int) -> Any:
+    """``seg.pread`` into a buffer of Arrow's memory pool (a ``pyarrow.Buffer``),
+    which the arrays built over it keep alive; the pool hands back the memory of
+    earlier reads, where fresh memory costs a page fault a page."""
+    buf = arrow_modules()[0].allocate_buffer(n)
+    got = os.preadv(seg.fileno(), [buf], pos)
+    return buf if got == n else buf.slice(0, got)
+
+
 def _iter_step(local: LocalLog, st: list[Any], offset: int, end: int | None,
-               careful: bool, chunk: int = _ITER_CHUNK) -> bytes | MessageSet | None:
+               careful: bool, chunk: int = _ITER_CHUNK,
+               pread: Callable[[Segment, int, int], Any] | None = None
+               ) -> bytes | MessageSet | None:
     """The next chunk of the current segment (bytes), or a MessageSet read
     carefully, or None at the end of the log. Moves ``st`` to the next segment
     when the current one is done; re-finds ``offset`` after the segment list
@@ -401,7 +413,7 @@ def _iter_step(local: LocalLog, st: list[Any], offset: int, end: int | None,
                 seg = segs[k]
                 st[:] = [seg, 0, seg.base_offset]
             if not careful:
-                buf = seg.pread(min(chunk, seg_end - pos), pos)
+                buf = (pread or Segment.pread)(seg, min(chunk, seg_end - pos), pos)
                 if len(buf) >= chunk or pos + len(buf) >= seg_end:
                     return buf
             return seg.read_at(pos, offset, chunk, seg_end, end, st[2])
