@@ -51,6 +51,7 @@ class ArrowColumns(NamedTuple):
     headers: list[tuple[tuple[str, bytes], ...]] | None
 
     def arrow_arrays(self) -> tuple[Any, Any, Any, Any]:
+        """The offsets, timestamps, keys and values arrays (as ``Columns.arrow_arrays``)."""
         return self.offsets, self.timestamps, self.keys, self.values
 
     def to_arrow(self) -> Any:
