@@ -757,8 +757,7 @@ def test_a_flipped_byte_is_refused_with_where_it_is(tmp_path, damage_sources, vi
             refused(lambda: arrow(log.read(base, MiB), views))
             refused(lambda: log.read(base, MiB).columns())
             refused(lambda: list(log.iter()))          # as iterating does
-            if not (readonly and where == "active"):
-                refused(lambda: arrow(log, views))     # (see the xfail test below)
+            refused(lambda: arrow(log, views))
             # before the damage, read_arrow does what iter does: the same messages, or
             # (a header whose framing is broken, met as the walk reaches it) the same error
             try:
@@ -771,12 +770,6 @@ def test_a_flipped_byte_is_refused_with_where_it_is(tmp_path, damage_sources, vi
                 assert rows(arrow(log, views, lo, base), views) == good
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a readonly reader records damage in the live segment (valid batches after it) as "
-    "the segment's corruption and ends end_offset there; read() at end_offset and iter() "
-    "raise it (LocalLog.raise_damage), but read_arrow() with its default end = end_offset "
-    "stops at that end without raising, so it returns the rows before the damage and "
-    "silently drops the acknowledged messages after it (to_pandas() too)"))
 def test_a_readonly_reader_reading_to_the_end_is_told_of_damage_in_the_live_segment(
         tmp_path, damage_sources):
     source, targets = damage_sources["plain"]
@@ -795,6 +788,8 @@ def test_a_readonly_reader_reading_to_the_end_is_told_of_damage_in_the_live_segm
             list(log.iter())
         with pytest.raises(CorruptRecordError):
             log.read_arrow()
+        with pytest.raises(CorruptRecordError):
+            log.to_pandas()
 
 
 # -- bad arguments, empty reads --------------------------------------------------------

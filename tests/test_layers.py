@@ -16,7 +16,8 @@ import seglog
 
 LAYERS = [
     "errors", "_html", "_metrics", "_platform", "config", "_files", "_format", "_encode",
-    "_decode", "codec", "_prefault", "_scheduler", "_aio", "_records", "_columns", "_messageset",
+    "_decode", "codec", "_prefault", "_scheduler", "_aio", "_records", "_columns", "_arrow_batches",
+    "_messageset",
     "message", "_notebook", "index", "_scan", "_segment_file", "_segment_read", "_writable_map",
     "_segment_indexes", "segment", "_writers", "_marker", "retention", "cleaner",
     "recovery", "repair", "_live", "local_log", "_shared_log", "_log_reads", "_log_encode",

@@ -15,7 +15,7 @@ from .errors import (CommitFailedError, CorruptRecordError, GroupBusyError, Inva
                      ReadOnlyError, SeglogError, StorageError)
 from .index import OffsetIndex, TimeIndex
 from .log import Log
-from .message import Columns, Message, MessageSet, Record, arrow_schema
+from .message import ArrowColumns, Columns, Message, MessageSet, Record, arrow_schema
 from .producer import Producer
 from .segment import Segment
 from .topic import Topic
@@ -25,7 +25,7 @@ __all__ = [
     "SeglogError", "OffsetOutOfRangeError", "MessageTooLargeError", "CorruptRecordError",
     "LogLockedError", "LogClosedError", "InvalidConfigError", "StorageError", "ReadOnlyError",
     "NotALogError", "Topic", "Consumer", "ConsumerMessage", "describe_group",
-    "CommitFailedError", "GroupBusyError", "Columns", "arrow_schema",
+    "CommitFailedError", "GroupBusyError", "Columns", "ArrowColumns", "arrow_schema",
     "Producer", "ProducerTimeoutError", "ProducerClosedError",
 ]
 __version__ = "0.1.0"

@@ -89,21 +89,7 @@ class Columns(NamedTuple):
         """A ``pyarrow.RecordBatch`` with the fields of ``ARROW_FIELDS``; the
         timestamps, lengths and values become Arrow buffers without a copy per
         message. Needs pyarrow and numpy (the ``spark`` extra)."""
-        pa, np = arrow_modules()
-        n = len(self.offsets)
-        offsets, ms, keys, values = self.arrow_arrays()
-        stamps = ms.view(pa.timestamp("ms", tz="UTC"))
-        if self.headers is None:
-            headers = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
-                                               pa.array([], type=_HEADER_TYPE(pa)))
-        else:
-            headers = pa.array([[{"key": k, "value": v} for k, v in h] for h in self.headers],
-                               type=pa.list_(_HEADER_TYPE(pa)))
-        large = values.type == pa.large_binary()
-        if large and keys.type != pa.large_binary():
-            keys = keys.cast(pa.large_binary())
-        return pa.RecordBatch.from_arrays([offsets, stamps, keys, values, headers],
-                                          schema=arrow_schema(large))
+        return record_batch(*self.arrow_arrays(), self.headers)
 
     def arrow_arrays(self) -> tuple[Any, Any, Any, Any]:
         """pyarrow arrays of the offsets (int64), timestamps (int64 milliseconds),
@@ -128,6 +114,28 @@ class Columns(NamedTuple):
 ARROW_FIELDS = ("offset", "timestamp", "key", "value", "headers")
 
 
+def record_batch(offsets: Any, ms: Any, keys: Any, values: Any,
+                 headers: list[tuple[tuple[str, bytes], ...]] | None) -> Any:
+    """The ``pyarrow.RecordBatch`` of ``arrow_schema()`` from the int64 offsets and
+    millisecond timestamps, the key and value arrays and per-message headers (None:
+    no message has any); a view of the arrays, not a copy."""
+    pa, np = arrow_modules()
+    n = len(offsets)
+    stamps = ms.view(pa.timestamp("ms", tz="UTC"))
+    if headers is None:
+        hdrs = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
+                                        pa.array([], type=_HEADER_TYPE(pa)))
+    else:
+        hdrs = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers],
+                        type=pa.list_(_HEADER_TYPE(pa)))
+    large = pa.large_binary() in (keys.type, values.type)
+    views = values.type == pa.binary_view()
+    kind = pa.large_binary() if large else pa.binary_view() if views else pa.binary()
+    keys, values = (a if a.type == kind else a.cast(kind) for a in (keys, values))
+    return pa.RecordBatch.from_arrays([offsets, stamps, keys, values, hdrs],
+                                      schema=arrow_schema(large, views=views))
+
+
 def arrow_modules() -> tuple[Any, Any]:
     try:
         import numpy
@@ -143,13 +151,14 @@ def _HEADER_TYPE(pa: Any) -> Any:
                       pa.field("value", pa.binary(), nullable=False)])
 
 
-def arrow_schema(large: bool = False) -> Any:
+def arrow_schema(large: bool = False, *, views: bool = False) -> Any:
     """The ``pyarrow.Schema`` of ``to_arrow()``: offset int64, timestamp
     timestamp[ms, UTC], key binary (null: no key), value binary (null: tombstone),
     headers list<struct<key: string, value: binary>>. Binary columns are
-    ``large_binary`` (``large=True``) in a batch whose values pass 2 GiB in total."""
+    ``large_binary`` (``large=True``) in a batch whose values pass 2 GiB in total,
+    ``binary_view`` with ``views=True`` (``to_arrow(views=True)``)."""
     pa, _ = arrow_modules()
-    binary = pa.large_binary() if large else pa.binary()
+    binary = pa.large_binary() if large else pa.binary_view() if views else pa.binary()
     return pa.schema([pa.field("offset", pa.int64(), nullable=False),
                       pa.field("timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
                       pa.field("key", binary),

@@ -23,17 +23,20 @@ from operator import attrgetter
 from typing import Any, Callable, Iterator, TypeVar
 
 from . import _aio, _notebook, codec
+from ._arrow_batches import arrow_columns
 from .errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, SeglogError
 from .local_log import LocalLog
-from .message import (Columns, Message, MessageSet, arrow_modules, arrow_schema, as_ms,
+from .message import (Message, MessageSet, arrow_modules, arrow_schema, as_ms,
                       check_timestamp)
 from .segment import Segment, SegmentGoneError
 
 _BASE = attrgetter("base_offset")
-_ARROW_BATCH_BYTES = 16 << 20    # one RecordBatch per about this many bytes of values
 _RELOCATIONS = 64         # a reader re-finds its place at most this often per step
 _T = TypeVar("_T")
 _ITER_CHUNK = 1 << 20
+# read_arrow's chunk: one pread, one numpy pass and one RecordBatch each (measured:
+# bench/bench_peers.py)
+_ARROW_CHUNK = 4 << 20
 
 
 def _locate(local: LocalLog, offset: int) -> tuple[tuple[Segment, ...], int]:
@@ -103,7 +106,8 @@ def _read_from(local: LocalLog, offset: int, max_bytes: int, end: int) -> Messag
     return MessageSet(b"", min_offset=offset, next_offset=end)
 
 
-def read_arrow(local: LocalLog, start: int | None = None, end: int | None = None) -> Any:
+def read_arrow(local: LocalLog, start: int | None = None, end: int | None = None,
+               views: bool = False) -> Any:
     """``Log.read_arrow`` (whose docstring states the contract)."""
     pa = arrow_modules()[0]
     local.check_readable()
@@ -116,21 +120,15 @@ def read_arrow(local: LocalLog, start: int | None = None, end: int | None = None
             raise TypeError(f"{name} must be an int or None")
     if not local.start <= lo <= local.end:
         raise OffsetOutOfRangeError(f"offset {lo} is outside [{local.start}, {local.end}]")
-    batches = []
-    parts: list[codec.ColumnPart] = []
-    size = 0
-    for part in _batch_iters(local, lo, hi, columns=True):
-        parts.append(part)
-        size += len(part.values)
-        if size >= _ARROW_BATCH_BYTES:
-            batches.append(Columns.from_parts(parts).to_arrow())
-            parts, size = [], 0
-    if parts or not batches:
-        batches.append(Columns.from_parts(parts).to_arrow())
+    batches = [cols.to_arrow() for cols in _batch_iters(local, lo, hi, arrow=True, views=views)]
+    if end is None:
+        # read to the visible end: damage a readonly reader found there ends it, and
+        # must be told, as iter() and read() at the end tell it
+        local.raise_damage()
     large = any(b.schema.field("value").type == pa.large_binary() for b in batches)
     if large:
         batches = [b.cast(arrow_schema(True)) for b in batches]
-    return pa.Table.from_batches(batches, schema=arrow_schema(large))
+    return pa.Table.from_batches(batches, schema=arrow_schema(large, views=views and not large))
 
 
 def iterate(local: LocalLog, start: int | None = None, end: int | None = None,
@@ -265,7 +263,10 @@ def to_pandas(local: LocalLog, start: int | None = None, end: int | None = None,
     for _ in range(_RELOCATIONS):
         lo, hi, t0, t1 = window(local, start, end, since, until)
         try:
-            return _notebook.frame(read_arrow(local, lo, hi), t0, t1)
+            # to the visible end (no end, no until): read_arrow's own end, which
+            # tells of damage there
+            to_end = end is None and until is None
+            return _notebook.frame(read_arrow(local, lo, None if to_end else hi), t0, t1)
         except OffsetOutOfRangeError:
             if start is not None or local.start <= lo:
                 raise
@@ -297,29 +298,39 @@ def _last(local: LocalLog, n: int, end: int) -> list[Message]:
 
 
 def _batch_iters(local: LocalLog, offset: int, end: int | None, columns: bool = False,
-                 owner: object = None) -> Iterator[Any]:
+                 owner: object = None, arrow: bool = False, views: bool = False
+                 ) -> Iterator[Any]:
     # ``owner`` lives as long as this generator's frame (see ``iterate``);
-    # per batch an iterator of Messages, or with ``columns`` a codec.ColumnPart;
-    # [segment, position, base offset of the batch there (None: unknown)]; files
-    # are touched only inside _iter_step, never while messages are being yielded
+    # per batch an iterator of Messages, or with ``columns`` a codec.ColumnPart, or
+    # with ``arrow`` per chunk of batches an ArrowColumns (with ``views``: over the
+    # chunk's bytes); [segment, position, base offset of the batch there (None:
+    # unknown)]; files are touched only inside _iter_step, never while messages
+    # are being yielded
     st: list[Any] = [None, 0, None]
     careful = False
+    chunk = _ARROW_CHUNK if arrow else _ITER_CHUNK
     while True:
         if end is not None and offset >= end:
             return
         local.enter()
         try:
-            step = _iter_step(local, st, offset, end, careful)
+            step = _iter_step(local, st, offset, end, careful, chunk,
+                              _pool_pread if arrow else None)
         finally:
             local.leave()
         careful = False
         if step is None:
             return
         seg, pos = st[0], st[1]
-        if isinstance(step, bytes):
+        if not isinstance(step, MessageSet):
             # decode the chunk's whole batches straight from the buffer
             try:
-                if columns:
+                if arrow:
+                    cols, done = arrow_columns(step, 0, len(step), offset, end, expect=st[2],
+                                               partial=True, views=views)
+                    if len(cols.offsets):
+                        yield cols
+                elif columns:
                     done = yield from codec.iter_column_parts(
                         step, 0, len(step), offset, end, expect=st[2], partial=True)
                 else:
@@ -337,15 +348,29 @@ def _batch_iters(local: LocalLog, offset: int, end: int | None, columns: bool = 
                 # a batch larger than the chunk, a short read or damage
                 careful = True
             continue
-        yield from step.column_parts() if columns else step.message_iters()
+        if arrow:
+            yield step.arrow_columns(views=views)
+        else:
+            yield from step.column_parts() if columns else step.message_iters()
         st[1] = pos + step.size_in_bytes
         offset = max(offset, step.next_offset)
         if step.end_of_batches is not None:
             st[2] = step.end_of_batches
 
 
+def _pool_pread(seg: Segment, n: int, pos: int) -> Any:
+    """``seg.pread`` into a buffer of Arrow's memory pool (a ``pyarrow.Buffer``),
+    which the arrays built over it keep alive; the pool hands back the memory of
+    earlier reads, where fresh memory costs a page fault a page."""
+    buf = arrow_modules()[0].allocate_buffer(n)
+    got = os.preadv(seg.fileno(), [buf], pos)
+    return buf if got == n else buf.slice(0, got)
+
+
 def _iter_step(local: LocalLog, st: list[Any], offset: int, end: int | None,
-               careful: bool) -> bytes | MessageSet | None:
+               careful: bool, chunk: int = _ITER_CHUNK,
+               pread: Callable[[Segment, int, int], Any] | None = None
+               ) -> bytes | MessageSet | None:
     """The next chunk of the current segment (bytes), or a MessageSet read
     carefully, or None at the end of the log. Moves ``st`` to the next segment
     when the current one is done; re-finds ``offset`` after the segment list
@@ -388,10 +413,10 @@ def _iter_step(local: LocalLog, st: list[Any], offset: int, end: int | None,
                 seg = segs[k]
                 st[:] = [seg, 0, seg.base_offset]
             if not careful:
-                buf = seg.pread(min(_ITER_CHUNK, seg_end - pos), pos)
-                if len(buf) >= _ITER_CHUNK or pos + len(buf) >= seg_end:
+                buf = (pread or Segment.pread)(seg, min(chunk, seg_end - pos), pos)
+                if len(buf) >= chunk or pos + len(buf) >= seg_end:
                     return buf
-            return seg.read_at(pos, offset, _ITER_CHUNK, seg_end, end, st[2])
+            return seg.read_at(pos, offset, chunk, seg_end, end, st[2])
         except (SegmentGoneError, FileNotFoundError) as e:
             _look_again(local, offset, e)
             st[0] = None

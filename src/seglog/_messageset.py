@@ -9,6 +9,7 @@ from operator import itemgetter
 from typing import Any, Iterable, Iterator
 
 from . import _html, codec
+from ._arrow_batches import ArrowColumns, arrow_columns
 from ._columns import Columns
 from ._records import Message, Record, messages_html, prepare_batch
 from .errors import CorruptRecordError, SeglogError
@@ -170,10 +171,32 @@ class MessageSet:
             pos = self._pos(e.position) if e.position is not None else None
             raise e.at(self._path, pos, e.offset) from None
 
-    def to_arrow(self) -> Any:
-        """The messages as a ``pyarrow.RecordBatch`` (``ARROW_FIELDS``), built from
-        ``columns()``'s buffers. Needs pyarrow and numpy (the ``spark`` extra)."""
-        return self.columns().to_arrow()
+    def to_arrow(self, *, views: bool = False) -> Any:
+        """The messages as a ``pyarrow.RecordBatch`` (``ARROW_FIELDS``), built with
+        numpy from the batches' bytes: no Python object per message unless batches
+        have headers. Key and value columns are ``binary`` (the values copied once,
+        in C), or with ``views=True`` ``binary_view`` arrays pointing into this set's
+        buffer, which they keep alive (not every pyarrow kernel takes view types).
+        Checks every batch as iterating does (``CorruptRecordError``). Needs pyarrow
+        and numpy (the ``spark`` extra)."""
+        return self.arrow_columns(views=views).to_arrow()
+
+    def arrow_columns(self, *, views: bool = False) -> ArrowColumns:
+        """The messages as pyarrow arrays (``ArrowColumns``: offsets, timestamps in
+        ms, keys, values, and headers as a list or None): what ``to_arrow`` and the
+        Spark source build their batches from. Checks as ``to_arrow`` does."""
+        data, start, end = self._data, self._start, self._end
+        if type(data) is not bytes:
+            # the arrays keep the buffer alive: it must be one that never changes
+            data, start, end = bytes(data[start:end]), 0, end - start
+        try:
+            cols, _ = arrow_columns(data, start, end, self._min, self._max,
+                                    expect=self._expect, views=views,
+                                    max_uncompressed=self._max_uncompressed)
+        except CorruptRecordError as e:
+            pos = None if e.position is None else self._pos(e.position - start + self._start)
+            raise e.at(self._path, pos, e.offset) from None
+        return cols
 
     def values(self) -> list[bytes | None]:
         """The values of all messages, as bytes (None for tombstones)."""

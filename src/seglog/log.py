@@ -388,16 +388,18 @@ class Log:
         """
         return _log_reads.read(self._local, offset, max_bytes)
 
-    def read_arrow(self, start: int | None = None, end: int | None = None) -> Any:
+    def read_arrow(self, start: int | None = None, end: int | None = None, *,
+                   views: bool = False) -> Any:
         """Messages with ``start <= offset < end`` as a ``pyarrow.Table``
-        (``seglog.message.arrow_schema()``), built from whole batches' buffers
-        without an object per message (``MessageSet.columns()``).
-
-        ``start`` defaults to ``start_offset``, ``end`` to ``end_offset`` when called.
+        (``seglog.message.arrow_schema()``), built with numpy from the bytes read,
+        every batch checksummed first. Keys and values are ``binary`` (copied once,
+        in C), or with ``views=True`` ``binary_view`` arrays into the bytes read
+        (no copy; not every pyarrow kernel takes view types). ``start`` defaults to
+        ``start_offset``, ``end`` to ``end_offset`` when called.
         ``OffsetOutOfRangeError`` if ``start`` is outside the log or retention
         deletes what is being read. Needs pyarrow and numpy (the ``spark`` extra).
         """
-        return _log_reads.read_arrow(self._local, start, end)
+        return _log_reads.read_arrow(self._local, start, end, views)
 
     def iter(self, start: int | None = None, end: int | None = None) -> Iterator[Message]:
         """Messages with ``start <= offset < end``, in order.

@@ -7,6 +7,7 @@ This module gathers three: ``_records`` (``Record``, ``Message``, input validati
 
 from __future__ import annotations
 
+from ._arrow_batches import ArrowColumns
 from ._columns import ARROW_FIELDS, Columns, arrow_modules, arrow_schema
 from ._messageset import MessageSet
 from ._records import (HEADER_FRAMING, Headers, Message, PreparedBatch, Record, as_ms,
@@ -15,6 +16,6 @@ from ._records import (HEADER_FRAMING, Headers, Message, PreparedBatch, Record, 
 __all__ = [
     "Record", "Message", "Headers", "field_getter", "short_repr", "messages_html",
     "as_ms", "check_timestamp", "prepare_batch", "PreparedBatch", "HEADER_FRAMING",
-    "Columns", "ARROW_FIELDS", "arrow_modules", "arrow_schema",
+    "Columns", "ArrowColumns", "ARROW_FIELDS", "arrow_modules", "arrow_schema",
     "MessageSet",
 ]
