@@ -3,13 +3,12 @@ record batches (the hot path of every Spark read)."""
 
 from __future__ import annotations
 
-import bisect
 import functools
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..errors import OffsetOutOfRangeError
 from ..log import Log
-from ..message import arrow_modules
+from ..message import ArrowColumns, Columns, arrow_modules
 from ._options import OffsetRange, Options
 from ._plan import data_loss
 
@@ -56,11 +55,11 @@ def arrow_schema(include_headers: bool = False) -> Any:
     return pa.schema(fields)
 
 
-def spark_batch(cols: Any, topic: str, partition: int, include_headers: bool = False) -> Any:
+def spark_batch(cols: ArrowColumns | Columns, topic: str, partition: int, include_headers: bool = False) -> Any:
     """``cols`` as a ``pyarrow.RecordBatch`` of ``arrow_schema(include_headers)``.
 
-    ``cols``: anything with ``arrow_arrays()`` (offsets, millisecond timestamps,
-    keys, values) and ``headers``, as ``Columns``. Whole-column operations only (no
+    ``cols``: ``MessageSet.arrow_columns()`` (what ``read_range`` reads) or
+    ``MessageSet.columns()``. Whole-column operations only (no
     Python object per message) unless headers are asked for and present: values
     and keys keep their buffers, timestamps become microseconds in one numpy
     multiplication, and topic, partition and timestampType are slices of arrays
@@ -107,16 +106,16 @@ def _constant(pa: Any, value: str | int, n: int) -> Any:
     return have.slice(0, n)
 
 
-def _below(offsets: Sequence[int], until: int) -> int:
-    """How many of the ascending ``offsets`` are below ``until``."""
-    if isinstance(offsets, range):
-        return len(range(offsets.start, min(offsets.stop, until)))
-    return bisect.bisect_left(offsets, until)
+def _below(offsets: Any, until: int) -> int:
+    """How many of the ascending ``offsets`` (an int64 Arrow array) are below ``until``."""
+    np = arrow_modules()[1]
+    return int(np.searchsorted(offsets.to_numpy(), until))
 
 
 def read_range(o: Options, r: OffsetRange) -> Iterator[Any]:
     """The messages of ``r`` as Arrow batches in Spark's layout, read a chunk of whole
-    batches at a time (``Log.read`` -> ``MessageSet.columns()``). Offsets deleted
+    batches at a time (``Log.read`` -> ``MessageSet.arrow_columns()``, which checks
+    every batch and builds the arrays with numpy, values copied once). Offsets deleted
     before they were read: ``failOnDataLoss``."""
     tp = (r.topic, r.partition)
     with Log.open(o.directory(tp), readonly=True) as log:
@@ -141,7 +140,7 @@ def read_range(o: Options, r: OffsetRange) -> Iterator[Any]:
                 raise OffsetOutOfRangeError(
                     f"seglog: {r.topic}-{r.partition} ends at {pos}, before the end "
                     f"{r.untilOffset} of the range read (was the log replaced?)")
-            cols = ms.columns()
+            cols = ms.arrow_columns()
             batch = spark_batch(cols, r.topic, r.partition, o.include_headers)
             if ms.next_offset > r.untilOffset:      # the range ends inside this chunk
                 batch = batch.slice(0, _below(cols.offsets, r.untilOffset))
