@@ -20,7 +20,7 @@ LAYERS = [
     "_messageset",
     "message", "_notebook", "index", "_scan", "_segment_file", "_segment_read", "_writable_map",
     "_segment_indexes", "segment", "_writers", "_marker", "retention", "cleaner",
-    "recovery", "repair", "_live", "local_log", "_shared_log", "_log_reads", "_log_encode",
+    "recovery", "repair", "_live", "local_log", "_shared_log", "_log_reads", "_log_wait", "_log_encode",
     "_log_open", "_log_maintenance", "log", "topic", "_future", "producer", "_assignors",
     "_group_files", "_group_admin", "_membership", "_consumer_fetch", "_consumer_args",
     "consumer_group", "spark",

@@ -10,21 +10,16 @@ holds (``OffsetOutOfRangeError`` if its next offset was deleted).
 
 from __future__ import annotations
 
-import asyncio
-import math
 import os
-import threading
-import time
-import weakref
 from bisect import bisect_right
 from contextlib import contextmanager
 from itertools import chain
 from operator import attrgetter
 from typing import Any, Callable, Iterator, TypeVar
 
-from . import _aio, _notebook, codec
+from . import _notebook, codec
 from ._arrow_batches import arrow_columns
-from .errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, SeglogError
+from .errors import CorruptRecordError, OffsetOutOfRangeError, SeglogError
 from .local_log import LocalLog
 from .message import (Message, MessageSet, arrow_modules, arrow_schema, as_ms,
                       check_timestamp)
@@ -110,6 +105,18 @@ def read_arrow(local: LocalLog, start: int | None = None, end: int | None = None
                views: bool = False) -> Any:
     """``Log.read_arrow`` (whose docstring states the contract)."""
     pa = arrow_modules()[0]
+    batches = list(iter_arrow(local, start, end, views))
+    large = any(b.schema.field("value").type == pa.large_binary() for b in batches)
+    if large:
+        batches = [b.cast(arrow_schema(True)) for b in batches]
+    return pa.Table.from_batches(batches, schema=arrow_schema(large, views=views and not large))
+
+
+def iter_arrow(local: LocalLog, start: int | None = None, end: int | None = None,
+               views: bool = False) -> Iterator[Any]:
+    """``Log.iter_arrow`` (whose docstring states the contract); the arguments are
+    checked at the call, not at the first batch."""
+    arrow_modules()
     local.check_readable()
     if local.follows:
         local.refresh()
@@ -120,15 +127,17 @@ def read_arrow(local: LocalLog, start: int | None = None, end: int | None = None
             raise TypeError(f"{name} must be an int or None")
     if not local.start <= lo <= local.end:
         raise OffsetOutOfRangeError(f"offset {lo} is outside [{local.start}, {local.end}]")
-    batches = [cols.to_arrow() for cols in _batch_iters(local, lo, hi, arrow=True, views=views)]
-    if end is None:
+    return _arrow_batches(local, lo, hi, views, end is None)
+
+
+def _arrow_batches(local: LocalLog, lo: int, hi: int, views: bool, to_end: bool
+                   ) -> Iterator[Any]:
+    for cols in _batch_iters(local, lo, hi, arrow=True, views=views):
+        yield cols.to_arrow()
+    if to_end:
         # read to the visible end: damage a readonly reader found there ends it, and
         # must be told, as iter() and read() at the end tell it
         local.raise_damage()
-    large = any(b.schema.field("value").type == pa.large_binary() for b in batches)
-    if large:
-        batches = [b.cast(arrow_schema(True)) for b in batches]
-    return pa.Table.from_batches(batches, schema=arrow_schema(large, views=views and not large))
 
 
 def iterate(local: LocalLog, start: int | None = None, end: int | None = None,
@@ -488,113 +497,3 @@ def _check_covers(seg: Segment, covered: int, next_base: int, position: int) -> 
         raise CorruptRecordError(
             f"offsets {covered} to {next_base - 1} are missing: the segment ends early "
             f"(cut back?) before the next segment starts", seg.path, position, covered)
-
-
-def _deadline(timeout: float | None) -> float | None:
-    """``Log.wait``'s timeout checked, as a ``time.monotonic()`` deadline (None: none)."""
-    if timeout is not None:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
-        if math.isnan(timeout):
-            raise ValueError("timeout must be a number of seconds or None, not NaN")
-        if math.isinf(timeout):
-            timeout = None
-    return None if timeout is None else time.monotonic() + max(0.0, timeout)
-
-
-def wait(local: LocalLog, offset: int, timeout: float | None) -> bool:
-    """``Log.wait``: the timeout checked, then a writer's ``LocalLog.wait_for`` or a
-    readonly reader's polling."""
-    deadline = _deadline(timeout)
-    if local.follows:
-        return _wait_polling(local, offset, deadline)
-    return local.wait_for(offset, deadline)
-
-
-# per log, its async waiters and the worker that serves them (``_aio.Waiters``)
-_waiters: "weakref.WeakKeyDictionary[LocalLog, _aio.Waiters]" = weakref.WeakKeyDictionary()
-_waiters_lock = threading.Lock()
-
-
-def _waiters_of(local: LocalLog) -> _aio.Waiters:
-    with _waiters_lock:
-        w = _waiters.get(local)
-        if w is None:
-            # the worker reaches the log weakly: the entry must not keep its key alive
-            # (every waiter's coroutine holds the log while it waits)
-            ref = weakref.ref(local)
-
-            def alive() -> LocalLog:
-                lg = ref()
-                if lg is None:
-                    raise LogClosedError("the log was dropped while waited for")
-                return lg
-
-            w = _waiters[local] = _aio.Waiters(lambda off, s: wait(alive(), off, s),
-                                               lambda: alive().end)
-        return w
-
-
-async def wait_async(local: LocalLog, offset: int, timeout: float | None) -> bool:
-    """``Log.wait_async``: ``wait``'s contract, awaited. The blocking wait runs in a
-    worker thread (one per log, however many wait: ``_aio.Waiters``), each step of it
-    bounded, so the event loop never blocks and a cancelled wait leaves no thread
-    behind for longer than a step; the timeout is the loop's own timer."""
-    deadline = _deadline(timeout)
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be an int, not {type(offset).__name__}")
-    loop = asyncio.get_running_loop()
-    if local.follows:
-        local.check_readable()     # as the polling wait looks first (its end may be old)
-        if deadline is not None and deadline <= time.monotonic():
-            # look once: a re-listing of the files, in a worker
-            return await loop.run_in_executor(_aio.pool(), wait, local, offset, 0)
-    elif local.end > offset:
-        return True                # as ``LocalLog.wait_for``: no need to wait
-    elif deadline is not None and deadline <= time.monotonic():
-        return False
-    fut: asyncio.Future[bool] = loop.create_future()
-    waiters = _waiters_of(local)
-    waiters.add(offset, fut)
-    try:
-        if deadline is None:
-            return await fut
-        try:
-            async with asyncio.timeout_at(loop.time() + deadline - time.monotonic()):
-                return await fut
-        except TimeoutError:
-            # the end may have passed the offset just as the time ran out
-            return local.end > offset
-    finally:
-        waiters.discard(fut)
-
-
-def _after_fork_in_child() -> None:
-    # the parent's workers do not exist here
-    global _waiters_lock
-    _waiters_lock = threading.Lock()
-    _waiters.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _wait_polling(local: LocalLog, offset: int, deadline: float | None) -> bool:
-    """A readonly reader polls the files (sub-millisecond at first, backing off to
-    20 ms) until ``end_offset > offset`` or ``deadline``."""
-    delay = 0.0005
-    waited = False
-    while True:
-        local.check_readable()
-        local.refresh()
-        if local.end > offset:
-            if waited:
-                local.metrics.wait_wakeups += 1
-            return True
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            return False
-        time.sleep(delay if left is None else min(delay, left))
-        waited = True
-        delay = min(delay * 2, 0.02)

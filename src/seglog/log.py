@@ -20,7 +20,7 @@ import weakref
 from dataclasses import fields
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import _log_reads, _scheduler, codec, recovery
+from . import _log_reads, _log_wait, _scheduler, codec, recovery
 from .cleaner import CompactionStats
 from .config import LogConfig
 from .errors import MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
@@ -191,12 +191,11 @@ class Log:
             self._dir_lock.release()
 
     def _after_fork(self) -> None:
-        """In a forked child: a writer's lock, segment and checkpoints are the
-        parent's; the child's copy refuses every operation (``close`` is a no-op) and
-        drops its copy of the lock descriptor (closing it never releases the parent's
-        flock). Locks are made anew: a thread of the parent may have held one."""
+        """In a forked child: a writer's lock, segment and checkpoints are the parent's;
+        the child's copy refuses every operation (``close`` is a no-op) and drops its
+        copy of the lock descriptor (closing it never releases the parent's flock)."""
         self._local.after_fork()
-        self._flush_lock = threading.Lock()
+        self._flush_lock = threading.Lock()   # a thread of the parent may have held it
         self._maint.after_fork()
         if self.readonly:
             return
@@ -390,25 +389,27 @@ class Log:
 
     def read_arrow(self, start: int | None = None, end: int | None = None, *,
                    views: bool = False) -> Any:
-        """Messages with ``start <= offset < end`` as a ``pyarrow.Table``
-        (``seglog.message.arrow_schema()``), built with numpy from the bytes read,
-        every batch checksummed first. Keys and values are ``binary`` (copied once,
-        in C), or with ``views=True`` ``binary_view`` arrays into the bytes read
-        (no copy; not every pyarrow kernel takes view types). ``start`` defaults to
-        ``start_offset``, ``end`` to ``end_offset`` when called.
-        ``OffsetOutOfRangeError`` if ``start`` is outside the log or retention
-        deletes what is being read. Needs pyarrow and numpy (the ``spark`` extra).
-        """
+        """``iter_arrow``'s batches as one ``pyarrow.Table``, its arguments as there."""
         return _log_reads.read_arrow(self._local, start, end, views)
 
-    def iter(self, start: int | None = None, end: int | None = None) -> Iterator[Message]:
-        """Messages with ``start <= offset < end``, in order.
+    def iter_arrow(self, start: int | None = None, end: int | None = None, *,
+                   views: bool = False) -> Iterator[Any]:
+        """Messages with ``start <= offset < end`` as ``pyarrow.RecordBatch``es of
+        ``arrow_schema()``, one per 4 MiB read, built with numpy, each batch
+        checksummed first. Keys and values are ``binary`` (copied once, in C), or
+        with ``views=True`` ``binary_view`` arrays into the bytes read (no copy; not
+        every pyarrow kernel takes view types). ``start`` defaults to
+        ``start_offset``, ``end`` to ``end_offset`` when called; ``OffsetOutOfRangeError``
+        if ``start`` is outside the log or retention deletes what is being read.
+        Needs pyarrow and numpy (the ``spark`` extra)."""
+        return _log_reads.iter_arrow(self._local, start, end, views)
 
-        ``start`` defaults to ``start_offset``; ``end`` to the end of the log as the
-        iteration reaches it (it does not wait for more: see ``wait``). Compaction
-        and retention may run meanwhile: the iterator goes on in the current
-        segments (``OffsetOutOfRangeError`` if retention deleted its next offset).
-        """
+    def iter(self, start: int | None = None, end: int | None = None) -> Iterator[Message]:
+        """Messages with ``start <= offset < end``, in order. ``start`` defaults to
+        ``start_offset``; ``end`` to the end of the log as the iteration reaches it (it
+        does not wait for more: see ``wait``). Compaction and retention may run
+        meanwhile: the iterator goes on in the current segments
+        (``OffsetOutOfRangeError`` if retention deleted its next offset)."""
         return _log_reads.iterate(self._local, start, end, self)
 
     def __iter__(self) -> Iterator[Message]:
@@ -425,10 +426,9 @@ class Log:
 
     def stats(self) -> dict[str, Any]:
         """A snapshot as a plain dict: offsets, messages (``len``), segments, bytes
-        (of stored batches: a writer's preallocated space is not counted), the oldest
-        and newest record timestamps (ms; None when empty): the first batch's and
-        the segments' largest. Reads batch headers only, whatever the batch sizes;
-        a reader beside a writer that deletes or replaces segments looks again."""
+        (of stored batches, not a writer's preallocated space), the oldest and newest
+        record timestamps (ms; None when empty). Reads batch headers only; a reader
+        beside a writer that deletes or replaces segments looks again."""
         return _log_reads.stats(self._local)
 
     def to_pandas(self, start: int | None = None, end: int | None = None, *,
@@ -448,11 +448,11 @@ class Log:
         """Block until ``end_offset > offset``: True, or False after ``timeout`` seconds (None
         or ``math.inf``: for ever; 0 or less: look once; NaN: ``ValueError``). Readers in other
         processes poll the files (0.5 ms backing off to 20 ms). ``LogClosedError`` if closed."""
-        return _log_reads.wait(self._local, offset, timeout)
+        return _log_wait.wait(self._local, offset, timeout)
 
     async def wait_async(self, offset: int, timeout: float | None = None) -> bool:
         """``wait`` for asyncio: awaits without blocking the event loop (docs/DESIGN.md)."""
-        return await _log_reads.wait_async(self._local, offset, timeout)
+        return await _log_wait.wait_async(self._local, offset, timeout)
 
     # -- retention ---------------------------------------------------------------
     def enforce_retention(self, now_ms: int | None = None) -> list[int]:

@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 EARLIEST, LATEST = -2, -1        # Kafka's offsets JSON: -2 earliest, -1 latest
-# one Log.read per this many bytes of batches: one Arrow RecordBatch of some 20 k
-# rows of 200 bytes; larger chunks measured slower (cache misses), smaller ones pay
-# the per-read cost more often
+# the bytes of batches behind one Arrow batch (what Log.iter_arrow reads at a time):
+# some 20 k rows of 200 bytes; larger chunks measured slower (cache misses), smaller
+# ones pay the per-read cost more often. bench/bench_spark.py reads by it too.
 CHUNK_BYTES = 4 << 20
 
 
@@ -55,7 +55,8 @@ def arrow_schema(include_headers: bool = False) -> Any:
     return pa.schema(fields)
 
 
-def spark_batch(cols: ArrowColumns | Columns, topic: str, partition: int, include_headers: bool = False) -> Any:
+def spark_batch(cols: ArrowColumns | Columns, topic: str, partition: int,
+                include_headers: bool = False) -> Any:
     """``cols`` as a ``pyarrow.RecordBatch`` of ``arrow_schema(include_headers)``.
 
     ``cols``: ``MessageSet.arrow_columns()`` (what ``read_range`` reads) or
@@ -106,44 +107,37 @@ def _constant(pa: Any, value: str | int, n: int) -> Any:
     return have.slice(0, n)
 
 
-def _below(offsets: Any, until: int) -> int:
-    """How many of the ascending ``offsets`` (an int64 Arrow array) are below ``until``."""
-    np = arrow_modules()[1]
-    return int(np.searchsorted(offsets.to_numpy(), until))
-
-
 def read_range(o: Options, r: OffsetRange) -> Iterator[Any]:
-    """The messages of ``r`` as Arrow batches in Spark's layout, read a chunk of whole
-    batches at a time (``Log.read`` -> ``MessageSet.arrow_columns()``, which checks
-    every batch and builds the arrays with numpy, values copied once). Offsets deleted
-    before they were read: ``failOnDataLoss``."""
+    """The messages of ``r`` as Arrow batches in Spark's layout, one per 4 MiB read
+    (``Log.iter_arrow``: every batch checked, arrays built with numpy, values copied
+    once into Arrow's memory pool). Offsets deleted before they were read:
+    ``failOnDataLoss``."""
+    pa = arrow_modules()[0]
     tp = (r.topic, r.partition)
     with Log.open(o.directory(tp), readonly=True) as log:
         pos = r.fromOffset
         while pos < r.untilOffset:
+            if log.end_offset < r.untilOffset:
+                raise OffsetOutOfRangeError(
+                    f"seglog: {r.topic}-{r.partition} ends at {log.end_offset}, before "
+                    f"the end {r.untilOffset} of the range {r.fromOffset} to "
+                    f"{r.untilOffset} (was the log replaced?)")
             try:
-                ms = log.read(pos, CHUNK_BYTES)
+                for rb in log.iter_arrow(pos, r.untilOffset):
+                    offsets, ms, keys, values, headers = rb.columns
+                    batch = spark_batch(ArrowColumns(offsets, ms.view(pa.int64()), keys,
+                                                     values, None), r.topic, r.partition)
+                    if o.include_headers:
+                        batch = pa.RecordBatch.from_arrays(
+                            batch.columns + [headers.cast(arrow_schema(True).field(
+                                "headers").type)], schema=arrow_schema(True))
+                    pos = offsets[-1].as_py() + 1
+                    yield batch
             except OffsetOutOfRangeError:
                 first = log.start_offset
-                if pos >= first:     # past the end: the log is shorter than planned
-                    raise OffsetOutOfRangeError(
-                        f"seglog: {r.topic}-{r.partition} ends at {log.end_offset}, before "
-                        f"offset {pos} of the range {r.fromOffset} to {r.untilOffset} "
-                        f"(was the log replaced?)") from None
+                if pos >= first:     # not deleted: the log is shorter than planned
+                    raise
                 data_loss(o, tp, pos, first, "while reading")
                 pos = first
                 continue
-            if not ms:
-                if ms.next_offset > pos:     # batches compaction emptied
-                    pos = ms.next_offset
-                    continue
-                raise OffsetOutOfRangeError(
-                    f"seglog: {r.topic}-{r.partition} ends at {pos}, before the end "
-                    f"{r.untilOffset} of the range read (was the log replaced?)")
-            cols = ms.arrow_columns()
-            batch = spark_batch(cols, r.topic, r.partition, o.include_headers)
-            if ms.next_offset > r.untilOffset:      # the range ends inside this chunk
-                batch = batch.slice(0, _below(cols.offsets, r.untilOffset))
-            if batch.num_rows:
-                yield batch
-            pos = ms.next_offset
+            return
