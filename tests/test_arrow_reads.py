@@ -854,3 +854,31 @@ def test_empty_logs_and_ranges_give_no_rows_and_the_schema(tmp_path, views):
             _empty(arrow(log, views, o, o), views)
         for o in sorted(kept)[::10]:
             _empty(arrow(log, views, o, o), views)
+
+
+# -- iter_arrow: the same read as a stream ---------------------------------------------
+def test_iter_arrow_streams_what_read_arrow_reads_in_bounded_batches(tmp_path, views):
+    import pyarrow as pa
+    rnd = random.Random(23)
+    print("seed 23")
+    with Log.open(str(tmp_path / "log"), **SYNTHETIC_CLOCK) as log:
+        for i in range(110):                  # some 11 MB of 200-byte values
+            log.append_batch([rnd.randbytes(200) for _ in range(500)])
+        log.append_batch([b"k"] * 3)          # a short batch after them
+        want = [tuple(m) for m in log.iter()]
+        for lo, hi in ((None, None), (7, None), (12_345, 40_001), (log.end_offset,) * 2):
+            stream = log.iter_arrow(lo, hi, views=views) if views else log.iter_arrow(lo, hi)
+            got = list(stream)
+            # one record batch per 4 MiB read at most: the stream never holds the range
+            assert all(b.nbytes < 6 << 20 for b in got)
+            table = pa.Table.from_batches(got, schema=arrow(log, views, 0, 0).schema)
+            assert table.equals(arrow(log, views, *((lo, hi) if hi is not None else
+                                                    (lo,) if lo is not None else ())))
+            first = lo or 0
+            assert rows(table, views) == want[first:hi]
+        assert len(list(log.iter_arrow())) > 2
+        # the arguments are checked at the call, before the first batch is asked for
+        with pytest.raises(TypeError):
+            log.iter_arrow("0")
+        with pytest.raises(OffsetOutOfRangeError):
+            log.iter_arrow(log.end_offset + 1)
