@@ -95,15 +95,19 @@ def _walk(data: bytes, start: int, end: int, min_offset: int, max_offset: int | 
     mv = memoryview(data)
     bio = BytesIO(data) if type(data) is bytes else None
     leads = tuple(map(repeat, lead))
+    # unbounded repeats keep no state: every batch's zip shares them
+    nothing, no_headers = repeat(None), repeat(())
     stop = NEVER if max_offset is None else max_offset
     unpack = _SCAN.unpack_from
     one_size = ONE_HEADER.size
     one_length = one_size - LENGTH_END      # batch_length of a one-record batch, less its value
     one_tail = one_size - CHECKSUM_FROM     # its checksummed bytes before the value
-    # where the last one-record batch could start: the loop then makes no int to compare
+    # where the last batch the loop takes could start: the loop then makes no int to
+    # compare (a plain batch is never shorter than a one-record one)
     last_start = end - one_size
-    # the one-record loop's constants, as locals
+    # the loop's constants, as locals
     this_format, length_end, checksum, checksum_from = MAGIC, LENGTH_END, CHECKSUM, CHECKSUM_FROM
+    header_size, not_plain, swap = HEADER_SIZE, ~F_WIDE, BIG_ENDIAN_HOST
     # below this value length a one-record batch is read from a copy (measured: a
     # memoryview costs about what copying 1-2 KB does)
     copy_below = 1024
@@ -114,33 +118,59 @@ def _walk(data: bytes, start: int, end: int, min_offset: int, max_offset: int | 
     pos = start
     while pos < end:
         if bio is not None and expect >= min_offset:
+            read, seek = bio.read, bio.seek
             values: list[bytes] = []
             stamps: list[int] = []
             while pos <= last_start:
-                # the header (without max_timestamp), then the value length of a
-                # one-record batch
+                # the header (without max_timestamp), then the first value length
+                # (a one-record batch's only one)
                 base, length, magic, check, attrs, last_delta, count, base_ts, vlen = \
                     unpack(data, pos)
                 # length + 12 is one of CPython's cached small ints for values of up to
                 # 211 bytes: one int made per batch here, not two
                 nxt = pos + (length + length_end)
                 # base == expect: the strict case of ``continues``
-                if (count != 1 or attrs or last_delta or base != expect or magic != this_format
-                        or vlen != length - one_length or nxt > end or base >= stop):
-                    break
-                if vlen < copy_below:
-                    # a copy of a short batch's checksummed bytes costs less than a
-                    # memoryview of them, and its value is sliced from that copy
-                    checked = data[pos + checksum_from:nxt]
-                    if checksum(checked) != check:
+                if not (count != 1 or attrs or last_delta or base != expect
+                        or magic != this_format or vlen != length - one_length or nxt > end
+                        or base >= stop):
+                    if vlen < copy_below:
+                        # a copy of a short batch's checksummed bytes costs less than a
+                        # memoryview of them, and its value is sliced from that copy
+                        checked = data[pos + checksum_from:nxt]
+                        if checksum(checked) != check:
+                            break
+                        values.append(checked[one_tail:])
+                    elif checksum(mv[pos + checksum_from:nxt]) == check:
+                        values.append(data[pos + one_size:nxt])
+                    else:
                         break
-                    values.append(checked[one_tail:])
-                elif checksum(mv[pos + checksum_from:nxt]) == check:
-                    values.append(data[pos + one_size:nxt])
-                else:
+                    stamps.append(base_ts)
+                    expect = base + 1
+                    pos = nxt
+                    continue
+                # a plain batch of messages (at most F_WIDE), wholly wanted: its
+                # lengths, then its values, nothing else
+                p = pos + header_size
+                q = p + (4 if attrs else 2) * count
+                if (columns or attrs & not_plain or count != last_delta + 1 or base != expect
+                        or magic != this_format or q > nxt or nxt > end
+                        or base + last_delta >= stop
+                        or checksum(mv[pos + checksum_from:nxt]) != check):
                     break
-                stamps.append(base_ts)
-                expect = base + 1
+                lengths = array("I" if attrs else "H")
+                lengths.frombytes(mv[p:q])
+                if swap:
+                    lengths.byteswap()
+                if q + sum(lengths) != nxt:
+                    break
+                if values:
+                    n = len(values)
+                    yield _plain(message_type, leads, expect - n, n, stamps, values)
+                    values, stamps = [], []
+                seek(q)
+                expect = base + count
+                yield map(message_type, zip(*leads, range(base, expect), repeat(base_ts),
+                                            nothing, map(read, lengths), no_headers))
                 pos = nxt
             if values:
                 # batches of a run follow each other: consecutive offsets
@@ -152,8 +182,8 @@ def _walk(data: bytes, start: int, end: int, min_offset: int, max_offset: int | 
                         None, None, expect - 1))
                 else:
                     yield _plain(message_type, leads, expect - n, n, stamps, values)
-                if pos >= end:
-                    break
+            if pos >= end:
+                break
         # any other batch: one at a time, every check with its own error
         if pos + HEADER_SIZE > end:
             if old_magic_at(data, pos, end):
