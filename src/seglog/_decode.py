@@ -85,12 +85,15 @@ def _walk(data: bytes, start: int, end: int, min_offset: int, max_offset: int | 
     (framing, offsets, checksum) first; stops before the first batch at or after
     ``max_offset``.
 
-    A run of plain one-record batches (``Log.append``'s) costs one header unpack,
-    one checksum, one slice and two list appends per batch in Python; a batch this
-    loop does not take, good or bad, is left to the general path below it, which
-    checks and reports it. What is made of a batch is chosen by ``columns`` inside
-    the loop, not by a callable per kind: a call per batch is what the read path
-    cannot afford.
+    The fast loop takes plain batches wholly wanted: a run of one-record batches
+    (``Log.append``'s) costs one header unpack, one checksum, one slice and two list
+    appends per batch in Python, and a plain batch of several records
+    (``append_batch``'s; messages only) one header unpack, one checksum, its length
+    array and one C-level pass over its values, built from the fields of that one
+    unpack. A batch this loop does not take, good or bad, is left to the general
+    path below it, which checks and reports it. What is made of a batch is chosen
+    inside the loop, not by a callable per kind: a call per batch is what the read
+    path cannot afford.
     """
     mv = memoryview(data)
     bio = BytesIO(data) if type(data) is bytes else None
@@ -148,8 +151,8 @@ def _walk(data: bytes, start: int, end: int, min_offset: int, max_offset: int | 
                     expect = base + 1
                     pos = nxt
                     continue
-                # a plain batch of messages (at most F_WIDE), wholly wanted: its
-                # lengths, then its values, nothing else
+                # a plain batch (attributes F_WIDE at most) wholly wanted, as messages
+                # (columns take the general path): its lengths, then its values
                 p = pos + header_size
                 q = p + (4 if attrs else 2) * count
                 if (columns or attrs & not_plain or count != last_delta + 1 or base != expect
