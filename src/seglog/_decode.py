@@ -132,48 +132,49 @@ def _walk(data: bytes, start: int, end: int, min_offset: int, max_offset: int | 
                 # length + 12 is one of CPython's cached small ints for values of up to
                 # 211 bytes: one int made per batch here, not two
                 nxt = pos + (length + length_end)
-                # base == expect: the strict case of ``continues``
-                if not (count != 1 or attrs or last_delta or base != expect
-                        or magic != this_format or vlen != length - one_length or nxt > end
-                        or base >= stop):
-                    if vlen < copy_below:
-                        # a copy of a short batch's checksummed bytes costs less than a
-                        # memoryview of them, and its value is sliced from that copy
-                        checked = data[pos + checksum_from:nxt]
-                        if checksum(checked) != check:
-                            break
-                        values.append(checked[one_tail:])
-                    elif checksum(mv[pos + checksum_from:nxt]) == check:
-                        values.append(data[pos + one_size:nxt])
-                    else:
+                # base == expect: the strict case of ``continues``. A one-record batch is
+                # taken at the end of the loop's body, where the compiler repeats the
+                # loop's test (a ``continue`` would add a jump a batch); any other here
+                if (count != 1 or attrs or last_delta or base != expect or magic != this_format
+                        or vlen != length - one_length or nxt > end or base >= stop):
+                    # a plain batch (attributes F_WIDE at most) wholly wanted, as messages
+                    # (columns take the general path): its lengths, then its values
+                    p = pos + header_size
+                    q = p + (4 if attrs else 2) * count
+                    if (columns or attrs & not_plain or count != last_delta + 1
+                            or base != expect or magic != this_format or q > nxt or nxt > end
+                            or base + last_delta >= stop
+                            or checksum(mv[pos + checksum_from:nxt]) != check):
                         break
-                    stamps.append(base_ts)
-                    expect = base + 1
+                    lengths = array("I" if attrs else "H")
+                    lengths.frombytes(mv[p:q])
+                    if swap:
+                        lengths.byteswap()
+                    if q + sum(lengths) != nxt:
+                        break
+                    if values:
+                        n = len(values)
+                        yield _plain(message_type, leads, expect - n, n, stamps, values)
+                        values, stamps = [], []
+                    seek(q)
+                    expect = base + count
+                    yield map(message_type, zip(*leads, range(base, expect), repeat(base_ts),
+                                                nothing, map(read, lengths), no_headers))
                     pos = nxt
                     continue
-                # a plain batch (attributes F_WIDE at most) wholly wanted, as messages
-                # (columns take the general path): its lengths, then its values
-                p = pos + header_size
-                q = p + (4 if attrs else 2) * count
-                if (columns or attrs & not_plain or count != last_delta + 1 or base != expect
-                        or magic != this_format or q > nxt or nxt > end
-                        or base + last_delta >= stop
-                        or checksum(mv[pos + checksum_from:nxt]) != check):
+                if vlen < copy_below:
+                    # a copy of a short batch's checksummed bytes costs less than a
+                    # memoryview of them, and its value is sliced from that copy
+                    checked = data[pos + checksum_from:nxt]
+                    if checksum(checked) != check:
+                        break
+                    values.append(checked[one_tail:])
+                elif checksum(mv[pos + checksum_from:nxt]) == check:
+                    values.append(data[pos + one_size:nxt])
+                else:
                     break
-                lengths = array("I" if attrs else "H")
-                lengths.frombytes(mv[p:q])
-                if swap:
-                    lengths.byteswap()
-                if q + sum(lengths) != nxt:
-                    break
-                if values:
-                    n = len(values)
-                    yield _plain(message_type, leads, expect - n, n, stamps, values)
-                    values, stamps = [], []
-                seek(q)
-                expect = base + count
-                yield map(message_type, zip(*leads, range(base, expect), repeat(base_ts),
-                                            nothing, map(read, lengths), no_headers))
+                stamps.append(base_ts)
+                expect = base + 1
                 pos = nxt
             if values:
                 # batches of a run follow each other: consecutive offsets
