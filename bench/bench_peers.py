@@ -18,6 +18,10 @@ Every workload writes or reads the same 200-byte values (os.urandom), best of 3:
              seglog ``Log.read_arrow()`` (columnar, into one pyarrow Table).
 * disk:      bytes on disk per message beyond the 200-byte value, batch 50.
 * recovery:  the scan of an unflushed tail after a crash (framing, checksums, offsets).
+* iter() parts: where ``iter()``'s time goes over the batch-50 log, per message: the
+             parts any pure-Python reader of the format pays (``pread`` of the files
+             in 1 MiB chunks, every batch's checksum, one ``Message`` per value made
+             from one buffer in memory: the floor), and the rest, seglog's walk.
 
 Prints each figure and then the target ratios with ok / MISSED. Run by hand on a
 quiet machine; never as a test.
@@ -32,6 +36,7 @@ side by side with their ratio: a change's cost, measured in one run.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -41,6 +46,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from io import BytesIO
+from itertools import repeat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OWN_SRC = os.path.abspath(os.path.join(HERE, "..", "src"))
@@ -60,6 +67,7 @@ sys.path.insert(0, HERE)
 import seglog  # noqa: E402
 from bench_log import dir_bytes, raw_write, seglog_read, seglog_write, sqlite_read, \
     sqlite_write, timed  # noqa: E402
+from seglog import codec  # noqa: E402
 from seglog.testing import abandon  # noqa: E402
 
 try:
@@ -200,6 +208,62 @@ def recovery_scan(root: str, mb: int) -> float:
     return rep.scanned_bytes / rep.scan_seconds / 1e9
 
 
+def iter_parts(path: str, values: list[bytes]) -> list[tuple[str, float]]:
+    """ns per message of ``iter()`` over the log at ``path`` (of ``values``) and of its
+    parts, best of 3 each, in one run."""
+    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".log"))
+    n, chunk = len(values), 1 << 20
+
+    def walk(check: bool) -> None:
+        # iter()'s reads: whole batches of 1 MiB chunks, the next chunk from the first
+        # batch the last one cut
+        for f in files:
+            fd = os.open(f, os.O_RDONLY)
+            size, pos = os.fstat(fd).st_size, 0
+            while pos < size:
+                buf = os.pread(fd, chunk, pos)
+                mv, p, end = memoryview(buf), 0, len(buf)
+                while p + codec.HEADER_SIZE <= end:
+                    hdr = codec.HEADER.unpack_from(buf, p)
+                    nxt = p + codec.LENGTH_END + hdr[codec.H_LENGTH]
+                    if nxt > end:
+                        break
+                    if check:
+                        codec.CHECKSUM(mv[p + codec.CHECKSUM_FROM:nxt])
+                    p = nxt
+                pos += p
+            os.close(fd)
+
+    data, lens = b"".join(values), list(map(len, values))
+
+    def floor() -> None:
+        for m in map(seglog.Message, zip(range(n), repeat(0), repeat(None),
+                                         map(BytesIO(data).read, lens), repeat(()))):
+            m.value
+
+    log = seglog.Log.open(path, readonly=True)
+
+    def whole() -> None:
+        for m in log.iter():
+            m.value
+    t: dict[str, float] = {}
+    for _ in range(REPEAT):         # alternating: the machine's load hits each alike
+        for name, fn in (("whole", whole), ("read", lambda: walk(False)),
+                         ("check", lambda: walk(True)), ("floor", floor)):
+            gc.collect()
+            t0 = time.perf_counter()
+            fn()
+            t[name] = min(t.get(name, float("inf")), time.perf_counter() - t0)
+    log.close()
+    ns = {k: v / n * 1e9 for k, v in t.items()}
+    return [("iter() batch-50 log, whole loop", ns["whole"]),
+            ("  pread in 1 MiB chunks, header walk", ns["read"]),
+            ("  checksum of every batch", ns["check"] - ns["read"]),
+            ("  a Message per value from memory", ns["floor"]),
+            ("  the rest: seglog's walk and decode",
+             ns["whole"] - ns["check"] - ns["floor"])]
+
+
 def seglog_figures(root: str, msgs: list[bytes], tail_mb: int) -> tuple[dict[str, float], int, float]:
     """seglog's workloads: msgs/s per workload, bytes on disk of the batch-50 log, and
     the recovery scan's GB/s."""
@@ -300,6 +364,7 @@ def main() -> None:
             r[name] = len(sub) / sqlite_write(db, sub, batch)
         t, count = sqlite_read(os.path.join(root, f"sqlite{BATCH}.db"))
         r["sqlite3 SELECT"] = count / t
+        parts = iter_parts(os.path.join(root, "seglog50"), msgs)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -335,6 +400,9 @@ def main() -> None:
           f"{n / arrow_total / 1e6:.2f} M values/s; parts nest as named):")
     for name, secs in arrow_costs.items():
         print(f"    {name:<56} {secs * 1e3:7.1f} ms  {secs * 1e9 / n:6.1f} ns/value")
+    print(f"\n  {'where iter() spends its time, same run':<48} {'ns/msg':>7}")
+    for name, ns in parts:
+        print(f"  {name:<48} {ns:7.1f}")
     if args.compare:
         del msgs
         compare(os.path.abspath(args.compare), n, args.tail_mb, args.dir, args.rounds)

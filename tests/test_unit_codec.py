@@ -424,3 +424,52 @@ def test_damage_inside_a_run_is_raised_after_the_messages_before_it(at, damage):
         return          # without expect, any first offset is fine; with it, not
     with pytest.raises(CorruptRecordError):
         decode_all(data)
+
+
+@pytest.mark.parametrize("at", [0, 1, 3, 5])
+@pytest.mark.parametrize("damage, message", [
+    ("checksum", "checksum mismatch"),
+    ("gap", "batch starts at offset {base_plus_1}, expected {base}"),
+    ("lengths", "record lengths do not add up"),
+    ("overrun", "length array runs past the batch"),
+    ("offset span", "undecodable batch: record count does not match offset span"),
+    ("magic", None)])
+def test_damage_among_plain_batches_is_raised_after_the_messages_before_it(at, damage, message):
+    """Plain batches of several records (``append_batch``'s), one-record batches between
+    some of them: every check with its own error, at the damaged batch's position,
+    after the messages of the batches before it and none of its own."""
+    parts, msgs, off = [], [], 0
+    for i in range(6):
+        vs = [b"b%d-%d" % (i, j) * (1 + j) for j in range(3)] if i % 3 != 2 else [b"one %d" % i]
+        parts.append(codec.encode_batch(off, vs, 1000 + i))
+        msgs.append([(off + j, 1000 + i, None, v, ()) for j, v in enumerate(vs)])
+        off += len(vs)
+    base = msgs[at][0][0]
+    bad = bytearray(parts[at])
+    if damage == "checksum":
+        bad[-1] ^= 0x20
+    elif damage == "gap":
+        bad[:8] = struct.pack("<q", base + 1)
+    elif damage == "magic":
+        bad[12] = 3
+    else:      # under a valid checksum, as a forger would
+        hdr = list(codec.HEADER.unpack_from(bad))
+        if damage == "lengths":
+            bad[codec.HEADER_SIZE] += 1
+        elif damage == "overrun":
+            hdr[codec.H_COUNT], hdr[codec.H_LAST_DELTA] = 100, 99
+        else:
+            hdr[codec.H_LAST_DELTA] += 2
+        codec.HEADER.pack_into(bad, 0, *hdr)
+        bad = bytearray(_rechecksum(bad))
+    data = b"".join(parts[:at]) + bytes(bad) + b"".join(parts[at + 1:])
+    got = []
+    with pytest.raises(CorruptRecordError) as ei:
+        for it in codec.iter_messages(data, 0, len(data), expect=0):
+            got.extend(it)
+    assert got == [m for batch in msgs[:at] for m in batch]
+    # the offset the damaged batch's header claims
+    claimed = base + 1 if damage == "gap" else base
+    assert (ei.value.position, ei.value.offset) == (sum(map(len, parts[:at])), claimed)
+    if message is not None:
+        assert ei.value.message == message.format(base=base, base_plus_1=base + 1)

@@ -85,25 +85,32 @@ def _walk(data: bytes, start: int, end: int, min_offset: int, max_offset: int | 
     (framing, offsets, checksum) first; stops before the first batch at or after
     ``max_offset``.
 
-    A run of plain one-record batches (``Log.append``'s) costs one header unpack,
-    one checksum, one slice and two list appends per batch in Python; a batch this
-    loop does not take, good or bad, is left to the general path below it, which
-    checks and reports it. What is made of a batch is chosen by ``columns`` inside
-    the loop, not by a callable per kind: a call per batch is what the read path
-    cannot afford.
+    The fast loop takes plain batches wholly wanted: a run of one-record batches
+    (``Log.append``'s) costs one header unpack, one checksum, one slice and two list
+    appends per batch in Python, and a plain batch of several records
+    (``append_batch``'s; messages only) one header unpack, one checksum, its length
+    array and one C-level pass over its values, built from the fields of that one
+    unpack. A batch this loop does not take, good or bad, is left to the general
+    path below it, which checks and reports it. What is made of a batch is chosen
+    inside the loop, not by a callable per kind: a call per batch is what the read
+    path cannot afford.
     """
     mv = memoryview(data)
     bio = BytesIO(data) if type(data) is bytes else None
     leads = tuple(map(repeat, lead))
+    # unbounded repeats keep no state: every batch's zip shares them
+    nothing, no_headers = repeat(None), repeat(())
     stop = NEVER if max_offset is None else max_offset
     unpack = _SCAN.unpack_from
     one_size = ONE_HEADER.size
     one_length = one_size - LENGTH_END      # batch_length of a one-record batch, less its value
     one_tail = one_size - CHECKSUM_FROM     # its checksummed bytes before the value
-    # where the last one-record batch could start: the loop then makes no int to compare
+    # where the last batch the loop takes could start: the loop then makes no int to
+    # compare (a plain batch is never shorter than a one-record one)
     last_start = end - one_size
-    # the one-record loop's constants, as locals
+    # the loop's constants, as locals
     this_format, length_end, checksum, checksum_from = MAGIC, LENGTH_END, CHECKSUM, CHECKSUM_FROM
+    header_size, not_plain, swap = HEADER_SIZE, ~F_WIDE, BIG_ENDIAN_HOST
     # below this value length a one-record batch is read from a copy (measured: a
     # memoryview costs about what copying 1-2 KB does)
     copy_below = 1024
@@ -114,20 +121,47 @@ def _walk(data: bytes, start: int, end: int, min_offset: int, max_offset: int | 
     pos = start
     while pos < end:
         if bio is not None and expect >= min_offset:
+            read, seek = bio.read, bio.seek
             values: list[bytes] = []
             stamps: list[int] = []
             while pos <= last_start:
-                # the header (without max_timestamp), then the value length of a
-                # one-record batch
+                # the header (without max_timestamp), then the first value length
+                # (a one-record batch's only one)
                 base, length, magic, check, attrs, last_delta, count, base_ts, vlen = \
                     unpack(data, pos)
                 # length + 12 is one of CPython's cached small ints for values of up to
                 # 211 bytes: one int made per batch here, not two
                 nxt = pos + (length + length_end)
-                # base == expect: the strict case of ``continues``
+                # base == expect: the strict case of ``continues``. A one-record batch is
+                # taken at the end of the loop's body, where the compiler repeats the
+                # loop's test (a ``continue`` would add a jump a batch); any other here
                 if (count != 1 or attrs or last_delta or base != expect or magic != this_format
                         or vlen != length - one_length or nxt > end or base >= stop):
-                    break
+                    # a plain batch (attributes F_WIDE at most) wholly wanted, as messages
+                    # (columns take the general path): its lengths, then its values
+                    p = pos + header_size
+                    q = p + (4 if attrs else 2) * count
+                    if (columns or attrs & not_plain or count != last_delta + 1
+                            or base != expect or magic != this_format or q > nxt or nxt > end
+                            or base + last_delta >= stop
+                            or checksum(mv[pos + checksum_from:nxt]) != check):
+                        break
+                    lengths = array("I" if attrs else "H")
+                    lengths.frombytes(mv[p:q])
+                    if swap:
+                        lengths.byteswap()
+                    if q + sum(lengths) != nxt:
+                        break
+                    if values:
+                        n = len(values)
+                        yield _plain(message_type, leads, expect - n, n, stamps, values)
+                        values, stamps = [], []
+                    seek(q)
+                    expect = base + count
+                    yield map(message_type, zip(*leads, range(base, expect), repeat(base_ts),
+                                                nothing, map(read, lengths), no_headers))
+                    pos = nxt
+                    continue
                 if vlen < copy_below:
                     # a copy of a short batch's checksummed bytes costs less than a
                     # memoryview of them, and its value is sliced from that copy
@@ -152,8 +186,8 @@ def _walk(data: bytes, start: int, end: int, min_offset: int, max_offset: int | 
                         None, None, expect - 1))
                 else:
                     yield _plain(message_type, leads, expect - n, n, stamps, values)
-                if pos >= end:
-                    break
+            if pos >= end:
+                break
         # any other batch: one at a time, every check with its own error
         if pos + HEADER_SIZE > end:
             if old_magic_at(data, pos, end):
