@@ -35,6 +35,11 @@ _LENGTH_END = codec.LENGTH_END
 _HEADER_SIZE = codec.HEADER_SIZE
 # values of up to this many bytes live inside an Arrow view (Arrow's view layout)
 _INLINE = 12
+# a view holds its value's position in the buffer as an int32: values that end
+# within this many bytes of the buffer's start can be viewed there
+_VIEW_REACH = 1 << 31
+# binary arrays whose values add up to this many bytes or more are large_binary
+_LARGE = 1 << 31
 
 
 class ArrowColumns(NamedTuple):
@@ -170,8 +175,14 @@ def _plain_run(pa: Any, np: Any, data: bytes, pos: int, end: int, min_offset: in
             hdr, count, nxt, values_at, firsts = hdr[:n], count[:n], nxt[:n], values_at[:n], \
                 firsts[:n]
             lens = lens[:int(firsts[-1] + count[-1])]
-        values = (_views(pa, np, data, lens, values_at, nxt, firsts) if views else
-                  _copied(pa, np, mv, lens, values_at, nxt))
+        if views and int(nxt[-1]) <= _VIEW_REACH:
+            values = _views(pa, np, data, lens, values_at, nxt, firsts)
+        else:
+            # (views of values past 2 GiB in the buffer: their 32-bit positions would
+            # wrap, so the values are copied and the copy viewed)
+            values = _copied(pa, np, mv, lens, values_at, nxt)
+            if views and values.type == pa.binary():
+                values = values.cast(pa.binary_view())
     total = len(lens)
     first = int(hdr["base"][0])
     after = int(nxt[-1])
@@ -314,7 +325,9 @@ def _from_parts(pa: Any, parts: list[codec.ColumnPart], views: bool) -> ArrowCol
     cols = Columns.from_parts(parts)
     offsets, stamps, keys, values = cols.arrow_arrays()
     if views:
-        keys, values = keys.cast(pa.binary_view()), values.cast(pa.binary_view())
+        # values past 2 GiB stay large_binary: one view buffer cannot hold them
+        keys, values = (a if a.type == pa.large_binary() else a.cast(pa.binary_view())
+                        for a in (keys, values))
     return ArrowColumns(offsets, stamps, keys, values, cols.headers)
 
 
@@ -333,12 +346,29 @@ def _concat(pa: Any, pieces: list[ArrowColumns], views: bool) -> ArrowColumns:
     cols: list[Any] = []
     for i in range(4):
         arrays: list[Any] = [p.arrow_arrays()[i] for p in pieces]
-        if i >= 2 and len({a.type for a in arrays}) > 1:
-            wide = pa.large_binary() if any(a.type == pa.large_binary() for a in arrays) \
-                else binary
-            arrays = [a.cast(wide) for a in arrays]
+        if i >= 2:
+            types = {a.type for a in arrays}
+            # binary pieces each under 2 GiB may pass it together: their int32
+            # offsets would overflow in the join
+            if pa.large_binary() in types or _binary_bytes(pa, arrays) >= _LARGE:
+                arrays = [a if a.type == pa.large_binary() else a.cast(pa.large_binary())
+                          for a in arrays]
+            elif len(types) > 1:
+                arrays = [a.cast(binary) for a in arrays]
         cols.append(pa.concat_arrays(arrays))
     return ArrowColumns(cols[0], cols[1], cols[2], cols[3], headers)
+
+
+def _binary_bytes(pa: Any, arrays: list[Any]) -> int:
+    """The bytes of the values of the ``binary`` arrays among ``arrays`` (from each
+    one's int32 offsets, as sliced)."""
+    np = arrow_modules()[1]
+    total = 0
+    for a in arrays:
+        if a.type == pa.binary() and len(a):
+            offsets = np.frombuffer(a.buffers()[1], dtype="<i4")
+            total += int(offsets[a.offset + len(a)]) - int(offsets[a.offset])
+    return total
 
 
 @functools.lru_cache(maxsize=None)
