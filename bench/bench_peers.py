@@ -36,6 +36,7 @@ side by side with their ratio: a change's cost, measured in one run.
 from __future__ import annotations
 
 import argparse
+import inspect
 import gc
 import json
 import os
@@ -287,7 +288,8 @@ def seglog_figures(root: str, msgs: list[bytes], tail_mb: int) -> tuple[dict[str
     r["seglog iter() batch-50 log"] = n / min(seglog_read(fifty, n) for _ in range(REPEAT))
     r["seglog iter() append-1 log"] = n / min(seglog_read(one, n) for _ in range(REPEAT))
     r["seglog read_arrow() batch-50 log"] = n / arrow_read(fifty, n)
-    r["seglog read_arrow(views=True) batch-50"] = n / arrow_read(fifty, n, views=True)
+    if "views" in inspect.signature(seglog.Log.read_arrow).parameters:  # (--compare: older trees)
+        r["seglog read_arrow(views=True) batch-50"] = n / arrow_read(fifty, n, views=True)
     return r, disk, recovery_scan(root, tail_mb)
 
 
@@ -309,6 +311,8 @@ def compare(other_src: str, n: int, tail_mb: int, where: str | None, rounds: int
     print(f"\n  {'seglog workload, same run':<36} {'other':>10} {'this':>10} {'this/other':>11}")
     print(f"  {'(other = ' + other_src + ')':<36}")
     for k in best[OWN_SRC]:
+        if k not in best[other_src]:
+            continue                      # a workload the other tree does not have
         a, b = best[other_src][k], best[OWN_SRC][k]
         unit, scale = ("GB/s", 1e9) if k.startswith("recovery") else ("M/s", 1e6)
         print(f"  {k:<36} {a / scale:7.3f} {unit:<5}{b / scale:7.3f} {unit:<5} {b / a:7.3f}x")

@@ -6,6 +6,8 @@ import os
 import struct
 import zlib
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -393,31 +395,46 @@ def test_runs_read_in_chunks_with_progress(shapes, sizes):
     assert got == msgs
 
 
+def _simple_damage(batch: bytes, damage: str, base: int) -> bytearray | None:
+    """``batch`` with a flipped checksum byte, a base offset one too far ("gap") or a
+    bad magic byte; None for any other damage (the test makes it)."""
+    bad = bytearray(batch)
+    if damage == "checksum":
+        bad[-1] ^= 0x20
+    elif damage == "gap":
+        bad[:8] = struct.pack("<q", base + 1)
+    elif damage == "magic":
+        bad[12] = 3
+    else:
+        return None
+    return bad
+
+
+def _until_refused(data: bytes) -> tuple[list[tuple], Any]:
+    """The messages iter_messages yields from ``data`` before it raises, and the error."""
+    got: list[tuple] = []
+    with pytest.raises(CorruptRecordError) as ei:
+        for it in codec.iter_messages(data, 0, len(data), expect=0):
+            got.extend(it)
+    return got, ei
+
+
 @pytest.mark.parametrize("at", [0, 1, 4, 7])
 @pytest.mark.parametrize("damage", ["checksum", "gap", "overlap", "magic", "value length",
                                     "offset span"])
 def test_damage_inside_a_run_is_raised_after_the_messages_before_it(at, damage):
     parts = [codec.encode_batch(i, [b"value %d" % i], 100 + i) for i in range(8)]
-    bad = bytearray(parts[at])
-    if damage == "checksum":
-        bad[-1] ^= 0x20
-    elif damage == "gap":
-        bad[:8] = struct.pack("<q", at + 1)
-    elif damage == "overlap":
+    bad = _simple_damage(parts[at], damage, at) or bytearray(parts[at])
+    if damage == "overlap":
         bad[:8] = struct.pack("<q", at - 1)
-    elif damage == "magic":
-        bad[12] = 3
     elif damage == "value length":      # under a valid checksum, as a forger would
         struct.pack_into("<H", bad, codec.HEADER_SIZE, len(b"value 0") + 1)
         bad = bytearray(_rechecksum(bad))
-    else:       # one record claiming three offsets, under a valid checksum
+    elif damage == "offset span":       # one record claiming three offsets, likewise
         struct.pack_into("<I", bad, codec.CHECKSUM_FROM + 2, 2)
         bad = bytearray(_rechecksum(bad))
     data = b"".join(parts[:at]) + bytes(bad) + b"".join(parts[at + 1:])
-    got = []
-    with pytest.raises(CorruptRecordError) as ei:
-        for it in codec.iter_messages(data, 0, len(data), expect=0):
-            got.extend(it)
+    got, ei = _until_refused(data)
     assert [m[0] for m in got] == list(range(at))
     assert ei.value.position == sum(map(len, parts[:at]))
     if at == 0 and damage in ("gap", "overlap"):
@@ -445,14 +462,9 @@ def test_damage_among_plain_batches_is_raised_after_the_messages_before_it(at, d
         msgs.append([(off + j, 1000 + i, None, v, ()) for j, v in enumerate(vs)])
         off += len(vs)
     base = msgs[at][0][0]
-    bad = bytearray(parts[at])
-    if damage == "checksum":
-        bad[-1] ^= 0x20
-    elif damage == "gap":
-        bad[:8] = struct.pack("<q", base + 1)
-    elif damage == "magic":
-        bad[12] = 3
-    else:      # under a valid checksum, as a forger would
+    bad = _simple_damage(parts[at], damage, base)
+    if bad is None:      # under a valid checksum, as a forger would
+        bad = bytearray(parts[at])
         hdr = list(codec.HEADER.unpack_from(bad))
         if damage == "lengths":
             bad[codec.HEADER_SIZE] += 1
@@ -463,10 +475,7 @@ def test_damage_among_plain_batches_is_raised_after_the_messages_before_it(at, d
         codec.HEADER.pack_into(bad, 0, *hdr)
         bad = bytearray(_rechecksum(bad))
     data = b"".join(parts[:at]) + bytes(bad) + b"".join(parts[at + 1:])
-    got = []
-    with pytest.raises(CorruptRecordError) as ei:
-        for it in codec.iter_messages(data, 0, len(data), expect=0):
-            got.extend(it)
+    got, ei = _until_refused(data)
     assert got == [m for batch in msgs[:at] for m in batch]
     # the offset the damaged batch's header claims
     claimed = base + 1 if damage == "gap" else base
