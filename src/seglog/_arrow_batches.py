@@ -126,7 +126,9 @@ def _first_pass(data: bytes, pos: int, end: int) -> tuple[list[int], int]:
             add(pos)
             pos = nxt
     except (struct_error, ValueError):
-        pass
+        # a header the buffer cuts short (an ``end`` past the data): the run ends
+        # here, and the general walk reports what is there
+        return found, pos
     return found, pos
 
 
@@ -304,7 +306,7 @@ def _general_stretch(data: bytes, pos: int, end: int) -> int:
             first = False
             p += length + _LENGTH_END
     except (struct_error, ValueError):
-        pass
+        return end          # a header cut short: the walk must see it with the rest
     return end
 
 
