@@ -105,10 +105,10 @@ def arrow_columns(data: bytes | Any, start: int, end: int, min_offset: int = 0,
     return _concat(pa, pieces, views), codec.WalkEnd(pos, 0 if expect is None else expect)
 
 
-def _first_pass(data: bytes, pos: int, end: int) -> tuple[list[int], int]:
+def _first_pass(data: bytes, pos: int, end: int) -> list[int]:
     """Positions of the run of plain batches from ``pos`` whose lengths fit and whose
-    checksums match, and where the run stopped: one short unpack and one checksum a
-    batch, the only Python per batch on this road."""
+    checksums match: one short unpack and one checksum a batch, the only Python per
+    batch on this road."""
     mv = memoryview(data)
     unpack = _FIRST.unpack_from
     checksum, checksum_from, length_end, magic_ok = (codec.CHECKSUM, codec.CHECKSUM_FROM,
@@ -128,8 +128,8 @@ def _first_pass(data: bytes, pos: int, end: int) -> tuple[list[int], int]:
     except (struct_error, ValueError):
         # a header the buffer cuts short (an ``end`` past the data): the run ends
         # here, and the general walk reports what is there
-        return found, pos
-    return found, pos
+        return found
+    return found
 
 
 def _plain_run(pa: Any, np: Any, data: bytes, pos: int, end: int, min_offset: int,
@@ -138,7 +138,7 @@ def _plain_run(pa: Any, np: Any, data: bytes, pos: int, end: int, min_offset: in
     """The run of plain batches from ``pos`` as columns (None if it holds no
     message in range), the position after it and the offset expected next; None
     when the batch at ``pos`` is not a plain batch that passes every check."""
-    found, _ = _first_pass(data, pos, end)
+    found = _first_pass(data, pos, end)
     if not found:
         return None
     starts = np.array(found, dtype=np.int64)
