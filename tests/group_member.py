@@ -25,6 +25,7 @@ import sys
 import time
 
 import seglog
+from consumers import owned
 
 
 def main() -> None:
@@ -54,9 +55,11 @@ def main() -> None:
                         time.sleep(0.01)
                 try:
                     c.commit()
+                    owned_now = owned(c)
                     emit("commit", member, c.generation,
                          {(f"{t}-{p}" if pattern else str(p)): c.position(t, p)
-                          for t, p in c._owned})
+                          for t, p in c.assignment()
+                          if (t, p) in owned_now})
                 except seglog.CommitFailedError:
                     emit("commit_failed", member, c.generation)
         c.close()

@@ -16,7 +16,7 @@ import pytest
 
 import seglog
 from seglog import Consumer, InvalidConfigError, OffsetOutOfRangeError, Topic, describe_group
-from test_groups import wait_for     # one waiting helper for the group tests
+from consumers import fill, owned, wait_for
 from seglog.consumer_group import committed_offsets
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -65,12 +65,8 @@ class Members:
 
 
 def owners(root: str) -> dict[str, str | None]:
-    return {k: v["owner"] for k, v in describe_group(root, "g")["partitions"].items()}
-
-
-def fill(topic: Topic, n: int, start: int = 0) -> None:
-    for i in range(start, start + n):
-        topic.append(b"m%06d" % i, partition=i % topic.num_partitions)
+    """``"topic-p"`` -> its owner, as ``describe_group`` says."""
+    return {f"{t}-{p}": v["owner"] for (t, p), v in describe_group(root, "g")["partitions"].items()}
 
 
 def collect(c: Consumer, want: set, timeout: float = 10.0) -> list:
@@ -95,7 +91,7 @@ def pair(tmp_path):
                  session_timeout_ms=SESSION_MS)
     try:
         members.start("m0", "ev")
-        wait_for(lambda: (z.poll(0), set(z._owned) == {("ev", 2), ("ev", 3)}
+        wait_for(lambda: (z.poll(0), owned(z) == {("ev", 2), ("ev", 3)}
                           and owners(root) == {"ev-0": "m0", "ev-1": "m0", "ev-2": "z",
                                                "ev-3": "z"})[-1], 20, "the split")
         # z polls (its heartbeat) while m0 consumes, paused so that it reads nothing
@@ -245,7 +241,7 @@ def test_a_paused_partition_stays_owned_delivers_nothing_and_the_member_is_not_e
     assert sorted(m.offset for m in got) == list(range(10 + (i - 40) // 4))
     assert z.position("ev", 3) == 1
     # still a member of the same generation, still owning both: not expelled
-    assert z.generation == gen and set(z._owned) == {p2, p3} and z.assignment() == {p2, p3}
+    assert z.generation == gen and owned(z) == {p2, p3} and z.assignment() == {p2, p3}
     d = describe_group(topic.root, "g")
     assert set(d["members"]) == {"m0", "z"} and d["members"]["z"]["status"] == "alive"
     assert owners(topic.root) == {"ev-0": "m0", "ev-1": "m0", "ev-2": "z", "ev-3": "z"}
@@ -285,7 +281,7 @@ def test_a_paused_partition_lost_in_a_rebalance_is_no_longer_paused(pair):
     gen = z.generation
     # a third member: range over m0, m1, z gives z only ev-3
     members.start("m1", "ev")
-    wait_for(lambda: (z.poll(timeout_ms=20), set(z._owned) == {("ev", 3)}
+    wait_for(lambda: (z.poll(timeout_ms=20), owned(z) == {("ev", 3)}
                       and owners(topic.root).get("ev-2") == "m1")[-1], 20, "m1 to take ev-2")
     assert z.generation > gen
     assert z.paused() == {("ev", 3)}
@@ -293,7 +289,7 @@ def test_a_paused_partition_lost_in_a_rebalance_is_no_longer_paused(pair):
     # offset (m1's) while ev-3 stays paused
     wait_for(lambda: members.events("commit", "m1"), 20, "m1 to consume ev-2")
     members.stop("m1")
-    wait_for(lambda: (z.poll(timeout_ms=20), set(z._owned) == {("ev", 2), ("ev", 3)})[-1],
+    wait_for(lambda: (z.poll(timeout_ms=20), owned(z) == {("ev", 2), ("ev", 3)})[-1],
              20, "z to own ev-2 again")
     assert z.paused() == {("ev", 3)}
     fill(topic, 4, 40)
@@ -339,8 +335,13 @@ def test_pattern_subscription_takes_topics_another_process_creates(tmp_path):
         gen = a.generation
         # another process creates clicks-b (matches), clicks-b1 (only a prefix of it
         # matches: not subscribed, the whole name must match) and more-clicks-c
-        subprocess.run([sys.executable, "-c", CREATE, root, "clicks-b", "clicks-b1",
-                        "more-clicks-c"], check=True, timeout=60)
+        # (a polls meanwhile: its heartbeat must not stop for a session on a loaded
+        # machine, or p expels it and takes clicks-b-0 itself)
+        creator = subprocess.Popen([sys.executable, "-c", CREATE, root, "clicks-b", "clicks-b1",
+                                    "more-clicks-c"])
+        wait_for(lambda: (got_a.extend(a.poll(0)), got_h.extend(h.poll(0)),
+                          creator.poll() is not None)[-1], 60, "the topics to be created")
+        assert creator.returncode == 0
         want_h = {("clicks-a", i % 2, i // 2) for i in range(4)} | \
             {("clicks-b", i % 2, i // 2) for i in range(6)}
 

@@ -4,6 +4,7 @@ SEGLOG_TORTURE (scripts/torture); every randomized test prints its seed."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -22,6 +23,8 @@ from hypothesis import strategies as st
 import seglog
 from seglog import CommitFailedError, Consumer, InvalidConfigError, Log, Topic, describe_group
 from seglog.consumer_group import assign, commit_offsets, committed_offsets, list_groups
+from seglog.testing import advance_group_clock
+from consumers import fill, owned, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MEMBER = os.path.join(HERE, "group_member.py")
@@ -32,16 +35,6 @@ def _seed() -> int:
     seed = int(os.environ.get("SEGLOG_SEED", random.randrange(2**32)))
     print(f"seed {seed} (rerun with SEGLOG_SEED={seed})")
     return seed
-
-
-def wait_for(cond, timeout: float, what: str, step: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 # -- assignors -----------------------------------------------------------------------
@@ -97,11 +90,6 @@ def topic(tmp_path):
     t.close()
 
 
-def fill(topic, n, start=0):
-    for i in range(start, start + n):
-        topic.append(b"m%06d" % i, partition=i % topic.num_partitions)
-
-
 def drain(consumer, until, timeout=10.0):
     seen = []
     deadline = time.monotonic() + timeout
@@ -115,12 +103,12 @@ def test_two_consumers_split_the_partitions_and_hand_over_on_close(topic):
     a = Consumer(topic.root, "g", ["ev"], auto_commit_ms=None, member_id="a")
     b = Consumer(topic.root, "g", ["ev"], auto_commit_ms=None, member_id="b")
     wait_for(lambda: (a.poll(0), b.poll(0), a.generation == b.generation == 2
-                      and len(a._owned) == len(b._owned) == 2)[-1], 5, "the split")
+                      and len(owned(a)) == len(owned(b)) == 2)[-1], 5, "the split")
     assert a.assignment() | b.assignment() == {("ev", p) for p in range(4)}
     assert not a.assignment() & b.assignment()
     b.close()                               # leaves at once: no timeout to wait for
     t0 = time.monotonic()
-    wait_for(lambda: (a.poll(0), len(a._owned) == 4)[-1], 2, "a to own everything")
+    wait_for(lambda: (a.poll(0), len(owned(a)) == 4)[-1], 2, "a to own everything")
     assert time.monotonic() - t0 < 1.0
     a.close()
 
@@ -146,7 +134,7 @@ def test_close_commits_with_auto_commit_and_latest_skips_history(topic):
     fill(topic, 40)
     with Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000) as c:
         drain(c, 40)
-    assert describe_group(topic.root, "g")["partitions"]["ev-0"]["lag"] == 0
+    assert describe_group(topic.root, "g")["partitions"][("ev", 0)]["lag"] == 0
     with Consumer(topic.root, "h", ["ev"], auto_offset_reset="latest") as c:
         assert c.poll(timeout_ms=100) == []
         topic.append(b"new", partition=3)
@@ -177,7 +165,7 @@ def test_commit_offsets_without_a_member_never_goes_back_and_a_consumer_resumes_
         {("ev", 0): 7, ("ev", 2): 5}
     parts = describe_group(topic.root, "spark")["partitions"]
     assert {k: (v["committed"], v["lag"]) for k, v in parts.items()} == {
-        "ev-0": (7, 3), "ev-1": (10, 0), "ev-2": (5, 5), "ev-3": (None, None)}
+        ("ev", 0): (7, 3), ("ev", 1): (10, 0), ("ev", 2): (5, 5), ("ev", 3): (None, None)}
     with Consumer(topic.root, "spark", ["ev"], auto_commit_ms=None) as c:
         got = drain(c, 3 + 5 + 10)
         assert sorted((m.partition, m.offset) for m in got if m.partition in (0, 2)) == \
@@ -272,15 +260,17 @@ def test_an_expelled_member_cannot_commit_and_rejoins(topic, caplog):
     drain(a, 40)
     b = Consumer(topic.root, "g", ["ev"], auto_commit_ms=None, member_id="b",
                  session_timeout_ms=300)
-    time.sleep(0.5)                             # a is silent past its session timeout
-    wait_for(lambda: (b.poll(0), len(b._owned) == 4)[-1], 3, "b to expel a")
+    advance_group_clock(0.1)                    # b's next poll looks at the group: it
+    b.poll(0)                                   # sees a's heartbeat as it is now...
+    advance_group_clock(0.5)                    # ...and unchanged past a's 300 ms
+    wait_for(lambda: (b.poll(0), len(owned(b)) == 4)[-1], 3, "b to expel a")
     b.commit()
     committed = {p: b.committed("ev", p) for p in range(4)}
     with pytest.raises(CommitFailedError):
         a.commit()
     with caplog.at_level(logging.WARNING, logger="seglog"):
         wait_for(lambda: (a.poll(0), b.poll(0), a.generation == b.generation
-                          and a._owned and b._owned and len(a._owned) + len(b._owned) == 4)[-1],
+                          and owned(a) and owned(b) and len(owned(a)) + len(owned(b)) == 4)[-1],
                  3, "a to rejoin")
     assert "expelled" in caplog.text
     assert {p: a.committed("ev", p) for p in range(4)} == committed
@@ -447,7 +437,7 @@ class Group:
         assert not shared, f"partitions consumed by two members of one generation: {shared}"
         last: dict[str, int] = {}
         for s in self.samples:
-            for k, (off, _) in s.items():
+            for k, (off, *_) in s.items():
                 assert off >= last.get(k, 0), f"committed offset of {k} went back: {last[k]} -> {off}"
                 last[k] = off
 
@@ -461,7 +451,7 @@ def settled(root: str, members: set[str]) -> bool:
     if "g" not in list_groups(root):
         return False                   # nobody has joined yet
     d = describe_group(root, "g")
-    assigned = {f"{t}-{p}": m for m, v in d["members"].items() for t, p in v["assignment"]}
+    assigned = {(t, p): m for m, v in d["members"].items() for t, p in v["assignment"]}
     return set(d["members"]) == members and \
         {k: v["owner"] for k, v in d["partitions"].items()} == assigned
 
@@ -648,19 +638,18 @@ class GroupMachine(RuleBasedStateMachine):
     def _new(self) -> None:
         name = f"m{self.n}"
         self.n += 1
-        c = Consumer(self.dir, "g", ["ev"], auto_commit_ms=None, member_id=name,
-                     session_timeout_ms=60_000)
-        c._member.check_s = 0.0         # look at the group on every poll: settle fast
-        self.members[name] = c
+        self.members[name] = Consumer(self.dir, "g", ["ev"], auto_commit_ms=None,
+                                      member_id=name, session_timeout_ms=60_000)
 
     def _settle(self) -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
+            advance_group_clock(0.1)    # every member looks at the group at its poll
             for c in self.members.values():
                 self._take(c.poll(timeout_ms=0))
             gens = {c.generation for c in self.members.values()}
-            owned = [tp for c in self.members.values() for tp in c._owned]
-            if len(gens) <= 1 and (not self.members or len(owned) == self.PARTITIONS):
+            held = [tp for c in self.members.values() for tp in owned(c)]
+            if len(gens) <= 1 and (not self.members or len(held) == self.PARTITIONS):
                 return
         raise AssertionError("the group did not settle in 10 s")
 
@@ -686,12 +675,10 @@ class GroupMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.members)
     def crash(self, data) -> None:
         name = data.draw(st.sampled_from(sorted(self.members)))
-        c = self.members.pop(name)
-        for log in c._owned.values():
-            log.close()
-        os.close(c._member.member_fd)     # the lock goes, as with a killed process
-        c._member.member_fd = -1
-        c._closed = True
+        # dropped without close(): its lock goes, nothing committed, as with a killed
+        # process (test_a_consumer_dropped_without_close_is_seen_gone_at_once)
+        del self.members[name]
+        gc.collect()
         self._settle()
 
     @rule(n=st.integers(1, 30))
@@ -710,12 +697,11 @@ class GroupMachine(RuleBasedStateMachine):
     def one_owner_each(self) -> None:
         if not self.members:
             return
-        owned = [tp for c in self.members.values() for tp in c._owned]
-        assert sorted(owned) == [("ev", p) for p in range(self.PARTITIONS)]
+        held = [tp for c in self.members.values() for tp in owned(c)]
+        assert sorted(held) == [("ev", p) for p in range(self.PARTITIONS)]
         state = describe_group(self.dir, "g")
         assert set(state["members"]) == set(self.members)
-        for k, v in state["partitions"].items():
-            p = int(k.rsplit("-", 1)[1])
+        for (_, p), v in state["partitions"].items():
             if v["committed"] is not None:
                 assert v["committed"] >= self.committed.get(p, 0)
                 self.committed[p] = v["committed"]
@@ -887,7 +873,7 @@ def test_a_member_stopped_holding_the_group_lock_stalls_nobody(topic, then):
     try:
         gen = int(_within(30, holder.stdout.readline, "the holder's join").split()[1])
         # a gives the holder its half (range: a has ev-0 and ev-1) before the stall
-        wait_for(lambda: (a.poll(0), a.generation == gen and set(a._owned) == {("ev", 0), ("ev", 1)}
+        wait_for(lambda: (a.poll(0), a.generation == gen and owned(a) == {("ev", 0), ("ev", 1)}
                           and [v["owner"] for v in describe_group(root, "g")["partitions"].values()]
                           == ["a", "a", None, None])[-1], 10, "a to adopt the holder's generation")
         a.commit()
@@ -931,7 +917,7 @@ def test_a_member_stopped_holding_the_group_lock_stalls_nobody(topic, then):
         os.kill(holder.pid, getattr(signal, then))
         if then == "SIGCONT":
             assert _within(30, holder.stdout.readline, "the holder's release") == "released\n"
-        wait_for(lambda: (a.poll(timeout_ms=20), len(a._owned) == 4)[-1], 10,
+        wait_for(lambda: (a.poll(timeout_ms=20), len(owned(a)) == 4)[-1], 10,
                  "a to take the holder's partitions")
         assert list(describe_group(root, "g")["members"]) == ["a"]
         with Consumer(root, "g", ["ev"], member_id="late", auto_commit_ms=None) as late:
@@ -1015,12 +1001,12 @@ def test_a_consumer_dropped_without_close_is_seen_gone_at_once(topic):
     a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=30_000)
     b = Consumer(topic.root, "g", ["ev"], member_id="b", session_timeout_ms=30_000)
     try:
-        wait_for(lambda: (a.poll(0), b.poll(0), len(a._owned) == len(b._owned) == 2)[-1], 10,
+        wait_for(lambda: (a.poll(0), b.poll(0), len(owned(a)) == len(owned(b)) == 2)[-1], 10,
                  "the split")
         del a
         gc.collect()
         t0 = time.monotonic()
-        wait_for(lambda: (b.poll(timeout_ms=20), len(b._owned) == 4)[-1], 10,
+        wait_for(lambda: (b.poll(timeout_ms=20), len(owned(b)) == 4)[-1], 10,
                  "b to take the dropped member's partitions")
         assert time.monotonic() - t0 < 10
     finally:
@@ -1034,16 +1020,23 @@ def test_commit_offsets_of_nothing_makes_nothing(topic):
 
 def test_each_member_is_judged_by_its_own_session_timeout(topic):
     """Nobody polls ``slow`` (60 s) and ``quick`` (1 s); ``watcher`` (200 ms) polls:
-    it expels quick after quick's 1 s, not its own 200 ms, and never slow."""
+    it expels quick after quick's 1 s, not its own 200 ms, and never slow (an
+    injected clock: no sleep)."""
     slow = Consumer(topic.root, "g", ["ev"], member_id="slow", session_timeout_ms=60_000)
-    t0 = time.monotonic()            # quick's heartbeat is no older than this
     quick = Consumer(topic.root, "g", ["ev"], member_id="quick", session_timeout_ms=1000)
     watcher = Consumer(topic.root, "g", ["ev"], member_id="watcher", session_timeout_ms=200)
     try:
         wait_for(lambda: (watcher.poll(timeout_ms=20),
+                          len(describe_group(topic.root, "g")["members"]) == 3)[-1],
+                 10, "the three members")
+        advance_group_clock(0.8)               # past the watcher's own 200 ms
+        for _ in range(5):
+            watcher.poll(timeout_ms=0)
+        assert set(describe_group(topic.root, "g")["members"]) == {"slow", "quick", "watcher"}
+        advance_group_clock(0.4)               # past quick's 1 s
+        wait_for(lambda: (watcher.poll(timeout_ms=20),
                           "quick" not in describe_group(topic.root, "g")["members"])[-1],
-                 20, "quick to be expelled")
-        assert time.monotonic() - t0 >= 0.8         # not before its own timeout
+                 10, "quick to be expelled")
         members = describe_group(topic.root, "g")["members"]
         assert set(members) == {"slow", "watcher"}
         assert {m: v["status"] for m, v in members.items()} == {"slow": "alive", "watcher": "alive"}
@@ -1073,14 +1066,14 @@ def test_a_forked_child_does_not_keep_a_killed_member_alive(topic):
     try:
         child = int(_within(30, forker.stdout.readline, "the member's fork"))
         # range: the forker has ev-0 and ev-1, the survivor ev-2 and ev-3
-        wait_for(lambda: (survivor.poll(timeout_ms=20), set(survivor._owned) == {("ev", 2), ("ev", 3)}
+        wait_for(lambda: (survivor.poll(timeout_ms=20), owned(survivor) == {("ev", 2), ("ev", 3)}
                           and "forker" in describe_group(topic.root, "g")["members"])[-1],
                  20, "the forker to join")
         os.kill(forker.pid, signal.SIGKILL)
         forker.wait()
         t0 = time.monotonic()
         # its helper lives on, but the member is seen dead at once, not after 30 s
-        wait_for(lambda: (survivor.poll(timeout_ms=20), len(survivor._owned) == 4)[-1], 10,
+        wait_for(lambda: (survivor.poll(timeout_ms=20), len(owned(survivor)) == 4)[-1], 10,
                  "the survivor to take the killed member's partitions")
         assert time.monotonic() - t0 < 10
         os.kill(child, 0)                          # the helper is still there
@@ -1167,7 +1160,7 @@ def test_callbacks_describe_ownership_exactly_through_expel_and_rejoin(topic):
         for m in c.poll(timeout_ms=10):
             assert (m.topic, m.partition) in views[name], \
                 f"{name} delivered {m.topic}-{m.partition} outside {views[name]}: {calls}"
-        assert views[name] == set(c.assignment()) >= set(c._owned)
+        assert views[name] == set(c.assignment()) >= owned(c)
 
     a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=400,
                  auto_commit_ms=None, **cbs("a"))
@@ -1175,13 +1168,15 @@ def test_callbacks_describe_ownership_exactly_through_expel_and_rejoin(topic):
                  auto_commit_ms=None, **cbs("b"))
     try:
         wait_for(lambda: (step(a, "a"), step(b, "b"),
-                          views["a"] == {("ev", 0), ("ev", 1)} and len(a._owned) == 2)[-1],
+                          views["a"] == {("ev", 0), ("ev", 1)} and len(owned(a)) == 2)[-1],
                  10, "a and b to split the partitions")
-        time.sleep(0.6)                  # a is silent past its session timeout
-        wait_for(lambda: (step(b, "b"), len(b._owned) == 4)[-1], 10, "b to expel a")
+        advance_group_clock(0.1)         # b's next poll looks at the group: it sees
+        b.poll(timeout_ms=0)             # a's heartbeat as it is now...
+        advance_group_clock(0.5)         # ...and unchanged past a's 400 ms
+        wait_for(lambda: (step(b, "b"), len(owned(b)) == 4)[-1], 10, "b to expel a")
         # a finds itself expelled, loses everything, rejoins and gets 0 and 1 back
-        wait_for(lambda: (step(a, "a"), step(b, "b"), len(a._owned) == 2
-                          and len(b._owned) == 2)[-1], 10, "a to rejoin")
+        wait_for(lambda: (step(a, "a"), step(b, "b"), len(owned(a)) == 2
+                          and len(owned(b)) == 2)[-1], 10, "a to rejoin")
         expelled = calls.index(("a", "revoke", [("ev", 0), ("ev", 1)]))
         assert ("a", "assign", [("ev", 0), ("ev", 1)]) in calls[expelled:]
         assert views["a"] == {("ev", 0), ("ev", 1)} and views["b"] == {("ev", 2), ("ev", 3)}
@@ -1318,27 +1313,24 @@ def test_a_member_put_back_before_it_looked_does_not_read_on_from_its_old_positi
         got_b: list = []
         wait_for(lambda: (a_first.extend(a.poll(timeout_ms=10)), got_b.extend(b.poll(timeout_ms=10)),
                           {m.partition for m in a_first} == {0, 1})[-1], 10, "a and b to split")
-        time.sleep(0.6)                  # a is silent past its session timeout
-        wait_for(lambda: (got_b.extend(b.poll(timeout_ms=10)), len(b._owned) == 4)[-1], 10,
+        advance_group_clock(0.1)         # b's next poll looks at the group: it sees
+        b.poll(timeout_ms=0)             # a's heartbeat as it is now...
+        advance_group_clock(0.5)         # ...and unchanged past a's 400 ms
+        wait_for(lambda: (got_b.extend(b.poll(timeout_ms=10)), len(owned(b)) == 4)[-1], 10,
                  "b to expel a")
         fill(topic, 8, 40)
         got_b += drain(b, 4)
         b.commit()
         by_b = {p: b.committed("ev", p) for p in (0, 1)}
-        beat = a._member.heartbeat
-
-        def heartbeat_then_b_looks() -> None:
-            beat()
-            a._member.heartbeat = beat
-            wait_for(lambda: (b.poll(timeout_ms=10),
-                              "a" in describe_group(topic.root, "g")["members"])[-1],
-                     10, "b to put a back")
-
-        a._member.heartbeat = heartbeat_then_b_looks
-        a._member.last_check = 0.0
+        # a's next look begins with its heartbeat; b looks in between (sees a alive
+        # again) and puts it back before a reads the state
+        os.utime(os.path.join(topic.root, "__groups", "g", "members", "a"))
+        wait_for(lambda: (b.poll(timeout_ms=10),
+                          "a" in describe_group(topic.root, "g")["members"])[-1],
+                 10, "b to put a back")
         got_a = []
         wait_for(lambda: (got_a.extend(a.poll(timeout_ms=10)), b.poll(timeout_ms=10),
-                          len(a._owned) == 2 and len(b._owned) == 2)[-1], 10, "a to be back")
+                          len(owned(a)) == 2 and len(owned(b)) == 2)[-1], 10, "a to be back")
         got_a += drain(a, 1, timeout=1)
         again = {(m.partition, m.offset) for m in got_a} & {(m.partition, m.offset) for m in got_b}
         assert not again, f"a delivered again what b had committed: {sorted(again)[:5]}"

@@ -259,7 +259,7 @@ def test_html_reprs_are_tables_and_escape_values(log, tmp_path):
             c.poll(timeout_ms=500)
             c.commit()
             d = seglog.describe_group(t.root, "g")
-            assert d["partitions"]["o-1"]["committed"] == 1            # still a dict
+            assert d["partitions"][("o", 1)]["committed"] == 1          # still a dict
             assert "o-1" in d._repr_html_() and "generation" in d._repr_html_()
 
 

@@ -484,11 +484,11 @@ def test_a_stream_reads_what_is_appended_between_triggers_and_reports_its_lag(sp
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 parts = seglog.describe_group(root, "dash")["partitions"]
-                if [parts[k]["lag"] for k in ("ev-0", "ev-1")] == [0, 0]:
+                if [parts[k]["lag"] for k in (("ev", 0), ("ev", 1))] == [0, 0]:
                     break
                 time.sleep(0.1)
             assert {k: (v["committed"], v["lag"]) for k, v in parts.items()} == \
-                {"ev-0": (13, 0), "ev-1": (5, 0)}
+                {("ev", 0): (13, 0), ("ev", 1): (5, 0)}
         finally:
             q.stop()
 
@@ -610,7 +610,7 @@ def test_rdd_ranges_commit_only_after_the_jobs_output_succeeded(spark, tmp_path)
         assert offset_ranges(root, ["ev"], group="etl") == []
         t.append_batch([b"new"], partition=1)
         assert offset_ranges(root, ["ev"], group="etl") == [OffsetRange("ev", 1, ends[1], ends[1] + 1)]
-    assert seglog.describe_group(root, "etl")["partitions"]["ev-1"]["lag"] == 1
+    assert seglog.describe_group(root, "etl")["partitions"][("ev", 1)]["lag"] == 1
     with pytest.raises(InvalidConfigError):
         offset_ranges(root, ["nope"])
     with pytest.raises(TypeError):

@@ -442,9 +442,8 @@ def test_member_processes_consume_the_new_partitions_after_a_growth(tmp_path):
         def settled():
             d = describe_group(root, "g")
             parts = d["partitions"]
-            return d if set(parts) == {f"ev-{p}" for p in range(5)} and all(
-                v["owner"] and v["committed"] == ends[int(k.rpartition("-")[2])]
-                for k, v in parts.items()) else None
+            return d if set(parts) == {("ev", p) for p in range(5)} and all(
+                v["owner"] and v["committed"] == ends[p] for (_, p), v in parts.items()) else None
         d = wait_for(settled, "all five partitions owned and committed to their ends")
         assert d["generation"] > gen_before
         owned = sorted(tuple(tp) for m in d["members"].values() for tp in m["assignment"])

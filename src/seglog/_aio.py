@@ -11,8 +11,8 @@ them (``Log.wait_async``, ``async for`` over a ``Consumer``).
   that logs awaited beyond the pool's size all get steps). A waiter that is
   cancelled or times out leaves at once; the worker ends within one step once
   nobody waits.
-* ``poll_in_thread``: a poll run in a worker such that what it returns after its
-  awaiting task was cancelled is given back, never lost.
+* ``in_thread``: a call (a consumer's poll) run in a worker under the consumer's
+  lock; a task cancelled meanwhile leaves what it returns with the consumer.
 * ``Serial``: one call at a time on an object used from several threads (the event
   loop's and a worker's), where a caller that has to wait makes a waiting poll
   return at once.
@@ -24,7 +24,7 @@ import asyncio
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, ContextManager, Generic, TypeVar
+from typing import Callable, TypeVar
 
 T = TypeVar("T")
 STEP_S = 0.25            # the longest a worker waits before it looks at its waiters again
@@ -148,13 +148,30 @@ class Serial:
     again). A thread that has to wait for it counts itself in ``calls`` and sets
     ``wake``: a poll holding it waits on ``wake`` between its looks and returns as
     soon as ``calls`` is not 0, so a waiting call (``close`` from the event loop,
-    say) gets it within one look, never after the poll's whole timeout."""
+    say) gets it within one look, never after the poll's whole timeout.
+
+    ``held_here()`` tells a call made from inside another (a callback, a signal
+    handler interrupting the thread) from one that waits its turn; ``then(fn)`` runs
+    ``fn`` when the outermost hold ends, before the lock is released."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._calls_lock = threading.Lock()
+        # re-entrant: a signal handler may wait for the lock while the thread it
+        # interrupted is counting itself in
+        self._calls_lock = threading.RLock()
         self.calls = 0
         self.wake = threading.Event()
+        self._owner: int | None = None
+        self._depth = 0
+        self._then: Callable[[], None] | None = None
+
+    def held_here(self) -> bool:
+        """Does the calling thread hold the lock (a call made from inside a call)?"""
+        return self._owner == threading.get_ident()
+
+    def then(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when the calling thread's outermost hold ends (it holds it)."""
+        self._then = fn
 
     def __enter__(self) -> "Serial":
         lock = self._lock
@@ -169,56 +186,36 @@ class Serial:
                     self.calls -= 1
                     if not self.calls:
                         self.wake.clear()
+        self._depth += 1
+        self._owner = threading.get_ident()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._lock.release()
+        try:
+            if self._depth == 1:
+                while self._then is not None:
+                    fn, self._then = self._then, None
+                    fn()
+        finally:
+            self._depth -= 1
+            if not self._depth:
+                self._owner = None
+            self._lock.release()
 
 
-class _Handoff(Generic[T]):
-    """What a worker's poll returned, handed to the awaiting task under ``lock``
-    unless the task was cancelled (then the worker gives it back itself)."""
+async def in_thread(fn: Callable[[], T], cancelled: T) -> T:
+    """``fn()`` in a worker thread, awaited without blocking the loop. If the awaiting
+    task is cancelled, the worker still finishes what it started (``fn`` leaves its
+    result with its owner: a consumer's poll holds its batch, undelivered); a job
+    not started by then never runs (its result would be ``cancelled``)."""
+    gone = threading.Event()
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.cancelled = False
-        self.result: T | None = None
-
-
-async def poll_in_thread(poll: Callable[[], T], give_back: Callable[[T], None],
-                         locked: ContextManager[object]) -> T:
-    """``poll()`` in a worker thread, awaited without blocking the loop.
-
-    If the awaiting task is cancelled, the poll's result goes to ``give_back``:
-    in the worker right after the poll, or here if the worker had already
-    handed it over. ``locked`` is the consumer's lock: the poll, and either
-    give-back, run under it, so no other poll runs between a poll and its
-    give-back. A poll not started when the task is cancelled never runs."""
-    box: _Handoff[T] = _Handoff()
-
-    def job() -> None:
-        with locked:
-            if box.cancelled:
-                return
-            result = poll()
-            with box.lock:
-                if not box.cancelled:
-                    box.result = result
-                    return
-            give_back(result)
+    def job() -> T:
+        return cancelled if gone.is_set() else fn()
 
     loop = asyncio.get_running_loop()
     try:
-        await loop.run_in_executor(pool(), job)
+        return await loop.run_in_executor(pool(), job)
     except asyncio.CancelledError:
-        with box.lock:
-            box.cancelled = True
-            result, box.result = box.result, None
-        if result is not None:
-            with locked:
-                give_back(result)
+        gone.set()
         raise
-    with box.lock:
-        result, box.result = box.result, None
-    assert result is not None        # the job handed it over: it was not cancelled
-    return result

@@ -350,10 +350,15 @@ def _print_message(out: Any, a: argparse.Namespace, t: str | None, p: int | None
                   f"{show_value(m[3], a.max_bytes)}\n")
 
 
+def _keyed_by_name(d: dict[str, Any]) -> dict[str, Any]:
+    """``describe_group``'s answer with its partitions keyed ``"topic-p"`` (JSON)."""
+    return {**d, "partitions": {f"{t}-{p}": v for (t, p), v in d["partitions"].items()}}
+
+
 def cmd_groups(a: argparse.Namespace, out: Any) -> int:
     require_root(a.root)
     if a.group is None:
-        descs = [describe_group(a.root, g) for g in list_groups(a.root)]
+        descs = [_keyed_by_name(describe_group(a.root, g)) for g in list_groups(a.root)]
         if a.json:
             json.dump({"groups": descs}, out, indent=1)
             out.write("\n")
@@ -373,7 +378,7 @@ def cmd_groups(a: argparse.Namespace, out: Any) -> int:
             if not descs:
                 out.write(f"no consumer groups under {a.root}\n")
         return EXIT_OK
-    d = describe_group(a.root, a.group)
+    d = _keyed_by_name(describe_group(a.root, a.group))
     if a.json:
         json.dump(d, out, indent=1)
         out.write("\n")

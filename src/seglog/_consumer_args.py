@@ -14,11 +14,11 @@ import socket
 import uuid
 from typing import Any, Callable, Iterable, Mapping
 
+from ._assignment import Assignment, Target
 from ._assignors import ASSIGNORS, TP
 from ._group_admin import check_int, check_ms
 from ._group_files import MAX_PATTERN, compile_pattern
 from .errors import InvalidConfigError, OffsetOutOfRangeError
-from .log import Log
 from .topic import check_name
 
 
@@ -83,22 +83,44 @@ def _tp(tp: object) -> TP:
     return check_name(tp[0]), check_int("partition", tp[1])
 
 
-def owned_tp(tp: object, owned: Mapping[TP, Log], assigned: Iterable[TP]) -> TP:
+def owned_tp(tp: object, parts: Assignment, assigned: Iterable[TP]) -> TP:
     """``tp`` checked: a (topic, partition) this member owns now."""
     t = _tp(tp)
-    if t not in owned:
+    if t not in parts:
         raise InvalidConfigError(f"{t[0]}-{t[1]} is not owned by this consumer "
                                  f"(assignment: {sorted(assigned)})")
     return t
 
 
-def owned_tps(tps: tuple[object, ...], owned: Mapping[TP, Log], assigned: Iterable[TP]
-              ) -> list[TP]:
-    """Every one of ``tps`` checked (``owned_tp``) before any is used."""
-    return [owned_tp(tp, owned, assigned) for tp in tps]
+def assigned_tps(tps: tuple[object, ...], assigned: frozenset[TP]) -> list[TP]:
+    """Every one of ``tps`` checked before any is used: a (topic, partition) the
+    current generation assigns to this member (owned now, or to be claimed)."""
+    out = []
+    for tp in tps:
+        t = _tp(tp)
+        if t not in assigned:
+            raise InvalidConfigError(f"{t[0]}-{t[1]} is not assigned to this consumer "
+                                     f"(assignment: {sorted(assigned)})")
+        out.append(t)
+    return out
 
 
-def offsets(given: object, owned: Mapping[TP, Log], assigned: Iterable[TP]) -> dict[TP, int]:
+def seek_target(tp: TP, offset: object, parts: Assignment) -> Target:
+    """``seek``'s offset: an int, within the log's range if the partition is owned
+    (a partition assigned but not claimed yet is placed when it is)."""
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError("offset must be an int")
+    if offset < 0:
+        raise OffsetOutOfRangeError(f"offset {offset} is negative")
+    if tp in parts:
+        log = parts.log(tp)
+        if not log.start_offset <= offset <= log.end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{log.start_offset}, {log.end_offset}]")
+    return offset
+
+
+def offsets(given: object, parts: Assignment, assigned: Iterable[TP]) -> dict[TP, int]:
     """``commit``'s ``{(topic, partition): offset}``: owned partitions, int offsets
     from the log's start to its end (as ``seek`` allows), all checked first."""
     if not isinstance(given, Mapping):
@@ -106,13 +128,13 @@ def offsets(given: object, owned: Mapping[TP, Log], assigned: Iterable[TP]) -> d
                         f"{type(given).__name__}")
     todo: dict[TP, int] = {}
     for tp, off in given.items():
-        t = owned_tp(tp, owned, assigned)
+        t = owned_tp(tp, parts, assigned)
         if isinstance(off, bool) or not isinstance(off, int):
             raise TypeError(f"the offset of {t[0]}-{t[1]} must be an int (the next offset "
                             f"to read), not {type(off).__name__}")
         todo[t] = off
     for t, off in todo.items():
-        log = owned[t]
+        log = parts.log(t)
         first, end = log.start_offset, log.end_offset
         if not first <= off <= end:
             raise OffsetOutOfRangeError(f"offset {off} is outside {t[0]}-{t[1]}'s log "

@@ -1,21 +1,21 @@
 """What a ``Consumer`` reads from the partitions it owns (docs/GROUPS.md,
 "Fetching"): ``ConsumerMessage``, and the ``Fetcher`` that reads whole batches at
-the partitions' positions in turn, keeps the read-ahead, skips paused partitions,
-applies the deserializers, and moves positions only by what a fetch returns.
+the positions it is given, in turn, keeps the read-ahead, applies the
+deserializers, and returns where each position moves (the ``Assignment``, which
+owns the positions, applies the moves). It reports what it cannot decide alone: a
+position outside its log, a log whose directory is gone.
 """
 
 from __future__ import annotations
 
 import itertools
-import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
 from ._assignors import TP
-from .errors import OffsetOutOfRangeError
+from .errors import LogClosedError, OffsetOutOfRangeError
 from .log import Log
 from .message import Headers, Message, field_getter, short_repr
 
-_log = logging.getLogger("seglog")
 FETCH_BYTES = 1 << 18     # one read per partition; what a poll leaves waits for the next
 Deserializer = Callable[[bytes], Any]
 
@@ -80,132 +80,132 @@ def _deserialize(out: list[ConsumerMessage], start: int, kd: Deserializer | None
         out[i] = ConsumerMessage((m[0], m[1], m[2], m[3], k, v, m[6]))
 
 
-class Fetcher:
-    """A consumer's fetching over the member's ``owned`` readers and ``positions``
-    (the same dicts, moved in place). ``group`` names the group in warnings."""
+class Fetched(NamedTuple):
+    """What one fetch found: the ``messages`` it returns, the position of each
+    partition it read after them (``moves``), the partitions whose position lies
+    outside their log (``out_of_range``) and whose log directory is gone
+    (``vanished``): those two moved nothing, and the fetch went on with the others;
+    and the ``error`` to raise once the moves are applied (a fetch that met one
+    before reading any message)."""
+    messages: list[ConsumerMessage]
+    moves: dict[TP, int]
+    out_of_range: list[TP]
+    vanished: list[TP]
+    error: Exception | None = None
 
-    def __init__(self, owned: dict[TP, Log], positions: dict[TP, int], group: str,
-                 key_deserializer: Deserializer | None,
+
+Part = tuple[TP, Log, int]       # a partition to fetch from: its reader and position
+
+
+class Fetcher:
+    """A consumer's reading, given at each fetch the partitions to read with their
+    readers and positions. It keeps the read-ahead of each (valid only while the
+    partition's reader and position are those it was read for: a seek, a give-back
+    or a new reader makes it go) and an error met after other messages were read
+    (raised by the next fetch that is given that partition at that position)."""
+
+    def __init__(self, key_deserializer: Deserializer | None,
                  value_deserializer: Deserializer | None) -> None:
-        self.owned = owned
-        self.positions = positions
-        self.group = group
         self.key_deserializer = key_deserializer
         self.value_deserializer = value_deserializer
-        # per partition, what the last read returned and nobody took yet: the set's
-        # next offset and its messages
-        self.buffered: dict[TP, tuple[int, Iterator[ConsumerMessage]]] = {}
-        # an error met by a fetch that returned what it had read before it: raised by
-        # the next poll (unless the partition went, was seeked or is paused)
-        self.pending: tuple[TP, Exception] | None = None
-        self.paused: set[TP] = set()
-        self.rr = 0
-
-    def forget(self, tps: Iterable[TP]) -> None:
-        """Partitions the member gave up: their read-ahead, pause and waiting error go."""
-        for tp in tps:
-            self.drop(tp)
-            self.paused.discard(tp)
-
-    def drop(self, tp: TP) -> None:
-        """The read-ahead and the waiting error of ``tp`` go (a seek, a give-back)."""
-        self.buffered.pop(tp, None)
-        if self.pending is not None and self.pending[0] == tp:
-            self.pending = None
-
-    def raise_pending(self) -> None:
-        """Raise the error the last fetch met after returning what it had read (kept
-        while its partition is paused)."""
-        p = self.pending
-        if p is not None and p[0] not in self.paused:
-            self.pending = None
-            raise p[1]
-
-    def rewind(self, rest: Iterable[ConsumerMessage]) -> None:
-        """Messages returned but not delivered go back: each partition's position
-        moves back to the first of them (those still owned)."""
-        firsts = {(m[0], m[1]): m[2] for m in reversed(list(rest))}
-        for tp, off in firsts.items():
-            if tp in self.owned:
-                self.positions[tp] = off
-                self.buffered.pop(tp, None)
+        # per partition, what the last read returned and nobody took yet: the reader
+        # and position it continues, the set's next offset and its messages
+        self._ahead: dict[TP, tuple[Log, int, int, Iterator[ConsumerMessage]]] = {}
+        self._pending: tuple[TP, Log, int, Exception] | None = None
+        self._rr = 0
 
     def clear(self) -> None:
-        self.buffered.clear()
-        self.pending = None
-        self.paused.clear()
+        self._ahead.clear()
+        self._pending = None
 
-    def fetch(self, max_records: int) -> list[ConsumerMessage]:
-        """Up to ``max_records`` messages from the owned, unpaused partitions, taking
-        them in turn from one fetch to the next.
+    def _raise_pending(self, parts: list[Part]) -> None:
+        """Raise the error the last fetch met after returning what it had read, if
+        its partition is among ``parts`` at the same reader and position (kept while
+        the partition is not fetched, a paused one; dropped once it moved)."""
+        p = self._pending
+        if p is None:
+            return
+        for tp, log, pos in parts:
+            if tp == p[0]:
+                self._pending = None
+                if log is p[1] and pos == p[2]:
+                    raise p[3]
+                return
 
-        Positions and read-ahead change only when the fetch is over, by what it
-        returns: a fetch interrupted half-way moves nothing. An error in a partition
-        (damage, an I/O error, a deserializer's) after messages were read is kept for
-        the next poll, and what was read before it is returned; with nothing read,
-        it is raised. A message a deserializer refused stays at the position."""
+    def fetch(self, parts: list[Part], max_records: int) -> Fetched:
+        """Up to ``max_records`` messages from ``parts`` (sorted), taking them in
+        turn from one fetch to the next.
+
+        Nothing moves but by the returned ``moves``: a fetch interrupted half-way
+        moves nothing. An error in a partition (damage, an I/O error, a
+        deserializer's) after messages were read is kept for the next fetch, and what
+        was read before it is returned; with nothing read, it is returned as
+        ``error``. A message a deserializer refused stays at the position. The error
+        of the last fetch, kept, is raised here."""
         out: list[ConsumerMessage] = []
-        paused = self.paused
-        tps = sorted(tp for tp in self.owned if tp not in paused) if paused else \
-            sorted(self.owned)
-        if not tps:
-            return out
+        moved: dict[TP, int] = {}
+        outside: list[TP] = []
+        vanished: list[TP] = []
+        self._raise_pending(parts)
+        if self._ahead:
+            for tp in [tp for tp, a in self._ahead.items() if a[0].closed]:
+                del self._ahead[tp]          # a partition given up
+        if not parts:
+            return Fetched(out, moved, outside, vanished)
         kd, vd = self.key_deserializer, self.value_deserializer
         plain = kd is None and vd is None
-        n = len(tps)
-        start = self.rr % n
-        self.rr += 1
-        positions = self.positions
-        moved: dict[TP, int] = {}
-        keep: dict[TP, tuple[int, Iterator[ConsumerMessage]]] = {}
-        error: tuple[TP, Exception] | None = None
+        n = len(parts)
+        start = self._rr % n
+        self._rr += 1
+        keep: dict[TP, tuple[Log, int, int, Iterator[ConsumerMessage]]] = {}
+        error: tuple[TP, Log, int, Exception] | None = None
         for i in range(n):
-            tp = tps[(start + i) % n]
-            buffered = self.buffered.pop(tp, None)
+            tp, log, pos = parts[(start + i) % n]
+            ahead = self._ahead.pop(tp, None)
+            if ahead is not None and (ahead[0] is not log or ahead[1] != pos):
+                ahead = None
             before = len(out)
             want = max_records - before
             try:
-                if buffered is None:
-                    log = self.owned[tp]
-                    pos = positions[tp]
+                if ahead is None:
                     try:
                         ms = log.read(pos, FETCH_BYTES)
                     except OffsetOutOfRangeError:
-                        start_off = log.start_offset
-                        _log.warning("seglog: group %s: offset %d of %s-%d was deleted by "
-                                     "retention; resuming at the log start %d", self.group,
-                                     pos, tp[0], tp[1], start_off)
-                        moved[tp] = start_off
+                        outside.append(tp)
+                        continue
+                    except LogClosedError:
+                        if log.closed:
+                            raise
+                        vanished.append(tp)      # its directory went
                         continue
                     if not ms:
                         continue
-                    buffered = ms.next_offset, ms.iter_as(ConsumerMessage, tp)
-                out += itertools.islice(buffered[1], want)
+                    ahead = log, pos, ms.next_offset, ms.iter_as(ConsumerMessage, tp)
+                out += itertools.islice(ahead[3], want)
                 if not plain:
                     _deserialize(out, before, kd, vd)
             except _Undeserializable as e:
                 # the read-ahead goes: the next fetch reads again at the message
                 moved[tp] = e.offset
-                error = (tp, e.error)
+                error = (tp, log, e.offset, e.error)
                 break
             except Exception as e:
                 # damage (or an I/O error) in this partition: what was read before it
-                # is returned, the error waits for the next poll
+                # is returned, the error waits for the next fetch
                 if len(out) > before:
                     moved[tp] = out[-1][2] + 1
-                error = (tp, e)
+                error = (tp, log, moved.get(tp, pos), e)
                 break
             if len(out) - before == want:
-                # the rest of what was read waits for the next poll: no read again
-                keep[tp] = buffered
+                # the rest of what was read waits for the next fetch: no read again
                 moved[tp] = out[-1][2] + 1
+                keep[tp] = (log, moved[tp], ahead[2], ahead[3])
                 break
             # all of it taken: go on after the set (past batches compaction emptied)
-            moved[tp] = max(positions[tp], buffered[0])
-        positions.update(moved)
-        self.buffered.update(keep)
+            moved[tp] = max(pos, ahead[2])
+        self._ahead.update(keep)
         if error is not None:
             if not out:
-                raise error[1]
-            self.pending = error
-        return out
+                return Fetched(out, moved, outside, vanished, error[3])
+            self._pending = error
+        return Fetched(out, moved, outside, vanished)

@@ -12,8 +12,8 @@ from typing import Any, Mapping
 
 from . import _html
 from ._assignors import TP
-from ._files import require_dir
-from ._group_files import GROUPS_DIR, GroupFiles, is_name, key, parse_key
+from ._files import GROUPS_DIR, check_root
+from ._group_files import GroupFiles, committed_offset, is_name, key, log_id, parse_key
 from .errors import InvalidConfigError, OffsetOutOfRangeError, SeglogError
 from .log import Log
 from .topic import check_name, partition_dir, read_partition_count
@@ -38,8 +38,9 @@ def check_ms(name: str, v: object, lo: int) -> None:
 
 
 class GroupDescription(dict[str, Any]):
-    """``describe_group``'s answer: a plain dict (JSON-ready) that a notebook shows
-    as tables."""
+    """``describe_group``'s answer: a plain dict that a notebook shows as tables
+    (its ``partitions`` are keyed by ``(topic, partition)``, as ``commit`` and
+    ``assignment`` key them)."""
 
     def _repr_html_(self) -> str:
         members = _html.grid(
@@ -49,7 +50,7 @@ class GroupDescription(dict[str, Any]):
               ", ".join(f"{t}-{p}" for t, p in v["assignment"]))
              for m, v in self["members"].items()])
         parts = _html.grid("partitions", ("partition", "owner", "committed", "end", "lag"),
-                           [(tp, v["owner"] or "-", _dash(v["committed"]), _dash(v["end"]),
+                           [(f"{tp[0]}-{tp[1]}", v["owner"] or "-", _dash(v["committed"]), _dash(v["end"]),
                              _dash(v["lag"])) for tp, v in self["partitions"].items()])
         return members + parts
 
@@ -72,13 +73,15 @@ def list_groups(root: str | os.PathLike[str]) -> list[str]:
 def describe_group(root: str | os.PathLike[str], group: str) -> GroupDescription:
     """The group as its files and its members' locks say: ``generation``,
     ``members`` (id -> topics, assignment and ``status``: ``"alive"``, ``"silent"``
-    past its session timeout, or ``"dead"``, its process gone and the group not yet
-    rebalanced), and per ``"topic-partition"``: ``owner`` (None when nobody holds
-    it, or its holder is dead), ``committed``, ``end``, ``lag`` (end - committed, or
-    None with nothing committed). Changes nothing."""
+    when its heartbeat is older than its session timeout by the wall clock, or
+    ``"dead"``, its process gone and the group not yet rebalanced), and per
+    ``(topic, partition)``: ``owner`` (None when nobody holds it, or its holder is
+    dead), ``committed`` (None with nothing committed for the log there now),
+    ``end``, ``lag`` (end - committed, or None with nothing committed). Writes
+    nothing, anywhere; ``NotALogError`` for a root seglog did not make."""
     check_name(group, "group")
     root = os.path.abspath(os.fspath(root))
-    require_dir(root, "topic root", create=True)      # a file: NotALogError
+    check_root(root, create=True)
     files = GroupFiles(root, group)
     if not os.path.isdir(files.dir):
         raise InvalidConfigError(f"no group {group!r} under {root}")
@@ -90,28 +93,29 @@ def describe_group(root: str | os.PathLike[str], group: str) -> GroupDescription
 
     def probe(m: str) -> str:
         if m not in status:
-            status[m] = files.probe(m, now, _DEFAULT_SESSION_S)
+            status[m] = files.probe(m, _DEFAULT_SESSION_S, wall=now)
         return status[m]
 
     topics = sorted({t for ts in st.members.values() for t in ts}
                     | {parse_key(files.offsets_path, k)[0] for k in offsets})
-    parts: dict[str, dict[str, Any]] = {}
+    parts: dict[TP, dict[str, Any]] = {}
     for t in topics:
         n = read_partition_count(root, t)
         for p in range(n or 0):
+            path = partition_dir(root, t, p)
             try:
-                log = Log.open(partition_dir(root, t, p), readonly=True)
+                ident = log_id(path)
+                log = Log.open(path, readonly=True)
             except (OSError, SeglogError):
-                end = None
+                end = ident = None
             else:
                 with log:
                     end = log.end_offset
-            c = offsets.get(key((t, p)))
+            c = committed_offset(offsets.get(key((t, p))), ident)
             holder = owners.get(key((t, p)))
             owner = holder[0] if holder and probe(holder[0]) != "dead" else None
-            parts[f"{t}-{p}"] = {"owner": owner,
-                                 "committed": c[0] if c else None, "end": end,
-                                 "lag": (end - c[0]) if (c and end is not None) else None}
+            parts[(t, p)] = {"owner": owner, "committed": c, "end": end,
+                             "lag": (end - c) if (c is not None and end is not None) else None}
     return GroupDescription(
         group=group, generation=st.generation, assignor=st.assignor,
         members={m: {"topics": ts, "assignment": sorted(st.assignment.get(m, [])),
@@ -143,7 +147,7 @@ def commit_offsets(root: str | os.PathLike[str], group: str,
         raise TypeError(f"offsets must be a mapping, not {type(offsets).__name__}")
     check_ms("lock_timeout_ms", lock_timeout_ms, 0)
     root = os.path.abspath(os.fspath(root))
-    require_dir(root, "topic root", create=True)      # a file there: refused untouched
+    check_root(root, create=True)      # someone else's directory: refused untouched
     todo: dict[TP, int] = {}
     counts: dict[str, int] = {}
     for tp, off in offsets.items():
@@ -167,8 +171,11 @@ def commit_offsets(root: str | os.PathLike[str], group: str,
     if not todo:
         return {}
     # an offset the log never had would make the group skip what is appended up to it
+    ids: dict[TP, str | None] = {}
     for (topic, p), off in todo.items():
-        with Log.open(partition_dir(root, topic, p), readonly=True) as log:
+        path = partition_dir(root, topic, p)
+        ids[(topic, p)] = log_id(path)
+        with Log.open(path, readonly=True) as log:
             first, end = log.start_offset, log.end_offset
         if not first <= off <= end:
             raise OffsetOutOfRangeError(
@@ -181,9 +188,10 @@ def commit_offsets(root: str | os.PathLike[str], group: str,
         current = files.offsets()
         changed = False
         for tp, off in todo.items():
-            cur = current.get(key(tp))
-            if cur is None or off > cur[0]:
-                current[key(tp)] = [off, generation]
+            cur = committed_offset(current.get(key(tp)), ids[tp])
+            if cur is None or off > cur:
+                ident = ids[tp]
+                current[key(tp)] = [off, generation] + ([ident] if ident is not None else [])
                 changed = True
         if changed:
             files.write_offsets(current)
@@ -192,10 +200,20 @@ def commit_offsets(root: str | os.PathLike[str], group: str,
 
 def committed_offsets(root: str | os.PathLike[str], group: str) -> dict[tuple[str, int], int]:
     """``{(topic, partition): committed offset}`` of ``group`` as its ``offsets.json``
-    says; empty for a group that does not exist (yet)."""
+    says, for the logs there now (an offset committed for a log deleted since, its
+    topic made again, is not one); empty for a group that does not exist (yet)."""
     check_name(group, "group")
     root = os.path.abspath(os.fspath(root))
-    require_dir(root, "topic root", create=True)      # a file: NotALogError
+    check_root(root, create=True)      # someone else's directory: NotALogError
     files = GroupFiles(root, group)
-    return {parse_key(files.offsets_path, k): int(v[0]) for k, v in files.offsets().items()}
-
+    out = {}
+    for k, v in files.offsets().items():
+        tp = parse_key(files.offsets_path, k)
+        try:
+            ident = log_id(partition_dir(root, tp[0], tp[1])) if len(v) > 2 else None
+        except SeglogError:
+            ident = None
+        c = committed_offset(v, ident)
+        if c is not None:
+            out[tp] = c
+    return out

@@ -1,9 +1,15 @@
 """The files of one consumer group under ``root/__groups/<group>/`` (docs/GROUPS.md):
 their names, reading them with their shape checked, replacing them durably,
-``group.lock`` taken with a deadline, and probing member files' locks.
+``group.lock`` taken with a deadline, probing member files' locks and watching
+their heartbeats.
 
 Every read refuses a file that is not as seglog writes it, or not a regular file,
 with a ``SeglogError`` naming it.
+
+Heartbeats are judged by the observer's own monotonic clock (``clock``): a member
+is silent once its file's stamp has not changed for its session timeout of that
+clock, so a step of the wall clock (backwards or forwards) never keeps a stopped
+member alive nor expels a live one.
 """
 
 from __future__ import annotations
@@ -17,12 +23,50 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, TypeGuard
 
-from . import _platform
+from . import _marker, _platform
 from ._assignors import ASSIGNORS, TP
-from ._files import TMP, atomic_write, list_topics, make_dirs, remove
+from ._files import GROUPS_DIR, TMP, atomic_write, fsync_dir, list_topics, make_dirs, remove
 from .errors import GroupBusyError, SeglogError, StorageError
 
-GROUPS_DIR = "__groups"
+JOIN_PREFIX = ".join-"     # a joiner's member file before it is renamed into place
+_skew = 0.0                # how far ``advance_clock`` moved the groups' clock
+
+
+def clock() -> float:
+    """The clock members judge heartbeats and pace their looks at the group by:
+    ``time.monotonic()``, plus what ``advance_clock`` added in this process."""
+    return time.monotonic() + _skew
+
+
+def advance_clock(seconds: float) -> None:
+    """Move this process's group clock forward (``seglog.testing.advance_group_clock``:
+    session timeouts passed without sleeping)."""
+    global _skew
+    if not seconds >= 0:
+        raise ValueError("the clock only moves forward")
+    _skew += seconds
+
+
+def log_id(directory: str) -> str | None:
+    """The id of the log in ``directory`` (from its marker): a log deleted and made
+    again under the same name has another. None for a log from before markers;
+    ``NotALogError`` for a damaged marker."""
+    marker = _marker.read(directory)
+    v = None if marker is None else marker.get("id")
+    return v if isinstance(v, str) else None
+
+
+def committed_offset(entry: list[Any] | None, current_id: str | None) -> int | None:
+    """The committed offset an ``offsets.json`` entry gives the log ``current_id``:
+    None if there is none, or if it was committed for another log of the same name
+    (a topic deleted and created again: its offsets do not survive it)."""
+    if entry is None:
+        return None
+    if len(entry) > 2 and current_id is not None and entry[2] != current_id:
+        return None
+    return int(entry[0])
+
+
 _MEMBER_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 _KEY = re.compile(r"([A-Za-z0-9._-]{1,200})/([0-9]{1,9})")
 
@@ -68,15 +112,23 @@ def parse_key(path: str, k: str) -> TP:
     return m.group(1), int(m.group(2))
 
 
-def _parse_pairs(path: str, raw: Any, field: str, first: Callable[[object], bool]
-                 ) -> dict[str, list[Any]]:
-    """``{"topic/p": [first, generation]}`` with checked keys and values."""
+_LOG_ID = re.compile(r"[0-9a-f]{1,64}")
+
+
+def _parse_pairs(path: str, raw: Any, field: str, first: Callable[[object], bool],
+                 with_id: bool = False) -> dict[str, list[Any]]:
+    """``{"topic/p": [first, generation]}`` with checked keys and values; ``with_id``:
+    a third item, the id of the log the entry is for, may follow."""
     out = _dict_of(path, _top(path, raw), field)
     for k, v in out.items():
         parse_key(path, k)
-        if not (isinstance(v, list) and len(v) == 2 and first(v[0]) and _is_count(v[1])):
+        if not (isinstance(v, list) and (len(v) == 2 or (with_id and len(v) == 3
+                                                          and isinstance(v[2], str)
+                                                          and _LOG_ID.fullmatch(v[2])))
+                and first(v[0]) and _is_count(v[1])):
             what = "member" if first is is_name else "offset"
-            raise _bad(path, f"{field}[{k!r}] must be a pair [{what}, generation]")
+            raise _bad(path, f"{field}[{k!r}] must be a pair [{what}, generation]"
+                             f"{' (and the log id)' if with_id else ''}")
     return out
 
 
@@ -306,14 +358,19 @@ class GroupFiles:
     """The files of one group (see the module docstring)."""
 
     def __init__(self, root: str, group: str) -> None:
+        self.group = group
         self.dir = os.path.join(root, GROUPS_DIR, group)
         self.members_dir = os.path.join(self.dir, "members")
         self.lock_path = os.path.join(self.dir, "group.lock")
         self.state_path = os.path.join(self.dir, "state.json")
         self.owners_path = os.path.join(self.dir, "owners.json")
         self.offsets_path = os.path.join(self.dir, "offsets.json")
-        # member files never change once they appear: parsed once per file (inode)
-        self._infos: dict[str, tuple[int, MemberInfo]] = {}
+        # member files never change once they appear, but a name may come back with
+        # another file (a member rejoining; a recycled inode): parsed once per content
+        self._infos: dict[str, tuple[bytes, MemberInfo]] = {}
+        # per member, the stamp of its file last seen and when (``clock``) it was
+        # first seen so: its heartbeat stopped once that stays for its session
+        self._beats: dict[str, tuple[tuple[int, int, int], float]] = {}
 
     def make(self) -> None:
         make_dirs(self.members_dir)
@@ -339,12 +396,14 @@ class GroupFiles:
         _write(self.owners_path, json.dumps({"version": 1, "owners": owners},
                                             sort_keys=True).encode())
 
-    def offsets(self) -> dict[str, list[int]]:
-        """``"topic/p"`` -> [committed offset, generation that committed it]."""
+    def offsets(self) -> dict[str, list[Any]]:
+        """``"topic/p"`` -> [committed offset, generation that committed it, the id of
+        the log it was committed for (absent in files from before ids)]."""
         raw = _read_json(self.offsets_path)
-        return {} if raw is None else _parse_pairs(self.offsets_path, raw, "offsets", _is_count)
+        return {} if raw is None else _parse_pairs(self.offsets_path, raw, "offsets", _is_count,
+                                                   with_id=True)
 
-    def write_offsets(self, offsets: dict[str, list[int]]) -> None:
+    def write_offsets(self, offsets: dict[str, list[Any]]) -> None:
         _write(self.offsets_path, json.dumps({"version": 1, "offsets": offsets},
                                              sort_keys=True).encode())
 
@@ -359,6 +418,23 @@ class GroupFiles:
         except FileNotFoundError:
             return []
 
+    def join_path(self, member: str) -> str:
+        """Where ``member`` writes its file before renaming it into place (under the
+        group lock: one left outside it is a killed joiner's, see ``tidy_joins``)."""
+        return os.path.join(self.members_dir, JOIN_PREFIX + member)
+
+    def tidy_joins(self) -> None:
+        """Under the group lock: remove the member files killed joiners left half
+        made (a joiner makes and renames its file under the lock, so any there now
+        is a leftover)."""
+        try:
+            names = os.listdir(self.members_dir)
+        except FileNotFoundError:
+            return
+        for n in names:
+            if n.startswith(JOIN_PREFIX) and is_name(n[len(JOIN_PREFIX):]):
+                remove(os.path.join(self.members_dir, n))
+
     def member_info(self, member: str, fd: int | None = None) -> MemberInfo | None:
         """Its topics and session timeout, from its file (None if it is gone)."""
         path = self.member_path(member)
@@ -368,13 +444,12 @@ class GroupFiles:
             if fd is None:
                 return None
         try:
-            ino = os.fstat(fd).st_ino
-            cached = self._infos.get(member)
-            if cached is not None and cached[0] == ino:
-                return cached[1]
             data = os.pread(fd, 1 << 16, 0)
+            cached = self._infos.get(member)
+            if cached is not None and cached[0] == data:
+                return cached[1]
             info = _parse_member(path, data)
-            self._infos[member] = (ino, info)
+            self._infos[member] = (data, info)
             return info
         except OSError as e:
             raise _unreadable(path, e) from e
@@ -382,28 +457,118 @@ class GroupFiles:
             if own:
                 os.close(fd)
 
-    def probe(self, member: str, now: float, default_s: float, tidy: bool = False) -> str:
+    def probe(self, member: str, default_s: float, tidy: bool = False,
+              wall: float | None = None) -> str:
         """``"alive"``, ``"dead"`` (no process holds its lock) or ``"silent"`` (alive,
-        but no heartbeat for its own session timeout, ``default_s`` if its file does
-        not say). With ``tidy`` (group lock held) a dead member's file is removed."""
+        but its heartbeat unchanged for its own session timeout, ``default_s`` if its
+        file does not say, of ``clock``: a member first seen now is alive). ``wall``
+        (a look without history, ``describe_group``): judged instead by the age of
+        the heartbeat on the wall clock at ``wall``. With ``tidy`` (group lock held)
+        a dead member's file is removed."""
         path = self.member_path(member)
         fd = _open_existing(path)
         if fd is None:
+            self._beats.pop(member, None)
             return "dead"
         try:
             try:
                 _platform.flock(fd, _platform.LOCK_EX_NB)
             except BlockingIOError:
-                age = now - os.fstat(fd).st_mtime
+                st = os.fstat(fd)
                 info = self.member_info(member, fd)
                 session = default_s if info is None or info.session_s is None else info.session_s
-                return "silent" if age > session else "alive"
+                if wall is not None:
+                    return "silent" if wall - st.st_mtime > session else "alive"
+                return "silent" if self._unchanged_for(member, st) > session else "alive"
             if tidy:
                 remove(path)   # nobody holds it: its process is gone
             self._infos.pop(member, None)
+            self._beats.pop(member, None)
             return "dead"
         finally:
             os.close(fd)
+
+    def _unchanged_for(self, member: str, st: os.stat_result) -> float:
+        """How long (``clock``) this observer has seen ``member``'s file unchanged: a
+        heartbeat sets its times (to whatever the wall clock says), a new file has
+        another inode or times."""
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        now = clock()
+        seen = self._beats.get(member)
+        if seen is None or seen[0] != stamp:
+            self._beats[member] = (stamp, now)
+            return 0.0
+        return now - seen[1]
+
+
+class MemberFile:
+    """A member's own file, ``members/<id>`` of ``files``: made and renamed into place
+    under the group lock, locked (``flock``) before it appears and for the member's
+    whole life (the lock dies with its process); its mtime is the heartbeat. The
+    one holder of its descriptor."""
+
+    def __init__(self, files: GroupFiles, member: str) -> None:
+        self._files = files
+        self._member = member
+        self._fd = -1
+
+    def create(self, info: dict[str, Any]) -> None:
+        """Under the group lock: write ``info`` beside the members, lock it, rename it
+        into place (a prober never sees it unlocked). Nothing is left on failure."""
+        files = self._files
+        tmp = files.join_path(self._member)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        close_on_fork(fd)
+        try:
+            _platform.flock(fd, _platform.LOCK_EX_NB)
+            os.write(fd, json.dumps(info).encode())
+            os.rename(tmp, files.member_path(self._member))
+        except BaseException:
+            keep_on_fork(fd)
+            os.close(fd)
+            remove(tmp)
+            raise
+        self._fd = fd
+        fsync_dir(files.members_dir)
+
+    def remove(self) -> None:
+        """Under the group lock: the member leaves (its file goes before its lock)."""
+        remove(self._files.member_path(self._member))
+
+    def beat(self) -> None:
+        """The heartbeat: the file's times set to now."""
+        if self._fd >= 0:
+            os.utime(self._fd)
+
+    def close(self) -> None:
+        """Close the descriptor: the lock goes (the member is dead to the others)."""
+        if self._fd >= 0:
+            keep_on_fork(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+
+    def drop_copy(self) -> None:
+        """In a forked child: close the copy of the descriptor (closing a copy never
+        releases the parent's lock, and the child must not keep the member alive
+        when the parent dies)."""
+        if self._fd >= 0:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = -1
+
+    def __del__(self) -> None:
+        # dropped without close(): leave as a killed process would (no commit, no
+        # callback), so that the group sees the member gone at once instead of
+        # waiting for its session timeout
+        fd = getattr(self, "_fd", -1)
+        if fd >= 0:
+            self._fd = -1
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def key(tp: TP) -> str:

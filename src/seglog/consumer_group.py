@@ -45,23 +45,23 @@ without being a member; ``_aio`` runs ``async for``'s polls in worker threads.
 from __future__ import annotations
 
 import logging
-import operator
 import os
 import time
 import weakref
 from typing import AsyncIterator, Iterable, Iterator, Mapping
 
 from . import _consumer_args as args
-from ._aio import Serial, poll_in_thread
+from ._aio import Serial, in_thread
+from ._assignment import Assignment, Held, Target
 from ._assignors import ASSIGNORS, TP, assign
 from ._consumer_fetch import ConsumerMessage, Deserializer, Fetcher
-from ._files import require_dir
+from ._files import GROUPS_DIR, check_root
 from ._group_admin import GroupDescription, check_int, commit_offsets, committed_offsets, \
     describe_group, list_groups
-from ._group_files import GROUPS_DIR, close_fork_copies, key
+from ._group_files import close_fork_copies, committed_offset, key, log_id
 from ._membership import POLL_LOCK_WAIT_S, Callback, Membership
-from .errors import InvalidConfigError, LogClosedError, OffsetOutOfRangeError, SeglogError
-from .topic import check_name
+from .errors import InvalidConfigError, LogClosedError, SeglogError
+from .topic import check_name, partition_dir
 
 __all__ = ["ASSIGNORS", "GROUPS_DIR", "TP", "Callback", "Consumer", "ConsumerMessage",
            "GroupDescription", "assign", "commit_offsets", "committed_offsets",
@@ -69,13 +69,8 @@ __all__ = ["ASSIGNORS", "GROUPS_DIR", "TP", "Callback", "Consumer", "ConsumerMes
 
 _log = logging.getLogger("seglog")
 _ASYNC_POLL_MS = 500      # one poll of ``async for`` in its worker thread, at most
+_ITER_MAX_RECORDS = 500
 _CONSUMERS: "weakref.WeakSet[Consumer]" = weakref.WeakSet()
-_Batch = tuple[list[ConsumerMessage], Iterator[ConsumerMessage], int]
-
-
-def _firsts(msgs: list[ConsumerMessage]) -> dict[TP, int]:
-    """Per partition, the first offset among ``msgs``."""
-    return {(m[0], m[1]): m[2] for m in reversed(msgs)}
 
 
 class Consumer:
@@ -118,8 +113,8 @@ class Consumer:
                                         "value_deserializer": value_deserializer})
         member_id = args.member_id(member_id)
         self.root = os.path.abspath(os.fspath(root))
-        require_dir(self.root, "topic root", create=True)    # a file: NotALogError
-        if not os.path.isdir(self.root):
+        # someone else's directory, a log, a file: NotALogError, nothing written
+        if not check_root(self.root, create=True):
             # topics may come later, the root of topics may not: a mistyped path
             # would otherwise become a new tree of directories
             raise InvalidConfigError(f"{self.root} is not a directory (a root of topics)")
@@ -127,33 +122,30 @@ class Consumer:
         self.pattern = pattern
         self.member_id = member_id
         self._auto_commit_s = None if auto_commit_ms is None else auto_commit_ms / 1000.0
+        # the one owner of the claimed partitions' readers and positions
+        self._parts = Assignment(group, auto_offset_reset)
         self._member = m = Membership(
-            self.root, group, topic_list, member_id, reset=auto_offset_reset,
+            self.root, group, topic_list, member_id, self._parts,
             commit_on_revoke=auto_commit_ms is not None, session_ms=session_timeout_ms,
             lock_s=lock_timeout_ms / 1000.0, assignor=assignor, on_assign=on_assign,
             on_revoke=on_revoke, pattern=pattern)
-        # the member's, moved in place here: one attribute lookup from a poll
-        self._owned = m.owned
-        self._positions = m.positions
-        self._seeked = m.seeked
-        self._fetcher = Fetcher(m.owned, m.positions, group, key_deserializer,
-                                value_deserializer)
-        # the batch an iterator is yielding: (messages, its iterator, epoch), so that
-        # commit() and close() count only what it yielded; the epoch moves with every
-        # poll that returns messages and every seek
-        self._undelivered: _Batch | None = None
-        self._epoch = 0
+        self._fetcher = Fetcher(key_deserializer, value_deserializer)
         # one call at a time: a call from another thread ends a waiting poll at once
         self._serial = Serial()
+        # closing: asked (every loop ends, polls return nothing); closed: done
+        self._closing = False
         self._closed = False
         self._pid = os.getpid()
         self._forked_from: int | None = None
         self._last_commit = time.monotonic()
         _CONSUMERS.add(self)
-        m.join()
+        with self._serial:
+            m.join()
         try:
-            m.claim()
-            m.raise_callback_error()
+            with self._serial:
+                if not self._closing:      # on_assign may have closed it
+                    m.claim()
+                m.raise_callback_error()
         except BaseException:
             self._abort_join()
             raise
@@ -185,157 +177,142 @@ class Consumer:
         past the message that failed; one that fails on a partition after reading
         others returns what it read, and the next poll raises the error. A message a
         deserializer refused is read again by every later poll (which raises again
-        if it fails again) until a ``seek`` moves past it."""
+        if it fails again) until a ``seek`` moves past it. A poll of a consumer being
+        closed (by a callback, a deserializer or a signal handler inside this poll)
+        returns ``[]``."""
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):
             raise TypeError("timeout_ms must be a number")
-        if isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1:
-            raise TypeError("max_records must be an int >= 1")
+        if isinstance(max_records, bool) or not isinstance(max_records, int):
+            raise TypeError("max_records must be an int")
+        if max_records < 1:
+            raise InvalidConfigError(f"max_records must be >= 1, not {max_records}")
         with self._serial:
             self._check_open()
+            if self._closing:
+                self._serial.then(self._finish_close)
+                return []
             return self._poll(timeout_ms, max_records)
 
     def _poll(self, timeout_ms: float, max_records: int) -> list[ConsumerMessage]:
-        self._give_back()
+        parts = self._parts
+        parts.give_back()
         fetcher = self._fetcher
-        fetcher.raise_pending()
         member = self._member
         deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
         delay = 0.0005
+        member.announce()
         while True:
             member.check(min(POLL_LOCK_WAIT_S, max(0.0, deadline - time.monotonic())))
-            if member.dropped:
-                fetcher.forget(member.dropped)
-                member.dropped.clear()
             member.raise_callback_error()
+            if self._closing:
+                return []
             if self._auto_commit_s is not None and \
                     time.monotonic() - self._last_commit >= self._auto_commit_s:
                 self._auto_commit()
-            out = fetcher.fetch(max_records)
-            if out:
-                self._epoch += 1
-                return out
+            got = fetcher.fetch(parts.fetchable(), max_records)
+            if got.moves:
+                parts.advance(got.moves)
+            for tp in got.out_of_range:
+                parts.out_of_range(tp)
+            for tp in got.vanished:
+                member.vanished(tp)
+            if got.error is not None:
+                if self._closing and isinstance(got.error, LogClosedError):
+                    return []          # a deserializer closed the consumer
+                raise got.error
+            if got.messages or self._closing:
+                return got.messages
             left = deadline - time.monotonic()
             if left <= 0 or self._serial.calls:
-                return out
+                return got.messages
             # back off to 50 ms between looks: an idle member costs well under 1 % of
             # a core, and new data waits at most that long; a call from another
             # thread ends the wait at once
             self._serial.wake.wait(min(delay, left, member.check_s))
             delay = min(delay * 2, 0.05)
 
+    def _poll_held(self, timeout_ms: int) -> Held | None:
+        """An iteration's poll: its batch held (not delivered until yielded) before
+        the consumer's lock is released, so that no commit, close or seek from
+        another thread or task counts it first. None once the consumer is closing."""
+        with self._serial:
+            if not self._closing:
+                self._check_open()
+            if self._closing:
+                if not self._closed:
+                    self._serial.then(self._finish_close)
+                return None
+            try:
+                batch = self._poll(timeout_ms, _ITER_MAX_RECORDS)
+            except LogClosedError:
+                if self._closing:
+                    return None
+                raise
+            return self._parts.hold(batch)
+
+    def _release(self, held: Held) -> None:
+        """An iteration left ``held``: what it did not yield goes back."""
+        with self._serial:
+            self._parts.release(held)
+
     def __iter__(self) -> Iterator[ConsumerMessage]:
         """Messages for ever (until ``close()``), blocking while there are none.
 
         Leaving the loop early (``break``) gives back what the last poll returned and
         the loop did not reach: the positions (and the next commit) count only the
-        messages yielded. The loop ends when the consumer is closed (by another
-        thread, or a callback); an error of a poll, such as a partition's log whose
-        directory was removed (``LogClosedError`` too), is raised, never taken for
-        that end."""
-        while not self._closed:
+        messages yielded. The loop ends when the consumer is closed, from any thread,
+        a callback, a deserializer or a signal handler (what it had not yielded goes
+        back); an error of a poll, such as a partition's log whose directory was
+        removed alone (``LogClosedError`` too), is raised, never taken for that end."""
+        while not self._closing:
+            held = self._poll_held(1000)
+            if held is None:
+                return
             try:
-                batch = self.poll(timeout_ms=1000)
-            except LogClosedError:
-                if self._closed:
-                    return
-                raise
-            if not batch:
-                continue
-            token = self._begin_batch(batch)
-            try:
-                yield from token[1]
+                yield from held.rest
             finally:
-                self._end_batch(token)
+                self._release(held)
 
     async def __aiter__(self) -> AsyncIterator[ConsumerMessage]:
         """``async for m in consumer``: ``__iter__`` for asyncio. Each poll (at most
         0.5 s) runs in a worker thread while the event loop awaits it, one at a
         time; callbacks and deserializers run there too. A task cancelled while a
-        poll is under way loses nothing: what that poll returns goes back to the
-        partitions. ``close()`` (from another task) ends the loop at once."""
-        while not self._closed:
+        poll is under way loses nothing: what that poll returns stays with the
+        consumer, undelivered, and the next poll returns it again. ``close()`` (from
+        another task, a thread or a signal handler) ends the loop at once."""
+        while not self._closing:
+            held = await in_thread(self._async_poll, None)
+            if held is None:
+                return
             try:
-                batch = (await poll_in_thread(self._async_poll, self._async_give_back,
-                                              self._serial))[0]
-            except LogClosedError:
-                if self._closed:
-                    return
-                raise
-            if not batch:
-                continue
-            token = self._begin_batch(batch)
-            try:
-                for m in token[1]:
+                for m in held.rest:
                     yield m
             finally:
-                self._end_batch(token)
+                self._release(held)
 
-    def _async_poll(self) -> tuple[list[ConsumerMessage], int]:
-        batch = self.poll(timeout_ms=_ASYNC_POLL_MS)
-        return batch, self._epoch
-
-    def _async_give_back(self, polled: tuple[list[ConsumerMessage], int]) -> None:
-        """A poll's messages that nobody received go back (the consumer's lock held)."""
-        batch, epoch = polled
-        if batch and not self._closed and epoch == self._epoch:
-            self._fetcher.rewind(batch)
-
-    def _begin_batch(self, batch: list[ConsumerMessage]) -> _Batch:
-        """An iteration starts yielding ``batch``: until it ends, commits count only
-        what it yielded."""
-        token = self._undelivered = (batch, iter(batch), self._epoch)
-        return token
-
-    def _end_batch(self, token: _Batch) -> None:
-        """An iteration left its batch: what it did not yield goes back."""
-        with self._serial:
-            if self._undelivered is token:
-                self._undelivered = None
-            rest = list(token[1])
-            if rest and not self._closed and self._epoch == token[2]:
-                self._fetcher.rewind(rest)
-
-    def _give_back(self) -> None:
-        """What an iterator holds back goes back to its partitions (it yields no
-        more of its batch): before a poll, a seek or closing."""
-        u, self._undelivered = self._undelivered, None
-        if u is not None and u[2] == self._epoch:
-            rest = list(u[1])
-            if rest:
-                self._fetcher.rewind(rest)
-
-    def _delivered(self) -> dict[TP, int]:
-        """The positions of the owned partitions, less what an iterator holds back."""
-        out = dict(self._positions)
-        u = self._undelivered
-        if u is not None and u[2] == self._epoch:
-            left = operator.length_hint(u[1])
-            if left:
-                for tp, off in _firsts(u[0][len(u[0]) - left:]).items():
-                    if tp in out:
-                        out[tp] = off
-        return out
+    def _async_poll(self) -> Held | None:
+        return self._poll_held(_ASYNC_POLL_MS)
 
     # -- pausing -------------------------------------------------------------------
     def pause(self, *partitions: TP) -> None:
-        """Stop fetching from these owned (topic, partition)s (none given: nothing
+        """Stop fetching from these assigned (topic, partition)s (none given: nothing
         paused, as kafka-python). They stay owned, polls go on heartbeating, and what
         was read ahead waits; a partition lost in a rebalance is no longer paused.
-        ``InvalidConfigError`` (nothing paused) if one is not owned."""
+        ``InvalidConfigError`` (nothing paused) if one is not assigned."""
         with self._serial:
             self._check_open()
-            self._fetcher.paused.update(self._owned_tps(partitions))
+            self._parts.pause(self._assigned_tps(partitions))
 
     def resume(self, *partitions: TP) -> None:
-        """Fetch again from these paused (topic, partition)s (owned ones: else
+        """Fetch again from these paused (topic, partition)s (assigned ones: else
         ``InvalidConfigError``, nothing resumed)."""
         with self._serial:
             self._check_open()
-            self._fetcher.paused.difference_update(self._owned_tps(partitions))
+            self._parts.resume(self._assigned_tps(partitions))
 
     def paused(self) -> set[TP]:
         """The (topic, partition)s paused now (a new set, as kafka-python's)."""
-        return set(self._fetcher.paused)
+        return self._parts.paused()
 
     # -- offsets -------------------------------------------------------------------
     def commit(self, offsets: Mapping[TP, int] | None = None) -> None:
@@ -345,6 +322,9 @@ class Consumer:
         ``TypeError`` or ``OffsetOutOfRangeError`` before anything is written; a
         given offset may be below the committed one; positions do not move).
 
+        A position counts only what was delivered: what ``poll`` returned, and of a
+        batch a loop over the consumer is yielding (``for``, ``async for``) only
+        what it has yielded, whichever thread or task commits.
         ``CommitFailedError`` if this member no longer owns them in the group's
         current generation (it rejoins at its next poll; nothing is committed).
         ``GroupBusyError`` if the group's lock stayed busy for ``lock_timeout_ms``
@@ -354,18 +334,18 @@ class Consumer:
         with self._serial:
             self._check_open()
             if offsets is not None:
-                todo = args.offsets(offsets, self._owned, self._member.assigned)
+                todo = args.offsets(offsets, self._parts, self._member.assigned)
                 if todo:
                     self._member.commit(todo, exact=True)
                 return
-            todo = self._delivered()
+            todo = self._parts.delivered()
             if not todo:
                 return
             self._member.commit(todo)
             self._last_commit = time.monotonic()
 
     def _auto_commit(self) -> None:
-        todo = self._delivered()
+        todo = self._parts.delivered()
         if not todo or self._member.try_commit(todo) or self._auto_commit_s is None:
             self._last_commit = time.monotonic()
         else:
@@ -376,57 +356,55 @@ class Consumer:
         """The next offset this member will return from an owned partition."""
         with self._serial:
             self._check_open()
-            return self._delivered()[self._owned_tps(((topic, partition),))[0]]
+            tp = args.owned_tp((topic, partition), self._parts, self._member.assigned)
+            return self._parts.delivered()[tp]
 
     def committed(self, topic: str, partition: int) -> int | None:
-        """The group's committed offset of a partition (any owner), None if none."""
+        """The group's committed offset of a partition (any owner), None if none (or
+        if it was committed for a log deleted since: the topic made again)."""
         self._check_open()
         tp = (check_name(topic), check_int("partition", partition))
-        c = self._member.files.offsets().get(key(tp))
-        return None if c is None else int(c[0])
+        entry = self._member.files.offsets().get(key(tp))
+        if entry is None:
+            return None
+        try:
+            ident = log_id(partition_dir(self.root, tp[0], tp[1]))
+        except SeglogError:
+            ident = None
+        return committed_offset(entry, ident)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
-        """Move the position of an owned partition; a later commit may move the
-        committed offset back to it."""
+        """Move the position of an assigned partition; a later commit may move the
+        committed offset back to it. An owned partition moves now (``offset`` within
+        its log: else ``OffsetOutOfRangeError``); one assigned but not yet claimed
+        from its previous owner (a seek in ``on_assign``) starts there when it is
+        (an offset outside the log then is placed as ``auto_offset_reset`` says)."""
         with self._serial:
             self._check_open()
-            tp = self._owned_tps(((topic, partition),))[0]
-            if isinstance(offset, bool) or not isinstance(offset, int):
-                raise TypeError("offset must be an int")
-            log = self._owned[tp]
-            if not log.start_offset <= offset <= log.end_offset:
-                raise OffsetOutOfRangeError(
-                    f"offset {offset} is outside [{log.start_offset}, {log.end_offset}]")
-            self._seek({tp: offset})
+            tp = self._assigned_tps(((topic, partition),))[0]
+            self._parts.seek({tp: args.seek_target(tp, offset, self._parts)})
 
     def seek_to_beginning(self, *partitions: TP) -> None:
-        """Move these owned (topic, partition)s (none given: every owned one) to
-        their log's start offset now. ``InvalidConfigError`` (nothing moved) if one
-        is not owned."""
-        with self._serial:
-            self._check_open()
-            tps = self._owned_tps(partitions) if partitions else sorted(self._owned)
-            self._seek({tp: self._owned[tp].start_offset for tp in tps})
+        """Move these assigned (topic, partition)s (none given: every one) to their
+        log's start offset, now if owned, else once claimed. ``InvalidConfigError``
+        (nothing moved) if one is not assigned."""
+        self._seek_all(partitions, "beginning")
 
     def seek_to_end(self, *partitions: TP) -> None:
-        """Move these owned (topic, partition)s (none given: every owned one) to
-        their log's end offset now: only what is appended later is returned.
-        ``InvalidConfigError`` (nothing moved) if one is not owned."""
+        """Move these assigned (topic, partition)s (none given: every one) to their
+        log's end offset, now if owned, else once claimed: only what is appended
+        later is returned. ``InvalidConfigError`` (nothing moved) if one is not
+        assigned."""
+        self._seek_all(partitions, "end")
+
+    def _seek_all(self, partitions: tuple[TP, ...], where: Target) -> None:
         with self._serial:
             self._check_open()
-            tps = self._owned_tps(partitions) if partitions else sorted(self._owned)
-            self._seek({tp: self._owned[tp].end_offset for tp in tps})
+            tps = self._assigned_tps(partitions) if partitions else sorted(self._member.assigned)
+            self._parts.seek({tp: where for tp in tps})
 
-    def _seek(self, where: dict[TP, int]) -> None:
-        self._give_back()
-        self._epoch += 1
-        for tp, offset in where.items():
-            self._positions[tp] = offset
-            self._fetcher.drop(tp)
-            self._seeked.add(tp)
-
-    def _owned_tps(self, tps: tuple[object, ...]) -> list[TP]:
-        return args.owned_tps(tps, self._owned, self._member.assigned)
+    def _assigned_tps(self, tps: tuple[object, ...]) -> list[TP]:
+        return args.assigned_tps(tps, self._member.assigned)
 
     def assignment(self) -> frozenset[TP]:
         """The (topic, partition)s the current generation gives this member (what
@@ -462,42 +440,59 @@ class Consumer:
 
     @property
     def closed(self) -> bool:
-        """True once ``close()`` ran (or a callback closed it)."""
-        return self._closed
+        """True once ``close()`` was called (from anywhere: a callback's close is
+        finished when the call it interrupted returns)."""
+        return self._closing
 
     def close(self) -> None:
-        """Commit (auto-commit on), give the partitions up and leave the group at once:
-        the others rebalance at their next poll, without waiting for a timeout. A
-        poll waiting in another thread (or ``async for``'s worker) returns at once,
-        and the iteration ends.
+        """Commit what was delivered (auto-commit on), give the partitions up and leave
+        the group at once: the others rebalance at their next poll, without waiting
+        for a timeout. Any loop over the consumer ends, in any thread or task; a poll
+        waiting in another thread (or ``async for``'s worker) returns at once.
+
+        Safe from anywhere: another thread or task, ``on_assign``, ``on_revoke``, a
+        deserializer, a signal handler. Called from inside one of the consumer's own
+        calls (a callback, or a signal handler interrupting it), it marks the consumer
+        closed and the leaving is done when that call returns.
 
         The consumer is closed however this ends; ``GroupBusyError`` if the group's
         lock stayed busy for ``lock_timeout_ms``: then nothing was committed (the next
         owners start at the last commit) and the group sees this member gone by its
         released lock. In a forked child it changes no file."""
-        if self._closed:
-            return
         if self._forked_from is not None:
-            self._closed = True
+            self._closing = self._closed = True
+            return
+        if self._closing:
+            if not self._closed and not self._serial.held_here():
+                with self._serial:       # another thread is closing it: wait for it
+                    self._finish_close()
+            return
+        self._closing = True
+        self._member.stop()
+        if self._serial.held_here():
+            self._serial.then(self._finish_close)
             return
         with self._serial:
-            if self._closed:
-                return
-            self._give_back()
-            member = self._member
+            self._finish_close()
+
+    def _finish_close(self) -> None:
+        """``close``'s work, holding the consumer's lock: once."""
+        if self._closed:
+            return
+        member = self._member
+        self._parts.give_back()
+        try:
             try:
-                try:
-                    # on_revoke may still commit() what it is given
-                    member.leave()
-                finally:
-                    self._closed = True
-                member.exit()
+                # on_revoke may still commit() what it is given
+                member.leave()
             finally:
-                member.close()
-                self._fetcher.clear()
-                member.dropped.clear()
-                _CONSUMERS.discard(self)
-            member.raise_callback_error()
+                self._closed = True
+            member.exit()
+        finally:
+            member.close()
+            self._fetcher.clear()
+            _CONSUMERS.discard(self)
+        member.raise_callback_error()
 
     def __enter__(self) -> "Consumer":
         return self
@@ -507,8 +502,8 @@ class Consumer:
 
     def __repr__(self) -> str:
         return (f"<seglog.Consumer {self.member_id} group={self.group!r} "
-                f"generation={self._member.generation} owns={sorted(self._owned)}"
-                f"{' closed' if self._closed else ''}>")
+                f"generation={self._member.generation} owns={self._parts.owned()}"
+                f"{' closed' if self._closing else ''}>")
 
 
 def _after_fork_in_child() -> None:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, StrPath
 
 from ._files import WRITER_SESSION
+from ._group_files import advance_clock
 from .log import Log
 
 SECTOR = 512
@@ -388,3 +389,12 @@ def abandon(log: Log) -> None:
     released, so the directory can be opened again, which then recovers.
     """
     log.abandon()
+
+
+def advance_group_clock(seconds: float) -> None:
+    """Move this process's consumer-group clock forward by ``seconds`` (it never goes
+    back): every member of this process looks at its group at its next poll, and
+    judges a member whose heartbeat it has seen unchanged for that member's session
+    timeout silent, so it is expelled. For tests of session timeouts without
+    sleeping; members in other processes keep their own clocks."""
+    advance_clock(seconds)
