@@ -448,3 +448,65 @@ def test_a_deserializer_error_is_raised_and_the_position_stays_at_that_message(t
         c.seek("ev", 0, 7)                                # skip it
         rest = collect(c, {(0, 7)})
         assert [(m.offset, m.value) for m in rest] == [(7, 7)]
+
+
+def test_poll_refuses_max_records_below_one_with_a_value_error(tmp_path):
+    """``poll(max_records=0)`` raised ``TypeError``: a bad value is a ``ValueError``."""
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=1) as t:
+        t.append(b"x")
+    with Consumer(root, "g", ["ev"], auto_commit_ms=None) as c:
+        for bad in (0, -1):
+            with pytest.raises(ValueError, match="max_records"):
+                c.poll(timeout_ms=0, max_records=bad)
+        for bad in (1.5, True, "1"):
+            with pytest.raises(TypeError, match="max_records"):
+                c.poll(timeout_ms=0, max_records=bad)
+        assert [m.value for m in c.poll(timeout_ms=1000, max_records=1)] == [b"x"]
+
+
+def test_seek_in_on_assign_works_as_with_kafka_python(tmp_path):
+    """kafka-python's habit: the callback seeks the consumer it belongs to. It ran in
+    the constructor, before the name was bound (and on partitions not claimed yet
+    a seek refused): the first assignment is announced by the first poll, and a seek
+    of a partition assigned but not yet handed over applies when it is."""
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=4) as t:
+        fill(t, 40)                                     # 10 a partition
+    seen: list = []
+
+    def on_assign(tps):
+        seen.append(tps)
+        for t, p in sorted(tps):
+            if p % 2 == 0:
+                c.seek(t, p, 5)
+            else:
+                c.seek_to_end((t, p))
+
+    c = Consumer(root, "g", ["ev"], member_id="a", auto_commit_ms=None, on_assign=on_assign)
+    try:
+        got = collect(c, {(0, o) for o in range(5, 10)} | {(2, o) for o in range(5, 10)})
+        assert sorted((m.partition, m.offset) for m in got) == \
+            [(p, o) for p in (0, 2) for o in range(5, 10)]
+        assert seen == [{("ev", p) for p in range(4)}]
+        c.commit()
+        # b joins; its on_assign seeks partitions a still holds: they start there
+        # once a hands them over (at a's next poll), not at a's commit (10)
+        b_seen: list = []
+
+        def b_assign(tps):
+            b_seen.append(tps)
+            b.seek_to_beginning(*tps)
+
+        b = Consumer(root, "g", ["ev"], member_id="b", auto_commit_ms=None, on_assign=b_assign)
+        try:
+            got_b: list = []
+            wait_for(lambda: (c.poll(timeout_ms=10), got_b.extend(b.poll(timeout_ms=10)),
+                              {(m.partition, m.offset) for m in got_b}
+                              >= {(p, o) for p in (2, 3) for o in range(10)})[-1],
+                     20, "b to read 2 and 3 from their start")
+            assert b_seen == [{("ev", 2), ("ev", 3)}]
+        finally:
+            b.close()
+    finally:
+        c.close()

@@ -1460,3 +1460,160 @@ def test_a_deleted_topic_leaves_the_assignment(tmp_path):
         with Topic.open(root, "a") as t:
             t.append(b"a1")
         assert [(m.topic, m.offset) for m in drain(c, 1)] == [("a", 1)]   # no error now
+
+
+# -- the edges an adversary found: clocks, assignors, leftovers, roots --------------------
+
+def _members_dir(root: str) -> str:
+    return os.path.join(root, "__groups", "g", "members")
+
+
+def _b_sees_a_silent(b: Consumer, seconds: float) -> None:
+    """b looks at the group now (it sees a's heartbeat as it is), then the group
+    clock moves ``seconds`` on: a's heartbeat has stayed as b saw it that long."""
+    advance_group_clock(0.1)
+    b.poll(timeout_ms=0)
+    advance_group_clock(seconds)
+
+
+def test_a_stopped_member_is_expelled_after_the_wall_clock_steps_back(topic):
+    """a stops polling; its last heartbeat was written an hour ahead of the clock
+    the others read now (the wall clock stepped back since). Its age was negative,
+    counted alive for ever, and its partitions read by nobody: staleness is an
+    unchanged heartbeat over a's session timeout of the observer's own clock."""
+    fill(topic, 8)
+    a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=300,
+                 auto_commit_ms=None)
+    b = Consumer(topic.root, "g", ["ev"], member_id="b", auto_commit_ms=None)
+    try:
+        wait_for(lambda: (a.poll(0), b.poll(0), len(owned(a)) == len(owned(b)) == 2)[-1], 10,
+                 "the split")
+        ahead = time.time() + 3600
+        os.utime(os.path.join(_members_dir(topic.root), "a"), (ahead, ahead))
+        _b_sees_a_silent(b, 0.5)
+        wait_for(lambda: (b.poll(timeout_ms=20), len(owned(b)) == 4)[-1], 10, "b to expel a")
+        assert set(describe_group(topic.root, "g")["members"]) == {"b"}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_member_file_changed_in_place_is_read_again(topic):
+    """Member files were parsed once per inode: a file with the same inode and
+    other content (a member id reused where the file system recycles inode numbers,
+    as ext4 does) was judged by the old content's session timeout for ever."""
+    a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=60_000,
+                 auto_commit_ms=None)
+    b = Consumer(topic.root, "g", ["ev"], member_id="b", auto_commit_ms=None)
+    try:
+        wait_for(lambda: (a.poll(0), b.poll(0), len(owned(a)) == len(owned(b)) == 2)[-1], 10,
+                 "the split")
+        with open(os.path.join(_members_dir(topic.root), "a"), "r+") as f:
+            doc = json.load(f)
+            doc["session_timeout_ms"] = 300
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps(doc))
+        _b_sees_a_silent(b, 0.5)
+        wait_for(lambda: (b.poll(timeout_ms=20), len(owned(b)) == 4)[-1], 10,
+                 "b to judge a by its new timeout")
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_member_asking_for_another_assignor_is_refused_and_leaves_nothing(topic):
+    """Members passing different assignors were silently overruled by the group's."""
+    a = Consumer(topic.root, "g", ["ev"], member_id="a", assignor="range")
+    try:
+        with pytest.raises(InvalidConfigError, match="assignor"):
+            Consumer(topic.root, "g", ["ev"], member_id="b", assignor="roundrobin")
+        assert os.listdir(_members_dir(topic.root)) == ["a"]
+        d = describe_group(topic.root, "g")
+        assert set(d["members"]) == {"a"} and d["assignor"] == "range"
+    finally:
+        a.close()
+    # nobody left: the next member's assignor is the group's
+    with Consumer(topic.root, "g", ["ev"], member_id="c", assignor="sticky"):
+        assert describe_group(topic.root, "g")["assignor"] == "sticky"
+
+
+def test_a_killed_joiners_half_made_member_file_is_removed(topic):
+    """A joiner killed between writing its member file and renaming it into place
+    left ``.join-<id>`` for ever."""
+    with Consumer(topic.root, "g", ["ev"], member_id="a"):
+        pass
+    leftover = os.path.join(_members_dir(topic.root), ".join-killed")
+    with open(leftover, "w") as f:
+        f.write('{"topics": ["ev"]')
+    with Consumer(topic.root, "g", ["ev"], member_id="b"):
+        assert not os.path.exists(leftover)
+        assert os.listdir(_members_dir(topic.root)) == ["b"]
+
+
+def _tree(path: str) -> dict[str, tuple[bool, int, int]]:
+    """Every file and directory under ``path``: (is a directory, size, mtime)."""
+    out = {}
+    for d, dirs, files in os.walk(path):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            st_ = os.stat(p)
+            out[os.path.relpath(p, path)] = (os.path.isdir(p), st_.st_size, st_.st_mtime_ns)
+    return out
+
+
+def test_a_consumer_on_someone_elses_directory_writes_nothing(tmp_path):
+    """``Consumer(root)`` on a directory holding someone else's files made
+    ``__groups/`` beside them: a root must be empty or already seglog's
+    (``NotALogError``, nothing written), as ``Log.open`` refuses such a directory."""
+    root = tmp_path / "photos"
+    root.mkdir()
+    (root / "cat.jpg").write_bytes(b"\xff\xd8 not a log")
+    log_dir = tmp_path / "a-log"
+    Log.open(str(log_dir)).close()
+    for where in (root, log_dir):
+        before = _tree(str(where))
+        for call in (lambda: Consumer(where, "g", ["ev"], lock_timeout_ms=100),
+                     lambda: Consumer(where, "g", pattern="ev.*", lock_timeout_ms=100),
+                     lambda: describe_group(where, "g"),
+                     lambda: commit_offsets(where, "g", {("ev", 0): 1}),
+                     lambda: committed_offsets(where, "g")):
+            with pytest.raises(seglog.NotALogError):
+                call()
+        assert _tree(str(where)) == before, f"something was written in {where}"
+    # an empty directory is fine (topics may come later), and then it is seglog's
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with Consumer(empty, "g", ["ev"]) as c:
+        assert c.assignment() == frozenset()
+    assert sorted(os.listdir(empty)) == ["__groups"]
+
+
+def test_describe_group_writes_nothing(group_topic):
+    fill(group_topic, 12)
+    with Consumer(group_topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        drain(c, 12)
+        c.commit()
+        before = _tree(group_topic.root)
+        d = describe_group(group_topic.root, "g")
+        assert _tree(group_topic.root) == before
+    assert d["partitions"][("ev", 0)]["committed"] == 2
+
+
+def test_describe_group_keys_partitions_as_commit_and_assignment_do(topic):
+    """``describe_group(...)["partitions"]`` was keyed ``"ev-0"`` while ``commit()``,
+    ``assignment()`` and the members' assignment use ``("ev", 0)``; the CLI's JSON
+    keeps its strings."""
+    fill(topic, 8)
+    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        drain(c, 8)
+        c.commit({("ev", 0): 1})
+        d = describe_group(topic.root, "g")
+        assert set(d["partitions"]) == c.assignment() == {("ev", p) for p in range(4)}
+        assert set(map(tuple, d["members"][c.member_id]["assignment"])) == c.assignment()
+        assert d["partitions"][("ev", 0)]["committed"] == c.committed("ev", 0) == 1
+        assert "ev-0" in d._repr_html_()
+    p = subprocess.run([sys.executable, "-m", "seglog", "groups", topic.root, "g", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert set(json.loads(p.stdout)["partitions"]) == {f"ev-{p}" for p in range(4)}

@@ -171,6 +171,10 @@ class Assignment:
         else:
             self._positions.update((tp, p) for tp, p in moves.items() if tp in self._logs)
 
+    def offset_past_end(self, tp: TP) -> bool:
+        """Is owned ``tp``'s position past its log's end?"""
+        return tp in self._logs and self._positions[tp] > self._logs[tp].end_offset
+
     def out_of_range(self, tp: TP) -> None:
         """``tp``'s position lies outside its log: below the start (retention deleted
         it), resume at the start; past the end (the log was cut back, or is another

@@ -240,6 +240,16 @@ class Membership:
             self.assigned |= tps
             self._callback(self._on_assign, tps)
 
+    def out_of_range(self, tp: TP) -> bool:
+        """A fetch found ``tp``'s position outside its log: True if the log is another
+        now (the topic deleted and made again, before a look saw its record change),
+        then taken anew; False: the position is to be placed in this log."""
+        if self._parts.offset_past_end(tp) and self._parts.replaced(tp):
+            self._retake({tp})
+            self.look_soon()
+            return True
+        return False
+
     def vanished(self, tp: TP) -> None:
         """A fetch found ``tp``'s log directory gone: it is read no more, and the next
         look decides (its topic deleted: it leaves with the next generation; made
@@ -371,9 +381,12 @@ class Membership:
                 ident = log_id(path)
                 log = Log.open(path, readonly=True)
             except (OSError, SeglogError):
-                if read_partition_count(self.root, tp[0]) is None:
-                    continue           # its topic was deleted: the next generation says so
-                raise
+                # its topic being deleted (the next generation drops it) or made again:
+                # tried again at the next look; still so a look later, raised
+                if self._watch.unopened(tp, self.check_s):
+                    raise
+                continue
+            self._watch.opened(tp)
             entry = offsets.get(key(tp))
             committed = committed_offset(entry, ident)
             if entry is not None and committed is None:
@@ -394,6 +407,7 @@ class Membership:
             self._callback(self._on_revoke, tps - self._unannounced)
         self._unannounced -= tps
         self.assigned -= tps
+        self._watch.forget(tps)
         for tp, given in self._parts.give_up(tps).items():
             keep = commit and self._commit_on_revoke and self._same_log(tp, given.log_id)
             self._releasing[tp] = (given.position if keep else None, given.seeked,

@@ -32,6 +32,8 @@ class TopicWatch:
         self._counts: dict[str, int] = {}
         # owned partitions whose log directory went, and when (``clock``) it was seen
         self._vanished: dict[TP, float] = {}
+        # assigned partitions a claim could not open: since when, and the record then
+        self._unopened: dict[TP, tuple[float, tuple[int, int] | None]] = {}
 
     def count(self, topic: str) -> int | None:
         """The partition count of ``topic`` at the last look (None: no record)."""
@@ -44,11 +46,7 @@ class TopicWatch:
         records: dict[str, tuple[int, int] | None] = {}
         changed = set()
         for t in topics:
-            try:
-                s = os.stat(topic_file(self._root, t))
-                records[t] = (s.st_ino, s.st_ctime_ns)
-            except OSError:
-                records[t] = None
+            records[t] = self._stamp(t)
             if t not in self._records or records[t] != self._records[t]:
                 changed.add(t)
         self._records = records
@@ -80,8 +78,6 @@ class TopicWatch:
         record is still there ``after`` seconds on is a log removed alone:
         ``LogClosedError``."""
         parts = self._parts
-        for tp in [tp for tp in self._vanished if tp not in parts]:
-            del self._vanished[tp]                    # revoked, or taken anew
         again = {tp for tp in self._vanished if parts.replaced(tp)}
         for tp, since in self._vanished.items():
             if tp not in again and self._records.get(tp[0]) is not None \
@@ -91,5 +87,37 @@ class TopicWatch:
                                      f"removed alone?)")
         return again
 
+    def unopened(self, tp: TP, after: float) -> bool:
+        """A claim could not open assigned ``tp``'s log: False while that may be a
+        deletion or a making under way (its topic's record gone, or replaced since
+        this was first seen, or first seen under ``after`` seconds ago: the claim is
+        tried again at the next look); True once it has lasted ``after`` seconds with
+        the record unchanged (the error is raised)."""
+        now = clock()
+        rec = self._stamp(tp[0])
+        first = self._unopened.get(tp)
+        if rec is None or first is None or first[1] != rec:
+            self._unopened[tp] = (now, rec)
+            return False
+        return now - first[0] >= after
+
+    def opened(self, tp: TP) -> None:
+        self._unopened.pop(tp, None)
+
+    def forget(self, tps: set[TP]) -> None:
+        """Partitions given up: what was seen of their logs goes (taken again, they
+        start afresh)."""
+        for tp in tps:
+            self._vanished.pop(tp, None)
+            self._unopened.pop(tp, None)
+
+    def _stamp(self, topic: str) -> tuple[int, int] | None:
+        try:
+            s = os.stat(topic_file(self._root, topic))
+        except OSError:
+            return None
+        return s.st_ino, s.st_ctime_ns
+
     def clear(self) -> None:
         self._vanished.clear()
+        self._unopened.clear()

@@ -213,7 +213,8 @@ class Consumer:
             if got.moves:
                 parts.advance(got.moves)
             for tp in got.out_of_range:
-                parts.out_of_range(tp)
+                if not member.out_of_range(tp):
+                    parts.out_of_range(tp)
             for tp in got.vanished:
                 member.vanished(tp)
             if got.error is not None:
