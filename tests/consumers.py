@@ -4,6 +4,8 @@ API, and waiting for a condition with a deadline."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 
 from seglog import Consumer, InvalidConfigError, Topic
@@ -39,3 +41,17 @@ def fill(topic: Topic, n: int, start: int = 0) -> None:
     i % partitions (so it is at offset i // partitions there)."""
     for i in range(start, start + n):
         topic.append(b"m%06d" % i, partition=i % topic.num_partitions)
+
+
+def delete_topic(root: str, name: str, record_first: bool = True) -> None:
+    """Delete a topic as docs/GROUPS.md says: its record and its partitions' logs
+    (its writers closed), in either order."""
+    record = os.path.join(root, "__topics", f"{name}.json")
+    logs = [os.path.join(root, d) for d in os.listdir(root)
+            if d.rpartition("-")[0] == name and d.rpartition("-")[2].isdigit()]
+    if record_first:
+        os.remove(record)
+    for d in logs:
+        shutil.rmtree(d)
+    if not record_first:
+        os.remove(record)

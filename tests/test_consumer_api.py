@@ -24,8 +24,6 @@ MEMBER = os.path.join(HERE, "group_member.py")
 SESSION_MS = 1000
 
 
-
-
 class Members:
     """Member processes of group "g" and their trace."""
 
@@ -97,8 +95,8 @@ def pair(tmp_path):
         # z polls (its heartbeat) while m0 consumes, paused so that it reads nothing
         z.pause(("ev", 2), ("ev", 3))
         fill(topic, 40)
-        wait_for(lambda: (z.poll(0), any(e[3] == {"0": 10, "1": 10}
-                                         for e in members.events("commit", "m0")))[-1],
+        wait_for(lambda: (z.poll(0), committed_offsets(root, "g") == {("ev", 0): 10,
+                                                                      ("ev", 1): 10})[-1],
                  20, "m0 to consume and commit its half")
         z.resume(("ev", 2), ("ev", 3))
         yield topic, z, members
@@ -364,9 +362,9 @@ def test_pattern_subscription_takes_topics_another_process_creates(tmp_path):
         assert sorted((m.topic, m.partition, m.offset) for m in got_a) == \
             [("clicks-b", 0, o) for o in range(3)]
         wait_for(lambda: {("clicks-b", 1, o) for o in range(3)} <= {
-            tuple(x) for e in members.events("got", "p") for x in e[3]}, 20,
+            tuple(e[3:6]) for e in members.events("y", "p")}, 20,
             "p to deliver clicks-b-1")
-        seen_p = {tuple(x) for e in members.events("got", "p") for x in e[3]}
+        seen_p = {tuple(e[3:6]) for e in members.events("y", "p")}
         assert {x[0] for x in seen_p} == {"clicks-a", "clicks-b"}
     finally:
         members.stop_all()

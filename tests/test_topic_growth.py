@@ -421,7 +421,7 @@ def test_member_processes_consume_the_new_partitions_after_a_growth(tmp_path):
             return []
 
     def delivered() -> set[tuple[int, int]]:
-        return {(p, o) for e in events() if e[0] == "got" for p, o in e[3]}
+        return {(e[4], e[5]) for e in events() if e[0] == "y"}
 
     procs = [subprocess.Popen([sys.executable, MEMBER, root, "g", "ev", m, trace, "5000"])
              for m in ("m0", "m1")]

@@ -143,6 +143,31 @@ class Waiters:
             _resolve(loop, fut, e)
 
 
+class _Wake:
+    """``threading.Event`` on a re-entrant lock: a signal handler may set it while the
+    thread it interrupted is inside ``set`` or ``clear`` (an ``Event``'s own lock
+    would then never be released)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.RLock())
+        self._flag = False
+
+    def set(self) -> None:
+        with self._cond:
+            self._flag = True
+            self._cond.notify_all()
+
+    def clear(self) -> None:
+        with self._cond:
+            self._flag = False
+
+    def wait(self, timeout: float) -> bool:
+        with self._cond:
+            if not self._flag:
+                self._cond.wait(timeout)
+            return self._flag
+
+
 class Serial:
     """A re-entrant lock for the calls of one object (a user callback may call it
     again). A thread that has to wait for it counts itself in ``calls`` and sets
@@ -160,7 +185,7 @@ class Serial:
         # interrupted is counting itself in
         self._calls_lock = threading.RLock()
         self.calls = 0
-        self.wake = threading.Event()
+        self.wake = _Wake()
         self._owner: int | None = None
         self._depth = 0
         self._then: Callable[[], None] | None = None

@@ -562,13 +562,8 @@ class MemberFile:
         # dropped without close(): leave as a killed process would (no commit, no
         # callback), so that the group sees the member gone at once instead of
         # waiting for its session timeout
-        fd = getattr(self, "_fd", -1)
-        if fd >= 0:
-            self._fd = -1
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        if hasattr(self, "_fd"):
+            self.drop_copy()
 
 
 def key(tp: TP) -> str:
