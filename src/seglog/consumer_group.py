@@ -36,8 +36,10 @@ never backwards, not fenced.
 
 This module is the consumer and the names users import; beside it, ``_assignors``
 deals partitions, ``_group_files`` reads and writes the files above,
-``_membership`` is one member's coordination (which a ``Consumer`` holds),
-``_consumer_fetch`` its reading (``ConsumerMessage``, the ``Fetcher``),
+``_group_ops`` is everything done under ``group.lock``, ``_membership`` one
+member's coordination (which a ``Consumer`` holds) and ``_topic_watch`` what it
+knows of its topics, ``_assignment`` the one owner of a consumer's partitions and
+positions, ``_consumer_fetch`` its reading (``ConsumerMessage``, the ``Fetcher``),
 ``_consumer_args`` the checks of its arguments and ``_group_admin`` the calls made
 without being a member; ``_aio`` runs ``async for``'s polls in worker threads.
 """
@@ -85,16 +87,20 @@ class Consumer:
     poll loop is the heartbeat: a member that does not poll (or iterate) for its
     ``session_timeout_ms`` is expelled and its partitions go to the others. A topic
     that does not exist yet is waited for: its partitions are assigned once it is
-    created. ``on_assign`` and ``on_revoke`` are called with the partitions this
-    member gains and loses, so that the partitions they announced are exactly those
-    that polls deliver from. ``key_deserializer`` and ``value_deserializer`` turn
+    created (a topic deleted leaves, one made again is read from its start). The
+    constructor joins the group; ``on_assign`` and ``on_revoke`` are called, from
+    the first poll on, with the partitions this member gains and loses, so that the
+    partitions they announced are exactly those that polls deliver from (and
+    ``on_assign`` may seek the consumer). ``key_deserializer`` and ``value_deserializer`` turn
     each message's key and value bytes (never None) into what polls return.
     Joining, ``commit()`` and ``close()`` wait at most ``lock_timeout_ms`` for the
     group's lock (``GroupBusyError`` past it, nothing written); ``poll`` never waits
     for it beyond its own timeout. ``async for m in consumer`` polls in a worker
     thread. The consumer's calls are serialized: a call from another thread while
-    a poll waits makes that poll return at once. A process forked from the
-    consumer's may not use it (the child never holds the member's lock).
+    a poll waits makes that poll return at once; ``close()`` may come from any
+    thread, task, callback or signal handler. A process forked from the
+    consumer's may not use it (the child never holds the member's lock). A root
+    that holds files seglog did not make is refused (``NotALogError``).
     """
 
     def __init__(self, root: str | os.PathLike[str], group: str,
