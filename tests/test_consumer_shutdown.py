@@ -376,10 +376,9 @@ def test_close_from_a_signal_handler_ends_the_loop_and_commits_what_was_yielded(
     old = signal.signal(signal.SIGALRM, lambda *a: c.close())
     try:
         signal.setitimer(signal.ITIMER_REAL, delay)
-        deadline = time.monotonic() + 20
-        for m in c:
-            got.append(m)
-            assert time.monotonic() < deadline, "the loop did not end"
+        with watchdog(c):
+            for m in c:
+                got.append(m)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
@@ -395,10 +394,9 @@ def test_close_from_a_signal_handler_during_an_idle_poll(topic):
     old = signal.signal(signal.SIGALRM, lambda *a: c.close())
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.3)
-        t0 = time.monotonic()
-        for _ in c:
-            raise AssertionError("no message was written")
-        assert time.monotonic() - t0 < 5
+        with watchdog(c):
+            for _ in c:
+                raise AssertionError("no message was written")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
