@@ -268,7 +268,11 @@ def test_durable_fsync_failure_fails_the_unflushed_records(logdir):
         second = [p.send(b"two%d" % i) for i in range(5)]
         p.flush()
     assert [f.result() for f in first] == list(range(5))
-    assert all(isinstance(f.exception(), StorageError) for f in second)
+    # written, not made durable: the error says where they are, and why
+    errors = [f.exception() for f in second]
+    assert all(isinstance(e, seglog.NotDurableError) for e in errors), errors
+    assert [e.offsets for e in errors] == [range(5, 10)] * 5
+    assert all(isinstance(e.__cause__, StorageError) for e in errors)
     assert log.flushed_offset == 5
     seglog.testing.abandon(log)
 

@@ -13,7 +13,11 @@ import weakref
 
 from . import _aio
 from .errors import LogClosedError
+from ._live import LiveLog
 from .local_log import LocalLog
+
+# what the read path reads: a writer's list, or a readonly reader's
+View = LocalLog | LiveLog
 
 
 def _deadline(timeout: float | None) -> float | None:
@@ -28,21 +32,21 @@ def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + max(0.0, timeout)
 
 
-def wait(local: LocalLog, offset: int, timeout: float | None) -> bool:
+def wait(local: View, offset: int, timeout: float | None) -> bool:
     """``Log.wait``: the timeout checked, then a writer's ``LocalLog.wait_for`` or a
     readonly reader's polling."""
     deadline = _deadline(timeout)
-    if local.follows:
+    if isinstance(local, LiveLog):
         return _wait_polling(local, offset, deadline)
     return local.wait_for(offset, deadline)
 
 
 # per log, its async waiters and the worker that serves them (``_aio.Waiters``)
-_waiters: "weakref.WeakKeyDictionary[LocalLog, _aio.Waiters]" = weakref.WeakKeyDictionary()
+_waiters: "weakref.WeakKeyDictionary[View, _aio.Waiters]" = weakref.WeakKeyDictionary()
 _waiters_lock = threading.Lock()
 
 
-def _waiters_of(local: LocalLog) -> _aio.Waiters:
+def _waiters_of(local: View) -> _aio.Waiters:
     with _waiters_lock:
         w = _waiters.get(local)
         if w is None:
@@ -50,7 +54,7 @@ def _waiters_of(local: LocalLog) -> _aio.Waiters:
             # (every waiter's coroutine holds the log while it waits)
             ref = weakref.ref(local)
 
-            def alive() -> LocalLog:
+            def alive() -> View:
                 lg = ref()
                 if lg is None:
                     raise LogClosedError("the log was dropped while waited for")
@@ -61,7 +65,7 @@ def _waiters_of(local: LocalLog) -> _aio.Waiters:
         return w
 
 
-async def wait_async(local: LocalLog, offset: int, timeout: float | None) -> bool:
+async def wait_async(local: View, offset: int, timeout: float | None) -> bool:
     """``Log.wait_async``: ``wait``'s contract, awaited. The blocking wait runs in a
     worker thread (one per log, however many wait: ``_aio.Waiters``), each step of it
     bounded, so the event loop never blocks and a cancelled wait leaves no thread
@@ -106,7 +110,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _wait_polling(local: LocalLog, offset: int, deadline: float | None) -> bool:
+def _wait_polling(local: View, offset: int, deadline: float | None) -> bool:
     """A readonly reader polls the files (sub-millisecond at first, backing off to
     20 ms) until ``end_offset > offset`` or ``deadline``."""
     delay = 0.0005
@@ -116,7 +120,7 @@ def _wait_polling(local: LocalLog, offset: int, deadline: float | None) -> bool:
         local.refresh()
         if local.end > offset:
             if waited:
-                local.metrics.wait_wakeups += 1
+                local.metrics.woke()
             return True
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
