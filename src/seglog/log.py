@@ -23,7 +23,8 @@ from typing import Any, Iterable, Iterator, Sequence
 from . import _log_reads, _log_wait, _scheduler, codec, recovery
 from .cleaner import CompactionStats
 from .config import LogConfig
-from .errors import MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
+from .errors import LogLockedError, MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
+from ._files import abs_dir
 from ._log_encode import check_window, encode
 from ._log_open import (DirLock, check_open_options, open_reader, open_shared, open_writer,
                         storage_error)
@@ -100,11 +101,12 @@ class Log:
         ``NotALogError``, and nothing in it is changed. So is a ``path`` that is a
         file, a symbolic link to nothing or a path through a file, and, for a
         reader, nothing at all (a writer makes the directory and missing parents);
-        a path the process may not read or write is a ``StorageError``.
+        a path the process may not read or write is a ``StorageError``; ``""`` (which
+        would be the current directory) a ``ValueError``.
         """
         LogConfig.from_kwargs(config)      # bad options: an error before anything is made
         check_open_options(readonly, multi_writer, lock_timeout_ms)
-        path = os.path.abspath(os.fspath(path))
+        path = abs_dir(path, "log")     # "" would be the current directory: ValueError
         if readonly:
             log = cls(open_reader(path, config))
             _READERS.add(log)
@@ -351,14 +353,24 @@ class Log:
         """fsync what was appended; return the offset below which all survives power loss."""
         with self._flush_lock:
             local = self._local
-            with local.lock:
-                self.check_writable()
-                target = local.end
-                seg = local.active
             try:
-                return local.flush(seg, target)
-            except (OSError, ValueError) as e:
-                raise self._fail(e) from e
+                with local.lock:
+                    self.check_writable()
+                    target = local.end
+                    seg = local.active
+                try:
+                    return local.flush(seg, target)
+                except (OSError, ValueError) as e:
+                    raise self._fail(e) from e
+            except LogLockedError:
+                # the lock's own words are an append's ("nothing was written"): a flush
+                # leaves what was appended written, only not yet safe from power loss
+                raise LogLockedError(
+                    f"the flush of {self.path} did not happen: another writer held the "
+                    f"append lock longer than lock_timeout_ms (stopped or slow). What was "
+                    f"appended is written (readable, safe from a crash of this process) "
+                    f"but flushed_offset did not move: it is not yet safe from power "
+                    f"loss; flush again") from None
 
     # -- reading (the read path is _log_reads's, over the LocalLog) -----------------
     @property
@@ -446,8 +458,9 @@ class Log:
 
     def wait(self, offset: int, timeout: float | None = None) -> bool:
         """Block until ``end_offset > offset``: True, or False after ``timeout`` seconds (None
-        or ``math.inf``: for ever; 0 or less: look once; NaN: ``ValueError``). Readers in other
-        processes poll the files (0.5 ms backing off to 20 ms). ``LogClosedError`` if closed."""
+        or ``math.inf``: for ever; 0: look once). A negative ``offset`` or ``timeout``, or a
+        NaN ``timeout``: ``ValueError``. Readers in other processes poll the files (0.5 ms
+        backing off to 20 ms). ``LogClosedError`` if closed, even when the end passed."""
         return _log_wait.wait(self._local, offset, timeout)
 
     async def wait_async(self, offset: int, timeout: float | None = None) -> bool:
