@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import weakref
+from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -101,8 +102,7 @@ class Log:
         ``NotALogError``, and nothing in it is changed. So is a ``path`` that is a
         file, a symbolic link to nothing or a path through a file, and, for a
         reader, nothing at all (a writer makes the directory and missing parents);
-        a path the process may not read or write is a ``StorageError``; ``""`` (which
-        would be the current directory) a ``ValueError``.
+        a path the process may not read or write is a ``StorageError``; ``""`` a ``ValueError``.
         """
         LogConfig.from_kwargs(config)      # bad options: an error before anything is made
         check_open_options(readonly, multi_writer, lock_timeout_ms)
@@ -351,26 +351,16 @@ class Log:
     # -- flushing -----------------------------------------------------------------
     def flush(self) -> int:
         """fsync what was appended; return the offset below which all survives power loss."""
-        with self._flush_lock:
+        with self._flush_lock, _said_of_a_flush(self.path):
             local = self._local
+            with local.lock:
+                self.check_writable()
+                target = local.end
+                seg = local.active
             try:
-                with local.lock:
-                    self.check_writable()
-                    target = local.end
-                    seg = local.active
-                try:
-                    return local.flush(seg, target)
-                except (OSError, ValueError) as e:
-                    raise self._fail(e) from e
-            except LogLockedError:
-                # the lock's own words are an append's ("nothing was written"): a flush
-                # leaves what was appended written, only not yet safe from power loss
-                raise LogLockedError(
-                    f"the flush of {self.path} did not happen: another writer held the "
-                    f"append lock longer than lock_timeout_ms (stopped or slow). What was "
-                    f"appended is written (readable, safe from a crash of this process) "
-                    f"but flushed_offset did not move: it is not yet safe from power "
-                    f"loss; flush again") from None
+                return local.flush(seg, target)
+            except (OSError, ValueError) as e:
+                raise self._fail(e) from e
 
     # -- reading (the read path is _log_reads's, over the LocalLog) -----------------
     @property
@@ -457,10 +447,9 @@ class Log:
         return _log_reads.repr_html(self._local)
 
     def wait(self, offset: int, timeout: float | None = None) -> bool:
-        """Block until ``end_offset > offset``: True, or False after ``timeout`` seconds (None
-        or ``math.inf``: for ever; 0: look once). A negative ``offset`` or ``timeout``, or a
-        NaN ``timeout``: ``ValueError``. Readers in other processes poll the files (0.5 ms
-        backing off to 20 ms). ``LogClosedError`` if closed, even when the end passed."""
+        """Block until ``end_offset > offset``: True, or False after ``timeout`` s (None or
+        ``math.inf``: for ever; 0: look once; < 0 or NaN, or ``offset`` < 0: ``ValueError``;
+        closed: ``LogClosedError``). Readers in other processes poll (0.5 ms up to 20 ms)."""
         return _log_wait.wait(self._local, offset, timeout)
 
     async def wait_async(self, offset: int, timeout: float | None = None) -> bool:
@@ -519,6 +508,20 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@contextmanager
+def _said_of_a_flush(path: str) -> Iterator[None]:
+    """``Log.flush``'s words for an append lock it could not take: the lock's own are an
+    append's ("nothing was written"), and a flush leaves what was appended written."""
+    try:
+        yield
+    except LogLockedError:
+        raise LogLockedError(
+            f"the flush of {path} did not happen: another writer held the append lock "
+            f"longer than lock_timeout_ms (stopped or slow). What was appended is written "
+            f"(readable, safe from a crash of this process) but flushed_offset did not "
+            f"move: it is not yet safe from power loss; flush again") from None
 
 
 def _timed_flush(log: Log) -> None:
