@@ -20,22 +20,30 @@ from .local_log import LocalLog
 View = LocalLog | LiveLog
 
 
-def _deadline(timeout: float | None) -> float | None:
-    """``Log.wait``'s timeout checked, as a ``time.monotonic()`` deadline (None: none)."""
+def _checked(local: View, offset: int, timeout: float | None) -> float | None:
+    """``Log.wait``'s arguments checked (``TypeError``, ``ValueError``) and the log open
+    (``closed_error()``, even if its end passed ``offset``): the timeout as a
+    ``time.monotonic()`` deadline (None: none)."""
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be an int, not {type(offset).__name__}")
+    if offset < 0:
+        raise ValueError(f"offset must be 0 or more, not {offset}")
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
-        if math.isnan(timeout):
-            raise ValueError("timeout must be a number of seconds or None, not NaN")
+        if math.isnan(timeout) or timeout < 0:
+            raise ValueError(f"timeout must be 0 or more seconds (0: look once) or None, "
+                             f"not {timeout}")
         if math.isinf(timeout):
             timeout = None
-    return None if timeout is None else time.monotonic() + max(0.0, timeout)
+    local.check_readable()
+    return None if timeout is None else time.monotonic() + timeout
 
 
 def wait(local: View, offset: int, timeout: float | None) -> bool:
-    """``Log.wait``: the timeout checked, then a writer's ``LocalLog.wait_for`` or a
+    """``Log.wait``: the arguments checked, then a writer's ``LocalLog.wait_for`` or a
     readonly reader's polling."""
-    deadline = _deadline(timeout)
+    deadline = _checked(local, offset, timeout)
     if isinstance(local, LiveLog):
         return _wait_polling(local, offset, deadline)
     return local.wait_for(offset, deadline)
@@ -70,12 +78,9 @@ async def wait_async(local: View, offset: int, timeout: float | None) -> bool:
     worker thread (one per log, however many wait: ``_aio.Waiters``), each step of it
     bounded, so the event loop never blocks and a cancelled wait leaves no thread
     behind for longer than a step; the timeout is the loop's own timer."""
-    deadline = _deadline(timeout)
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be an int, not {type(offset).__name__}")
+    deadline = _checked(local, offset, timeout)
     loop = asyncio.get_running_loop()
     if local.follows:
-        local.check_readable()     # as the polling wait looks first (its end may be old)
         if deadline is not None and deadline <= time.monotonic():
             # look once: a re-listing of the files, in a worker
             return await loop.run_in_executor(_aio.pool(), wait, local, offset, 0)

@@ -40,8 +40,8 @@ from .errors import LogClosedError, SeglogError, StorageError, storage_error
 from .segment import Segment
 
 # what a refused call did not do, said by its LogLockedError
-_NOT_FLUSHED = ("the flush did not happen (what was appended is written, not yet "
-                "fsynced)")
+_NOT_FLUSHED = ("the flush did not happen: what was appended is written (readable, safe "
+                "from a crash of this process), not yet safe from power loss; flush again")
 _NOT_CLOSED = "the log is still open"
 _NOT_DELETED = "nothing was deleted"
 _NOT_COMPACTED = "nothing was compacted"

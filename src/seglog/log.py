@@ -25,6 +25,7 @@ from .cleaner import CompactionStats
 from .config import LogConfig
 from .errors import (MessageTooLargeError, ReadOnlyError, SeglogError, StorageError,
                      storage_error)
+from ._files import abs_dir
 from ._log_encode import check_window, encode
 from ._log_open import DirLock, check_open_options, open_reader, open_shared, open_writer
 from ._log_maintenance import Maintenance
@@ -108,11 +109,11 @@ class Log:
         ``NotALogError``, and nothing in it is changed. So is a ``path`` that is a
         file, a symbolic link to nothing or a path through a file, and, for a
         reader, nothing at all (a writer makes the directory and missing parents);
-        a path the process may not read or write is a ``StorageError``.
+        a path the process may not read or write is a ``StorageError``; ``""`` a ``ValueError``.
         """
         LogConfig.from_kwargs(config)      # bad options: an error before anything is made
         check_open_options(readonly, multi_writer, lock_timeout_ms)
-        path = os.path.abspath(os.fspath(path))
+        path = abs_dir(path, "log")     # "" would be the current directory: ValueError
         if readonly:
             log = cls(open_reader(path, config))
             _READERS.add(log)
@@ -444,9 +445,9 @@ class Log:
         return _log_reads.repr_html(self._view, self.readonly)
 
     def wait(self, offset: int, timeout: float | None = None) -> bool:
-        """Block until ``end_offset > offset``: True, or False after ``timeout`` seconds (None
-        or ``math.inf``: for ever; 0 or less: look once; NaN: ``ValueError``). Readers in other
-        processes poll the files (0.5 ms backing off to 20 ms). ``LogClosedError`` if closed."""
+        """Block until ``end_offset > offset``: True, or False after ``timeout`` s (None or
+        ``math.inf``: for ever; 0: look once; < 0 or NaN, or ``offset`` < 0: ``ValueError``;
+        closed: ``LogClosedError``). Readers in other processes poll (0.5 ms up to 20 ms)."""
         return _log_wait.wait(self._view, offset, timeout)
 
     async def wait_async(self, offset: int, timeout: float | None = None) -> bool:

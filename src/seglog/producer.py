@@ -19,7 +19,7 @@ from bisect import bisect_right
 from concurrent.futures import Future
 from itertools import accumulate, compress, repeat
 from operator import add
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ._future import finish_all, new_future, start_all
 from .errors import (InvalidConfigError, LogLockedError, MessageTooLargeError,
@@ -236,6 +236,9 @@ class Producer:
         """A record that is not plain bytes: every check ``Log.append_batch`` makes
         (the log's own ``encode``, so the rules are the log's), and a copy of its
         buffers (a bytearray changed after ``send`` must not change the record)."""
+        if not isinstance(headers, (tuple, list, str, bytes, dict)) and isinstance(headers, Iterable):
+            # an iterator (zip, a generator) is read once: by the checks and the copy
+            headers = tuple(headers)
         rec = Record(value, key, timestamp, headers)
         batches = self._logs[p].encode((rec,), _time_ms())
         if headers and (not isinstance(headers, tuple)
