@@ -20,7 +20,7 @@ import weakref
 from dataclasses import fields
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import _log_reads, _log_wait, _scheduler, codec, recovery
+from . import _log_reads, _log_wait, _notebook, _scheduler, codec, recovery, repair
 from .cleaner import CompactionStats
 from .config import LogConfig
 from .errors import MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
@@ -432,15 +432,13 @@ class Log:
         return _log_reads.stats(self._local)
 
     def to_pandas(self, start: int | None = None, end: int | None = None, *,
-                  since: object = None, until: object = None) -> Any:
-        """Messages as a ``pandas.DataFrame`` (columns offset, timestamp as UTC
-        datetimes, key, value, headers), from offset ``start`` to ``end`` and with
-        timestamps in ``[since, until)`` (datetimes, ISO 8601 strings or ms; naive
-        means UTC). Built from ``read_arrow``; needs pandas and pyarrow (the ``spark``
-        extra). Without ``start``, retention deleting the first messages meanwhile (a
-        writer in another process) makes it read again from the new start."""
-        return _log_reads.to_pandas(self._local, start, end, since=since, until=until)
-
+                  since: object = None, until: object = None, decode: str | None = None) -> Any:
+        """Messages as a ``pandas.DataFrame`` (offset, timestamp as UTC datetimes, key, value,
+        headers; ``decode="utf-8"``: keys and values as ``str``) from offset ``start`` to ``end``,
+        timestamps in ``[since, until)`` (datetimes, ISO 8601 strings or ms; naive means UTC), by
+        ``read_arrow`` (the ``spark`` extra); no ``start``: from the start retention leaves."""
+        return _log_reads.to_pandas(self._local, start, end, since=since, until=until, decode=decode)
+    verify = repair.verify
     def _repr_html_(self) -> str:
         return _log_reads.repr_html(self._local)
 
@@ -489,7 +487,7 @@ class Log:
         scanned and cut; corrupt batches seen by reads; retention runs and what they
         deleted; compaction runs and the bytes they saved; wake-ups of ``wait``.
         Cheap to keep on: appends add one integer increment."""
-        return _metrics(self._local, self._batches_appended, self.recovery)
+        return _notebook.Metrics(_metrics(self._local, self._batches_appended, self.recovery))
 
     def __repr__(self) -> str:
         return _describe(self._local)
