@@ -159,8 +159,9 @@ def _groups(day: Day, live: bool) -> None:
         root, "billing", {("orders", q): max(0, ends[q] - (0 if q % 3 else 40 + 900 * q))
                           for q in range(PARTITIONS)})
     if live:
+        # a session longer than the tests look at it: alive, not silent
         c = seglog.Consumer(root, "billing", ["orders"], auto_commit_ms=None,
-                            member_id="billing-1")
+                            member_id="billing-1", session_timeout_ms=3_600_000)
         deadline = time.monotonic() + 60
         while len(c.assignment()) < PARTITIONS and time.monotonic() < deadline:
             c.poll(timeout_ms=50, max_records=1)

@@ -19,6 +19,8 @@ import pytest
 
 import seglog
 import seglog.repair
+import seglog.cli
+import seglog._cli_inspect
 from seglog import Log, Record, Topic
 from seglog._cli_inspect import reread_records
 from seglog._cli_output import Progress
@@ -828,3 +830,91 @@ def test_a_file_where_a_log_directory_belongs_is_not_called_missing(tmp_path):
     assert f"{part} is not a directory" in text and "no such directory" not in text
     p = run("stats", part)
     assert p.returncode == 3 and f"{part} is not a directory" in p.stderr, p.stderr
+
+
+# -- dump of a range reads near it (through the offset index) ------------------------------
+def _counting_preads(monkeypatch) -> list[int]:
+    """Every ``os.pread`` of this process from now on: the bytes it returned."""
+    got: list[int] = []
+    real = os.pread
+
+    def pread(fd: int, n: int, pos: int) -> bytes:
+        b = real(fd, n, pos)
+        got.append(len(b))
+        return b
+    monkeypatch.setattr(os, "pread", pread)
+    return got
+
+
+def test_dump_of_a_range_reads_only_near_it(tmp_path, monkeypatch):
+    path = str(tmp_path / "big")
+    with Log.open(path, segment_bytes=256 << 10) as log:
+        for i in range(600):
+            log.append_batch([b"%06d-" % (i * 10 + j) + b"x" * 1000 for j in range(10)])
+        stored = sum(s.size for s in log.segments)
+        assert len(log.segments) > 20
+    want = 4321
+    got = _counting_preads(monkeypatch)
+    out = io.StringIO()
+    assert seglog.cli.main(["dump", path, "--from", str(want), "--to", str(want + 1),
+                            "--print-data"], out=out) == 0
+    text = out.getvalue()
+    assert f"| offset: {want} " in text and f'"{want:06d}-xxx' in text
+    assert [ln.split()[1] for ln in text.splitlines() if ln.startswith("baseOffset")] == \
+        [str(want - want % 10)]
+    # the batch, where the index points before it, and index probes: never the log
+    assert sum(got) < 200 << 10, (sum(got), stored)
+    got.clear()
+    assert seglog.cli.main(["dump", path], out=io.StringIO()) == 0
+    assert sum(got) >= stored                       # the counter sees the whole-log reads
+    # without the segment's index (or with one that points wrong) the range is found
+    # from the segment's start
+    seg = [b for b, _ in seglog.repair.segment_paths(path) if b <= want][-1]
+    os.remove(os.path.join(path, f"{seg:020d}.index"))
+    out = io.StringIO()
+    assert seglog.cli.main(["dump", path, "--from", str(want), "--to", str(want + 1)],
+                           out=out) == 0
+    assert [ln.split()[1] for ln in out.getvalue().splitlines()
+            if ln.startswith("baseOffset")] == [str(want - want % 10)]
+
+
+def test_a_range_past_damage_elsewhere_reads_clean_and_damage_inside_it_is_reported(tmp_path):
+    path = str(tmp_path / "d")
+    with Log.open(path, segment_bytes=8192) as log:
+        for i in range(200):
+            log.append_batch([b"m%d" % (i * 5 + j) for j in range(5)])
+        segs = log.segments
+        first, last = segs[0], segs[-2]
+    batches: list = []
+    seglog.repair.check(path, batches=batches)
+    hit = [b for b in batches if b.segment == first.path][3]
+    flip(first.path, hit.position + hit.size - 2)       # inside a batch of the first segment
+    p = run("dump", path, "--from", str(last.base_offset), "--to", str(last.base_offset + 3))
+    assert p.returncode == 0 and "DAMAGE" not in p.stdout   # only the range is read
+    p = run("dump", path, "--from", str(hit.base_offset), "--to", str(hit.base_offset + 1))
+    assert p.returncode == 1 and f"DAMAGE {first.path} position {hit.position}" in p.stdout
+    assert run("verify", path).returncode == 1
+
+
+def test_progress_counts_data_not_a_writers_reserved_zeros(tmp_path, monkeypatch):
+    path = str(tmp_path / "w")
+    totals: list[list[int]] = []
+
+    class Spy(Progress):
+        def __init__(self, label: str, total: int, stream: object = None) -> None:
+            super().__init__(label, total, stream)
+            totals.append([total, 0])
+
+        def __call__(self, n: int) -> None:
+            totals[-1][1] += n
+            super().__call__(n)
+    monkeypatch.setattr(seglog._cli_inspect, "Progress", Spy)
+    with Log.open(path, segment_bytes=64 << 20) as log:     # a writer: its file reserved
+        log.append_batch([b"y" * 500] * 200)
+        log.flush()
+        stored = sum(s.size for s in log.segments)
+        assert _sizes(path) > 10 * stored
+        assert seglog.repair.data_bytes(path) == stored
+        for cmd in ("dump", "verify", "stats"):
+            assert seglog.cli.main([cmd, path], out=io.StringIO()) == 0
+    assert totals == [[stored, stored]] * 3, totals

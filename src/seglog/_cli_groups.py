@@ -13,7 +13,7 @@ from . import _group_view
 from ._cli_output import EXIT_OK, Col, table, width
 from ._cli_paths import require_root
 from ._group_view import GroupView, compact_tps, lag_text, tp_of
-from ._html import duration, num, when
+from ._html import duration, num, plural, when
 from .consumer_group import describe_group, list_groups
 
 _FOOT = "* never committed: lag counted from the log start, where a new member begins"
@@ -65,8 +65,8 @@ def cmd_groups(a: argparse.Namespace, out: Any) -> int:
         out.write("\n")
         return EXIT_OK
     for line in (f"group {v.group}: {v.state} ({v.why})",
-                 f"generation {v.generation}, assignor {v.assignor}; lag {num(v.total_lag)} "
-                 f"message(s)" + (f", the oldest unconsumed {duration(v.time_lag)} old"
+                 f"generation {v.generation}, assignor {v.assignor}; lag "
+                 f"{plural(v.total_lag, 'message')}" + (f", the oldest unconsumed {duration(v.time_lag)} old"
                                   if v.time_lag is not None else "")):
         out.write("\n".join(textwrap.wrap(line, room, subsequent_indent="    ")) + "\n")
     if v.members:

@@ -32,7 +32,7 @@ def _plan_text(plan: repair.CutPlan) -> str:
             f" ({num(plan.damaged_count)} message(s), as the damaged batch's header says)"
             if plan.damaged_count is not None else "")
     lines = [f"the cut at the first damage, before anything is changed:"]
-    lines += _verdict.wrap("damage", f"{plan.path} position {plan.position} (offset "
+    lines += _verdict.wrap("damage", f"{os.path.basename(plan.path)}, position {plan.position} (offset "
                            f"{plan.offset}): {_verdict.reason_text(plan.reason, plan.message)}")
     lines += _verdict.wrap("keeps", keeps)
     lines += _verdict.wrap("loses", f"{lost}: {size(plan.lost_bytes)} of data in "

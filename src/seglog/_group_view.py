@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import _html, _svg
-from ._html import duration, num, when
+from ._html import duration, num, plural, when
 from .errors import SeglogError
 from .log import Log
 from .topic import partition_dir
@@ -97,17 +97,17 @@ def state(desc: Mapping[str, Any]) -> tuple[str, str]:
         return EMPTY, "no members: nothing consumes; lag grows"
     alive = [m for m, v in members.items() if v["status"] == "alive"]
     if not alive:
-        return NO_LIVE_OWNER, (f"{len(members)} member(s), none alive: nothing consumes "
+        return NO_LIVE_OWNER, (f"{plural(len(members), 'member')}, none alive: nothing consumes "
                                f"until a member joins")
     down = [m for m, v in members.items() if v["status"] != "alive"]
     if down:
-        return REBALANCING, f"{len(down)} member(s) dead or silent: the live ones take over"
+        return REBALANCING, f"{plural(len(down), 'member')} dead or silent: the live ones take over"
     owners = {tp_of(k): v["owner"] for k, v in desc["partitions"].items()}
     moving = [tp for m in alive for tp in members[m]["assignment"]
               if owners.get(tp_of(tp)) != m]
     if moving:
-        return REBALANCING, f"{len(moving)} partition(s) not yet taken by their new owner"
-    return STABLE, f"{len(alive)} live member(s) own their partitions"
+        return REBALANCING, f"{plural(len(moving), 'partition')} not yet taken by their new owner"
+    return STABLE, f"{plural(len(alive), 'live member')} own their partitions"
 
 
 def view(root: str, desc: Mapping[str, Any], now_ms: int | None = None) -> GroupView:
@@ -166,8 +166,8 @@ def group_html(desc: Mapping[str, Any], root: str) -> str:
         ("state", v.why),
         ("generation", f"{v.generation} (assignor {v.assignor})"),
         ("members", f"{len(v.members)} ({v.alive} alive)"),
-        ("lag", f"{num(v.total_lag)} message(s)" + (
-            f", {v.never_committed} partition(s) never committed (counted from the log "
+        ("lag", f"{plural(v.total_lag, 'message')}" + (
+            f", {plural(v.never_committed, 'partition')} never committed (counted from the log "
             f"start)" if v.never_committed else "")),
         ("oldest unconsumed", "-" if oldest is None else
          f"{duration(oldest)} old (time lag)")])

@@ -128,10 +128,10 @@ def scopes(rep: Any, name: str) -> tuple[str, list[tuple[str, str]]]:
     span = offsets(rep.start_offset, rep.end_offset)
     also = []
     if rep.vanished:
-        also.append(("also", f"{len(rep.vanished)} segment(s) deleted by retention or "
+        also.append(("also", f"{plural(len(rep.vanished), 'segment')} deleted by retention or "
                              f"compaction during the check"))
     if rep.superseded:
-        also.append(("also", f"{len(rep.superseded)} segment(s) a compaction replaced and "
+        also.append(("also", f"{plural(len(rep.superseded), 'segment')} a compaction replaced and "
                              f"has not deleted yet (a writer's open deletes them)"))
     if rep.ok:
         where = span if rep.end_offset is None or rep.end_offset <= (rep.start_offset or 0) \
@@ -208,7 +208,7 @@ def report_html(reps: Sequence[Any]) -> str:
             head_, parts = scopes(r, r.name)
             details.append(_html.title(head_) + _html.fields_table(parts))
     ok = all(r.ok for r in reps)
-    head = _html.title(f"seglog verify: {len(reps)} log(s)" if len(reps) != 1
+    head = _html.title(f"seglog verify: {plural(len(reps), 'log')}" if len(reps) != 1
                        else f"seglog verify: {reps[0].name}",
                        _html.pill("no damage" if ok else "DAMAGE", "ok" if ok else "bad"))
     when_ = when(max((r.checked_at for r in reps), default=0))

@@ -19,13 +19,15 @@ from typing import Callable, Generator, Iterator
 
 from . import codec
 from ._files import LOG_START, MARKER, RECOVERY_POINT, SWAP, list_segments, read_checkpoint, segment_path
-from ._scan import Damage, survey, walk, zeros_to
+from ._scan import CHUNK, Damage, survey, walk, zeros_to
 from .errors import CorruptRecordError, NotALogError
 from .index import offset_arrays
 from .recovery import read_marker, writer_alive
 
 Progress = Callable[[int], None]     # called with the bytes just read
 _LIVE_RETRIES = (0.002, 0.02, 0.2)   # looking again: a live writer finishing a batch or a swap
+# ``read_range`` reads this much at a time: a range is near where the index points
+RANGE_CHUNK = 64 << 10
 Batch = tuple[str, int, bytes, int, codec.BatchHeader]
 
 
@@ -217,17 +219,18 @@ def _gone(path: str, live: bool | None, directory: str) -> bool:
 
 def walk_segment(fd: int, ext: Extent, last: bool, directory: str,
                   progress: Progress | None, decode: bool, info: WalkInfo,
-                  live: bool | None, start: int = 0, expect: int | None = None
-                  ) -> Generator[Batch, None, int]:
+                  live: bool | None, start: int = 0, expect: int | None = None,
+                  chunk: int = CHUNK) -> Generator[Batch, None, int]:
     """The batches of one segment file from ``start`` (a batch start, 0 or where the
-    offset index points; its first batch at ``expect``); returns the offset after
-    its last. ``ext.data_bytes`` ends where the good data does (from ``start``)."""
+    offset index points; its first batch at ``expect``), read ``chunk`` bytes at a
+    time; returns the offset after its last. ``ext.data_bytes`` ends where the good
+    data does (from ``start``)."""
     path, base, size = ext.path, ext.base_offset, ext.file_bytes
     nxt = base if expect is None else expect
     ext.data_bytes = start
     try:
         for buf, p, filepos, hdr in walk(fd, start, size, expect=nxt, check=True,
-                                         to_damage=True):
+                                         chunk=chunk, to_damage=True):
             b = hdr[codec.H_BASE]
             if decode:
                 try:
@@ -390,27 +393,42 @@ def read_range(directory: str, lo: int, hi: int | None, progress: Progress | Non
         except FileNotFoundError:
             continue                      # retention's or compaction's, meanwhile
         with f:
-            fd = f.fileno()
-            st = os.fstat(fd)
-            pos, expect = _start_in(fd, path, base, lo, st.st_size)
-            ext = Extent(path, base, st.st_size, inode=st.st_ino, ctime_ns=st.st_ctime_ns)
-            try:
-                for bpath, bpos, _b, _p, hdr in walk_segment(
-                        fd, ext, i + 1 == len(segs), directory, counted, True, info, None,
-                        pos, expect):
-                    first_off, last_off = hdr[codec.H_BASE], codec.last_offset(hdr)
-                    if hi is not None and first_off >= hi:
+            st = os.fstat(f.fileno())
+            hint = _start_in(f.fileno(), path, base, lo, st.st_size)
+            for pos, expect in (hint, (0, base)) if hint[0] else (hint,):
+                # an index is a hint: damage met from where it points is looked for
+                # again from the segment's start (the index may be what is wrong)
+                kept = len(out.batches)
+                ext = Extent(path, base, st.st_size, inode=st.st_ino, ctime_ns=st.st_ctime_ns)
+                try:
+                    if _range_in(f.fileno(), ext, i + 1 == len(segs), directory, counted,
+                                 info, pos, expect, lo, hi, out):
                         return out
-                    if last_off >= lo:
-                        out.batches.append(BatchInfo(
-                            bpath, bpos, codec.batch_size(hdr), first_off, last_off,
-                            hdr[codec.H_COUNT], hdr[codec.H_ATTRS], hdr[codec.H_BASE_TS],
-                            hdr[codec.H_MAX_TS]))
-            except DamageAt as e:
-                out.problems.append(Problem(e.path or directory, e.position, e.offset,
-                                            e.reason, e.message, e.torn))
-                return out
+                    break
+                except DamageAt as e:
+                    del out.batches[kept:]
+                    if pos and expect != base:
+                        continue
+                    out.problems.append(Problem(e.path or directory, e.position, e.offset,
+                                                e.reason, e.message, e.torn))
+                    return out
     return out
+
+
+def _range_in(fd: int, ext: Extent, last: bool, directory: str, counted: Progress,
+              info: WalkInfo, pos: int, expect: int, lo: int, hi: int | None,
+              out: RangeRead) -> bool:
+    """``read_range`` in one segment from ``pos``; True once past ``hi``."""
+    for bpath, bpos, _b, _p, hdr in walk_segment(fd, ext, last, directory, counted, True,
+                                                  info, None, pos, expect, RANGE_CHUNK):
+        first_off, last_off = hdr[codec.H_BASE], codec.last_offset(hdr)
+        if hi is not None and first_off >= hi:
+            return True
+        if last_off >= lo:
+            out.batches.append(BatchInfo(
+                bpath, bpos, codec.batch_size(hdr), first_off, last_off, hdr[codec.H_COUNT],
+                hdr[codec.H_ATTRS], hdr[codec.H_BASE_TS], hdr[codec.H_MAX_TS]))
+    return False
 
 
 def extent(directory: str) -> tuple[int | None, int | None, int]:
