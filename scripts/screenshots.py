@@ -8,7 +8,8 @@ and headers (lz4), a plain access log, a compacted log, a damaged log, and two c
 groups, one with a live member and one whose member was killed. Notebook views are
 shown inside a page that applies rules like JupyterLab's to its outputs (every cell
 right-aligned, tables centred, striped rows), as a notebook would show them; the
-commands' output as an 80-column terminal shows it. Each page is cropped to its
+commands' output as an 80-column terminal shows it (run in the data's directory).
+The temporary directory's path is shown as /srv. Each page is cropped to its
 content (Pillow, which the dev extra brings with matplotlib).
 """
 
@@ -118,9 +119,11 @@ def main() -> None:
         root = os.path.join(tmp, "data")
         d = day.build(root, live=True)
         try:
-            pages = views(root)
-            pages += commands(root)
+            pages = views(root) + commands(root) + example_notebook()
             for name, page, width in pages:
+                # the views show absolute paths: the temporary directory's name is
+                # this machine's, not the reader's
+                page = page.replace(tmp, "/srv")
                 png = os.path.join(out_dir, name)
                 shoot(page, png, tmp, width)
                 print(f"{png}: {os.path.getsize(png):,} bytes")
@@ -159,6 +162,35 @@ def views(root: str) -> list[tuple[str, str, int]]:
         ('seglog.describe_group("data", "audit")',
          seglog.describe_group(root, "audit")._repr_html_())]), 1100))
     return out
+
+
+def example_notebook() -> list[tuple[str, str, int]]:
+    """examples/inspect_log.ipynb run (nbclient), its chart cell and the cells after
+    the first view, as they come out."""
+    import base64
+
+    import nbclient
+    import nbformat
+    nb = nbformat.read(os.path.join(HERE, "..", "examples", "inspect_log.ipynb"), as_version=4)
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    cells = []
+    for c in nb.cells:
+        if c.cell_type != "code" or not any(k in c.source for k in ("per_minute", "verify")):
+            continue
+        outs = []
+        for o in c.outputs:
+            data = o.get("data", {})
+            if "text/html" in data:
+                outs.append(data["text/html"])
+            elif "image/png" in data:
+                raw = base64.b64decode(data["image/png"])
+                outs.append("<img src='data:image/png;base64,"
+                            + base64.b64encode(raw).decode() + "'>")
+            elif "text/plain" in data or o.output_type == "stream":
+                outs.append(f"<pre>{html.escape(data.get('text/plain') or o.text)}</pre>")
+        cells.append((c.source.splitlines()[-1] if "verify" in c.source else
+                       "per_minute.plot(...)  # examples/inspect_log.ipynb", "".join(outs)))
+    return [("notebook-example.png", notebook_page(cells), 1000)]
 
 
 def commands(root: str) -> list[tuple[str, str, int]]:

@@ -107,7 +107,8 @@ def state(desc: Mapping[str, Any]) -> tuple[str, str]:
               if owners.get(tp_of(tp)) != m]
     if moving:
         return REBALANCING, f"{plural(len(moving), 'partition')} not yet taken by their new owner"
-    return STABLE, f"{plural(len(alive), 'live member')} own their partitions"
+    return STABLE, ("its live member owns its partitions" if len(alive) == 1 else
+                    f"{len(alive)} live members own their partitions")
 
 
 def view(root: str, desc: Mapping[str, Any], now_ms: int | None = None) -> GroupView:

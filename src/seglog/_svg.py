@@ -66,14 +66,17 @@ def _short(v: float) -> str:
     return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
 
 
-def _tick_label(ms: int, step: int, first: bool) -> str:
+def _tick_label(ms: int, step: int) -> str:
+    """A time tick: the day at midnight (``11-28``), else the time of day."""
     t = _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc)
-    if step >= 86_400_000:
-        return t.strftime("%Y-%m-%d" if first else "%m-%d")
-    if step >= 60_000:
-        return t.strftime("%m-%d %H:%M" if first or (t.hour, t.minute) == (0, 0)
-                          else "%H:%M")
-    return t.strftime("%H:%M:%S")
+    if step >= 86_400_000 or (t.hour, t.minute, t.second) == (0, 0, 0):
+        return t.strftime("%m-%d")
+    return t.strftime("%H:%M" if step >= 60_000 else "%H:%M:%S")
+
+
+def _stamp(ms: int) -> str:
+    return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
 
 
 def _svg(width: int, height: int, body: str, label: str) -> str:
@@ -97,7 +100,7 @@ def time_bars(counts: Sequence[int], t0: int, step: int, label: str,
               width: int = 620, height: int = 170) -> str:
     """A column chart of ``counts[i]`` messages in ``[t0 + i*step, t0 + (i+1)*step)``
     with a y axis of counts and x ticks in UTC."""
-    left, right, top, bottom = 46, 10, 22, 34
+    left, right, top, bottom = 46, 22, 22, 34
     plot_w, plot_h = width - left - right, height - top - bottom
     n = max(len(counts), 1)
     ymax = _nice(max(counts, default=0))
@@ -110,20 +113,19 @@ def time_bars(counts: Sequence[int], t0: int, step: int, label: str,
         h = max(1.0, c / ymax * plot_h)
         out.append(f"<rect x='{left + i * bw + 0.5:.1f}' y='{top + plot_h - h:.1f}' "
                    f"width='{max(bw - 1, 1):.1f}' height='{h:.1f}' fill='{BAR}'>"
-                   f"<title>{escape(_tick_label(t0 + i * step, 60_000, True))}: "
-                   f"{c:,}</title></rect>")
+                   f"<title>{_stamp(t0 + i * step)}: {c:,}</title></rect>")
     every = 1
     while n / every > 8:
         every = next(k for k in (2, 3, 4, 6, 8, 12, 24, 48, 96, 10**9) if k > every)
     for i in range(0, n + 1, every):
         x = left + i * bw
-        anchor = "end" if i + every > n and i > 0 else "middle"
         out.append(f"<line x1='{x:.1f}' x2='{x:.1f}' y1='{top + plot_h}' "
                    f"y2='{top + plot_h + 4}' stroke='currentColor' stroke-opacity='.5'/>")
-        out.append(f"<text x='{x:.1f}' y='{top + plot_h + 16}' text-anchor='{anchor}' "
-                   f"{_FONT}>{_tick_label(t0 + i * step, step, i == 0)}</text>")
+        out.append(f"<text x='{x:.1f}' y='{top + plot_h + 16}' text-anchor='middle' "
+                   f"{_FONT}>{_tick_label(t0 + i * step, step)}</text>")
     out.append(f"<text x='{width - right}' y='{height - 3}' text-anchor='end' {_FONT} "
-               f"fill-opacity='.7'>UTC, one bar per {step_name(step)}</text>")
+               f"fill-opacity='.7'>UTC from {_stamp(t0)}, one bar per {step_name(step)}"
+               f"</text>")
     return _svg(width, height, "".join(out), label)
 
 
