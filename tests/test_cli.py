@@ -26,6 +26,7 @@ from seglog._cli_inspect import reread_records
 from seglog._cli_output import Progress
 from seglog.testing import abandon
 
+from day import damage as flip
 from kills import kill_inside_compaction_swap
 
 COMMANDS = ["dump", "verify", "recover", "stats", "tail", "groups", "compact", "retention"]
@@ -45,14 +46,6 @@ def files_digest(path: str) -> str:
             with open(p, "rb") as f:
                 h.update(f.read())
     return h.hexdigest()
-
-
-def flip(path: str, pos: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        b = f.read(1)
-        f.seek(pos)
-        f.write(bytes([b[0] ^ 0xFF]))
 
 
 @pytest.fixture

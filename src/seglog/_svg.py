@@ -85,43 +85,57 @@ def _svg(width: int, height: int, body: str, label: str) -> str:
             f"<title>{escape(label)}</title>{body}</svg>")
 
 
-def _y_axis(left: int, top: int, plot_h: int, right: int, ymax: float) -> str:
+def _y_axis(left: int, top: int, plot_h: int, right: int, ymax: float,
+            fmt: Callable[[float], str] = _short) -> str:
+    """The y axis: lines at 0, half and the top, labelled with ``fmt``."""
     out = []
     for frac in (0, 0.5, 1):
         y = top + plot_h - frac * plot_h
         out.append(f"<line x1='{left}' x2='{right}' y1='{y:.1f}' y2='{y:.1f}' "
                    f"stroke='currentColor' stroke-opacity='{0.5 if frac == 0 else 0.15}'/>")
         out.append(f"<text x='{left - 5}' y='{y + 4:.1f}' text-anchor='end' {_FONT}>"
-                   f"{_short(ymax * frac)}</text>")
+                   f"{escape(fmt(ymax * frac))}</text>")
     return "".join(out)
+
+
+def _bars(values: Sequence[int], label: str, width: int, height: int, left: int,
+          right: int, bottom: int, fmt: Callable[[float], str],
+          color_of: Callable[[int], str], tip_of: Callable[[int, int], str]
+          ) -> tuple[list[str], float, int]:
+    """A column per value under a title, with a y axis: (the SVG parts, a column's
+    width, the baseline's y) for the caller's x axis."""
+    top = 22
+    plot_w, plot_h = width - left - right, height - top - bottom
+    ymax = _nice(max(values, default=0))
+    bw = plot_w / max(len(values), 1)
+    out = [f"<text x='{left}' y='13' {_FONT} font-weight='600'>{escape(label)}</text>",
+           _y_axis(left, top, plot_h, width - right, ymax, fmt)]
+    for i, v in enumerate(values):
+        if v <= 0:
+            continue
+        h = max(1.0, v / ymax * plot_h)
+        out.append(f"<rect x='{left + i * bw + 0.5:.1f}' y='{top + plot_h - h:.1f}' "
+                   f"width='{max(bw - 1, 1):.1f}' height='{h:.1f}' fill='{color_of(i)}'>"
+                   f"<title>{escape(tip_of(i, v))}</title></rect>")
+    return out, bw, top + plot_h
 
 
 def time_bars(counts: Sequence[int], t0: int, step: int, label: str,
               width: int = 620, height: int = 170) -> str:
     """A column chart of ``counts[i]`` messages in ``[t0 + i*step, t0 + (i+1)*step)``
     with a y axis of counts and x ticks in UTC."""
-    left, right, top, bottom = 46, 22, 22, 34
-    plot_w, plot_h = width - left - right, height - top - bottom
+    left, right = 46, 22
+    out, bw, base = _bars(counts, label, width, height, left, right, 34, _short,
+                          lambda i: BAR, lambda i, c: f"{_stamp(t0 + i * step)}: {c:,}")
     n = max(len(counts), 1)
-    ymax = _nice(max(counts, default=0))
-    bw = plot_w / n
-    out = [f"<text x='{left}' y='13' {_FONT} font-weight='600'>{escape(label)}</text>",
-           _y_axis(left, top, plot_h, width - right, ymax)]
-    for i, c in enumerate(counts):
-        if c <= 0:
-            continue
-        h = max(1.0, c / ymax * plot_h)
-        out.append(f"<rect x='{left + i * bw + 0.5:.1f}' y='{top + plot_h - h:.1f}' "
-                   f"width='{max(bw - 1, 1):.1f}' height='{h:.1f}' fill='{BAR}'>"
-                   f"<title>{_stamp(t0 + i * step)}: {c:,}</title></rect>")
     every = 1
     while n / every > 8:
         every = next(k for k in (2, 3, 4, 6, 8, 12, 24, 48, 96, 10**9) if k > every)
     for i in range(0, n + 1, every):
         x = left + i * bw
-        out.append(f"<line x1='{x:.1f}' x2='{x:.1f}' y1='{top + plot_h}' "
-                   f"y2='{top + plot_h + 4}' stroke='currentColor' stroke-opacity='.5'/>")
-        out.append(f"<text x='{x:.1f}' y='{top + plot_h + 16}' text-anchor='middle' "
+        out.append(f"<line x1='{x:.1f}' x2='{x:.1f}' y1='{base}' y2='{base + 4}' "
+                   f"stroke='currentColor' stroke-opacity='.5'/>")
+        out.append(f"<text x='{x:.1f}' y='{base + 16}' text-anchor='middle' "
                    f"{_FONT}>{_tick_label(t0 + i * step, step)}</text>")
     out.append(f"<text x='{width - right}' y='{height - 3}' text-anchor='end' {_FONT} "
                f"fill-opacity='.7'>UTC from {_stamp(t0)}, one bar per {step_name(step)}"
@@ -135,32 +149,18 @@ def columns(values: Sequence[int], label: str, x_labels: Sequence[str],
     """A column per value (a segment's size, in order), ``x_labels`` under the first,
     middle and last; ``colors`` gives some columns another colour (the active
     segment ``LIGHT``, a damaged one ``WARN``)."""
-    left, right, top, bottom = 56, 10, 22, 30
-    plot_w, plot_h = width - left - right, height - top - bottom
+    left = 56
+    out, bw, base = _bars(values, label, width, height, left, 10, 30, fmt,
+                          lambda i: (colors or {}).get(i, BAR),
+                          lambda i, v: f"{x_labels[i] if i < len(x_labels) else i}: {fmt(v)}")
     n = max(len(values), 1)
-    ymax = _nice(max(values, default=0))
-    bw = plot_w / n
-    out = [f"<text x='{left}' y='13' {_FONT} font-weight='600'>{escape(label)}</text>"]
-    for frac in (0, 0.5, 1):
-        y = top + plot_h - frac * plot_h
-        out.append(f"<line x1='{left}' x2='{width - right}' y1='{y:.1f}' y2='{y:.1f}' "
-                   f"stroke='currentColor' stroke-opacity='{0.5 if frac == 0 else 0.15}'/>")
-        out.append(f"<text x='{left - 5}' y='{y + 4:.1f}' text-anchor='end' {_FONT}>"
-                   f"{escape(fmt(ymax * frac))}</text>")
-    for i, v in enumerate(values):
-        h = max(1.0, v / ymax * plot_h) if v > 0 else 0
-        color = (colors or {}).get(i, BAR)
-        out.append(f"<rect x='{left + i * bw + 0.5:.1f}' y='{top + plot_h - h:.1f}' "
-                   f"width='{max(bw - 1, 1):.1f}' height='{h:.1f}' fill='{color}'>"
-                   f"<title>{escape(x_labels[i] if i < len(x_labels) else str(i))}: "
-                   f"{escape(fmt(v))}</title></rect>")
     picks = sorted({0, n // 2, n - 1}) if n > 2 else list(range(n))
     for i in picks:
         if i < len(x_labels):
             x = left + (i + 0.5) * bw
             anchor = "start" if i == 0 and n > 2 else ("end" if i == n - 1 and n > 2
                                                        else "middle")
-            out.append(f"<text x='{x:.1f}' y='{top + plot_h + 15}' text-anchor='{anchor}' "
+            out.append(f"<text x='{x:.1f}' y='{base + 15}' text-anchor='{anchor}' "
                        f"{_FONT}>{escape(x_labels[i])}</text>")
     return _svg(width, height, "".join(out), label)
 
