@@ -490,6 +490,7 @@ def test_reading_commands_survive_retention_beside_a_live_writer(policy, tmp_pat
         for _ in range(10):
             for args in (["verify", path], ["stats", path], ["dump", path],
                          ["dump", path, "--print-data", "--max-bytes", "8"],
+                         ["dump", path, "--from", "2000", "--to", "2100", "--print-data"],
                          ["tail", path, "-n", "3"]):
                 assert time.monotonic() < deadline, "too slow"
                 p = run(*args)

@@ -240,6 +240,8 @@ def test_a_groups_state_is_named_as_kafka_names_it():
     d = _desc({"a": alive}, {0: "a", 1: "a"})
     d["partitions"] = {_group_view.tp_of(k): v for k, v in d["partitions"].items()}
     assert _group_view.state(d)[0] == "stable"
+    d["members"]["a"] = dict(alive, assignment=[["t", 0], ["t", 1]])     # as JSON has them
+    assert _group_view.state(d)[0] == "stable"
 
 
 def test_groups_show_state_total_lag_lag_never_committed_and_time_lag(data):

@@ -23,7 +23,7 @@ _CHART_ROWS = 30
 
 def tp_of(key: Any) -> tuple[str, int]:
     """A partition key of ``describe_group`` as ``(topic, partition)``."""
-    if isinstance(key, tuple):
+    if isinstance(key, (tuple, list)):
         return str(key[0]), int(key[1])
     t, _, p = str(key).rpartition("-")
     return t, int(p)
