@@ -310,14 +310,13 @@ def test_html_of_a_reader_when_retention_deletes_the_last_messages_meanwhile(tmp
             w.append(b"x" * 60)
         assert [s.base_offset for s in w.segments] == [0, 9, 18]
         with Log.open(path, readonly=True) as r:
-            real = _log_reads.html_stats
+            real = _log_reads.last_messages
 
-            def stats_then_retention(local, readonly):
-                st = real(local, readonly)
-                monkeypatch.setattr(_log_reads, "html_stats", real)
+            def retention_then_last(local, n, end):
+                monkeypatch.setattr(_log_reads, "last_messages", real)
                 w.enforce_retention(T0 * 10)   # all but the active segment is due
-                return st
-            monkeypatch.setattr(_log_reads, "html_stats", stats_then_retention)
+                return real(local, n, end)
+            monkeypatch.setattr(_log_reads, "last_messages", retention_then_last)
             h = r._repr_html_()
             assert r.start_offset == 18
     assert parse(h).table("offset").column("offset") == ["18", "19"]

@@ -297,29 +297,28 @@ def to_pandas(local: View, start: int | None = None, end: int | None = None, *,
     raise _unsettled(local)
 
 
-def html_stats(local: View, readonly: bool) -> dict[str, Any]:
-    """``stats()`` without the message count, which the view does not show (in a
-    compacted log it would read every record)."""
-    local.check_readable()
-    return _settled(local, lambda: _stats(local, readonly, count=False))
-
-
 def repr_html(local: View, readonly: bool) -> str:
     if local.closed:
         return _notebook.closed_html("seglog.Log", [("path", local.path)])
-    st = html_stats(local, readonly)
-    last: list[Message] = []
-    last_error = None
-    try:
-        last = _last(local, 5, st["end_offset"])
-    except CorruptRecordError as e:      # the view says so, and what to do
-        last_error = str(e)
-    return _notebook.log_html(_notebook.LogView(
-        st, local.segs, local.config, partial(_reading, local), last, last_error,
-        verified=_verdict.latest(local.path)))
+    local.check_readable()
+
+    def view() -> str:
+        # built whole over one list of segments: done again over the new list when
+        # retention or compaction removed a file the view measures (``_settled``)
+        st = _stats(local, readonly, count=False)
+        last: list[Message] = []
+        last_error = None
+        try:
+            last = last_messages(local, 5, st["end_offset"])
+        except CorruptRecordError as e:      # the view says so, and what to do
+            last_error = str(e)
+        return _notebook.log_html(_notebook.LogView(
+            st, local.segs, local.config, partial(_reading, local), last, last_error,
+            verified=_verdict.latest(local.path)))
+    return _settled(local, view)
 
 
-def _last(local: View, n: int, end: int) -> list[Message]:
+def last_messages(local: View, n: int, end: int) -> list[Message]:
     """The messages of the ``n`` offsets before ``end``; if retention deletes
     them meanwhile (a writer in another process), those from the new start."""
     def last(start: int) -> list[Message]:

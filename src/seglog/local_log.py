@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from . import recovery
 from ._files import LOG_START, RECOVERY_POINT, read_checkpoint, write_checkpoint
@@ -54,6 +54,15 @@ def active_capacity(config: LogConfig) -> int:
     batch (and room for its framing), so an append that fits the roll check always
     fits. The file grows to it as blocks are reserved, never further."""
     return config.segment_bytes + config.max_message_bytes + 65536
+
+
+class ModeLock(Protocol):
+    """The directory's mode lock a writer holds (``_log_open.DirLock``): ``alone`` is
+    True if no other writer holds it (one of several then holds it alone, else it
+    has let go of it), ``release`` lets go of it."""
+
+    def alone(self) -> bool: ...
+    def release(self) -> None: ...
 
 
 class LocalLog:
@@ -704,16 +713,18 @@ class LocalLog:
         return self._counts.since_open(self._end, self._segs[-1].size if self._segs else 0)
 
     # -- closing ------------------------------------------------------------------------
-    def close(self, clean: bool = False, alone: Callable[[], bool] | None = None) -> None:
+    def close(self, clean: bool, mode_lock: ModeLock) -> None:
         """Close. A writer takes the append lock first (with several writers,
         ``LogLockedError`` after ``lock_timeout_ms``, and the log stays open and
         working), then refuses new reads and waits for those in flight. ``clean``:
         the clean shutdown (seal the active segment, checkpoint, write the
         clean-shutdown marker; an ``OSError`` propagates); one of several writers does
-        that only if it is the last (``alone()``), else it fsyncs what is appended and
-        publishes the recovery point. Then every segment's files close, whatever
-        happened. Not ``clean`` (after a failure): nothing is sealed; with several
-        writers the holder stays for the next writer's repair. Idempotent."""
+        that only if it is the last (``mode_lock.alone()``), else it fsyncs what is
+        appended and publishes the recovery point. Then every segment's files close,
+        whatever happened, and ``mode_lock`` is released before the append lock (the
+        next opener, under the append lock, finds the mode lock as this close left
+        it). Not ``clean`` (after a failure): nothing is sealed; with several writers
+        the holder stays for the next writer's repair. Idempotent."""
         if self._closed:
             return
         w = self._w
@@ -730,7 +741,7 @@ class LocalLog:
                 if clean:
                     self._seal_clean()
                     sealed = True
-            elif clean and alone is not None and alone():
+            elif clean and mode_lock.alone():
                 w.end()
                 self._seal_clean()
                 sealed = True
@@ -740,9 +751,9 @@ class LocalLog:
                 self._active.flush()
                 self._flushed_to(self._end)
         except BaseException:
-            self._shut(keep=w is not None, release="repair")
+            self._shut(mode_lock, keep=w is not None, release="repair")
             raise
-        self._shut(keep=w is not None and not sealed,
+        self._shut(mode_lock, keep=w is not None and not sealed,
                    release="publish" if clean and not sealed else
                    "plain" if clean else "repair")
 
@@ -753,7 +764,7 @@ class LocalLog:
         recovery.write_marker(self.path, active, self._end)
         self._flushed = self._end
 
-    def _shut(self, keep: bool = False, release: str = "plain") -> None:
+    def _shut(self, mode_lock: ModeLock, keep: bool = False, release: str = "plain") -> None:
         """Closed from now on (lock held): with several writers, publish what changed
         (``release`` "publish"), or not ("plain": the session ended), or leave the
         holder for the next writer's repair ("repair"), and close the header, which
@@ -770,7 +781,12 @@ class LocalLog:
                     if release != "repair" and not w.closed:
                         w.unhold()
                 finally:
-                    w.close()        # which lets go of the other processes' lock
+                    try:
+                        mode_lock.release()
+                    finally:
+                        w.close()    # which lets go of the other processes' lock
+            else:
+                mode_lock.release()
         finally:
             try:
                 for seg in self._segs:

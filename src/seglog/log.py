@@ -163,7 +163,7 @@ class Log:
         """
         local, maint = self._local, self._maint
         if local is None or maint is None:
-            self._view.close()
+            self._close_view()
             return
         if local.closed:
             return
@@ -179,17 +179,14 @@ class Log:
             if local.closed:
                 return
             try:
-                local.close(clean=not self.readonly and local.failed is None,
-                            alone=self._dir_lock.alone)
+                local.close(not self.readonly and local.failed is None, self._dir_lock)
             except OSError as e:
                 # no clean-shutdown marker: the next open recovers what reached the disk
                 local.poison(e)
                 raise storage_error(e, f"closing {self.path} failed: {e}") from e
             finally:
                 if local.closed:
-                    self._dir_lock.release()
-                    if self._view is not local:
-                        self._view.close()
+                    self._close_view()
         if self._maint is not None:
             self._maint.purge_all()
 
@@ -212,7 +209,14 @@ class Log:
                 self._local.abandon()
             self._dir_lock.release()
             if self._view is not self._local:
-                self._view.close()
+                self._close_view()
+
+    def _close_view(self) -> None:
+        """Close the reader's list this log reads through, when it is not the writer's
+        own (a readonly reader's, one of several writers')."""
+        view = self._view
+        if isinstance(view, LiveLog):
+            view.close()
 
     def _after_fork(self) -> None:
         """In a forked child: a writer's lock, segment and checkpoints are the parent's;
@@ -225,7 +229,7 @@ class Log:
         self._local.after_fork()
         self._maint.after_fork()
         if self._view is not self._local:
-            self._view.close()                # its copies of descriptors: the parent's live
+            self._close_view()                # its copies of descriptors: the parent's live
             self._view = self._local          # the writer's copy: refuses every call
         self._dir_lock.drop_copy()
 
@@ -445,9 +449,9 @@ class Log:
 
     def verify(self) -> repair.CheckReport:
         """Read and check every batch and index entry of the log, as ``seglog verify``
-        does: a ``CheckReport`` that says what was read, and at damage where it is, what
-        is at stake and what to do next (a notebook shows it as a table; ``str()`` is
-        the command's text). Reads only and takes no lock, beside any writer; the
+        does: a ``CheckReport`` that says what was read, and at damage where it is,
+        what is at stake and what to do next (a notebook shows it as a table; ``str()``
+        is the command's text). Reads only and takes no lock, beside any writer; the
         log's notebook views then say when it was verified and what was found.
         ``LogClosedError`` if the log is closed."""
         return repair.verify(self)
