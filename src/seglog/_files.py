@@ -37,6 +37,16 @@ _LEFTOVER = re.compile(
     r"|tmp\.[A-Za-z0-9_.-]+|swap\.(\d{20}))")
 
 
+def abs_dir(path: str | os.PathLike[str], what: str) -> str:
+    """``path`` made absolute; ``ValueError`` for an empty one, which would name the
+    current directory (a ``what`` is never made of it by accident)."""
+    given = os.fspath(path)
+    if not given:
+        raise ValueError(f"the {what} path is empty; name a directory (\".\" for the "
+                         f"current one)")
+    return os.path.abspath(given)
+
+
 def require_dir(path: str, what: str, create: bool) -> bool:
     """Check that ``path`` can be a ``what`` directory before anything is made or
     read there: True if it is a directory, False if nothing is at ``path`` and
@@ -61,31 +71,6 @@ def require_dir(path: str, what: str, create: bool) -> bool:
     if not stat.S_ISDIR(st.st_mode):
         raise NotALogError(f"{path} is a file, not a {what} directory; nothing was changed")
     return True
-
-
-def check_root(path: str, create: bool) -> bool:
-    """Check that ``path`` may be a root of topics (and consumer groups) before
-    anything is made or read there. True if it is a directory that is empty or
-    already seglog's (it holds ``__topics/`` or ``__groups/``); False if nothing is at
-    ``path`` and ``create``. ``NotALogError`` for a file, a log directory, a
-    directory holding files seglog did not make, and everything ``require_dir``
-    refuses. Touches nothing."""
-    if not require_dir(path, "topic root", create):
-        return False
-    names = list_dir(path)
-    if not names:
-        return True
-    if MARKER in names:
-        raise NotALogError(f"{path} is a log directory (it holds {MARKER}), not a root of "
-                           f"topics; nothing was changed")
-    if any(n in (TOPICS_DIR, GROUPS_DIR) and os.path.isdir(os.path.join(path, n))
-           for n in names):
-        return True
-    shown = ", ".join(sorted(names)[:5]) + (" ..." if len(names) > 5 else "")
-    raise NotALogError(
-        f"{path} holds files ({shown}) but neither {TOPICS_DIR}/ nor {GROUPS_DIR}/: it is "
-        f"not a root of topics seglog made, and seglog writes nothing beside files it "
-        f"cannot prove are its own. Use an empty or new directory")
 
 
 def list_dir(path: str) -> list[str]:

@@ -10,9 +10,10 @@ import os
 import time
 from typing import Any, Mapping
 
-from . import _html
+from . import _group_view
 from ._assignors import TP
-from ._files import GROUPS_DIR, check_root
+from ._files import GROUPS_DIR
+from ._marker import check_root
 from ._group_files import GroupFiles, committed_offset, is_name, key, log_id, parse_key
 from .errors import InvalidConfigError, OffsetOutOfRangeError, SeglogError
 from .log import Log
@@ -39,24 +40,14 @@ def check_ms(name: str, v: object, lo: int) -> None:
 
 class GroupDescription(dict[str, Any]):
     """``describe_group``'s answer: a plain dict that a notebook shows as tables
-    (its ``partitions`` are keyed by ``(topic, partition)``, as ``commit`` and
-    ``assignment`` key them)."""
+    (state, lag in messages and time, a chart of lag per partition); its
+    ``partitions`` are keyed by ``(topic, partition)``, as ``commit`` and
+    ``assignment`` key them."""
+
+    root = ""         # the root of topics described: the view reads its logs' times
 
     def _repr_html_(self) -> str:
-        members = _html.grid(
-            f"group {self['group']!r}: generation {self['generation']}, assignor "
-            f"{self['assignor']}", ("member", "status", "topics", "assignment"),
-            [(m, v["status"], ", ".join(v["topics"]),
-              ", ".join(f"{t}-{p}" for t, p in v["assignment"]))
-             for m, v in self["members"].items()])
-        parts = _html.grid("partitions", ("partition", "owner", "committed", "end", "lag"),
-                           [(f"{tp[0]}-{tp[1]}", v["owner"] or "-", _dash(v["committed"]), _dash(v["end"]),
-                             _dash(v["lag"])) for tp, v in self["partitions"].items()])
-        return members + parts
-
-
-def _dash(v: object) -> object:
-    return "-" if v is None else v
+        return _group_view.group_html(self, self.root)
 
 
 def list_groups(root: str | os.PathLike[str]) -> list[str]:
@@ -81,7 +72,7 @@ def describe_group(root: str | os.PathLike[str], group: str) -> GroupDescription
     nothing, anywhere; ``NotALogError`` for a root seglog did not make."""
     check_name(group, "group")
     root = os.path.abspath(os.fspath(root))
-    check_root(root, create=True)
+    check_root(root)
     files = GroupFiles(root, group)
     if not os.path.isdir(files.dir):
         raise InvalidConfigError(f"no group {group!r} under {root}")
@@ -116,12 +107,14 @@ def describe_group(root: str | os.PathLike[str], group: str) -> GroupDescription
             owner = holder[0] if holder and probe(holder[0]) != "dead" else None
             parts[(t, p)] = {"owner": owner, "committed": c, "end": end,
                              "lag": (end - c) if (c is not None and end is not None) else None}
-    return GroupDescription(
+    desc = GroupDescription(
         group=group, generation=st.generation, assignor=st.assignor,
         members={m: {"topics": ts, "assignment": sorted(st.assignment.get(m, [])),
                      "status": probe(m)}
                  for m, ts in st.members.items()},
         partitions=parts)
+    desc.root = root
+    return desc
 
 
 def commit_offsets(root: str | os.PathLike[str], group: str,
@@ -147,7 +140,7 @@ def commit_offsets(root: str | os.PathLike[str], group: str,
         raise TypeError(f"offsets must be a mapping, not {type(offsets).__name__}")
     check_ms("lock_timeout_ms", lock_timeout_ms, 0)
     root = os.path.abspath(os.fspath(root))
-    check_root(root, create=True)      # someone else's directory: refused untouched
+    check_root(root)      # someone else's directory: refused untouched
     todo: dict[TP, int] = {}
     counts: dict[str, int] = {}
     for tp, off in offsets.items():
@@ -204,7 +197,7 @@ def committed_offsets(root: str | os.PathLike[str], group: str) -> dict[tuple[st
     topic made again, is not one); empty for a group that does not exist (yet)."""
     check_name(group, "group")
     root = os.path.abspath(os.fspath(root))
-    check_root(root, create=True)      # someone else's directory: NotALogError
+    check_root(root)      # someone else's directory: NotALogError
     files = GroupFiles(root, group)
     out = {}
     for k, v in files.offsets().items():

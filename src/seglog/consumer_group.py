@@ -57,7 +57,8 @@ from ._aio import Serial, in_thread
 from ._assignment import Assignment, Held, Target
 from ._assignors import ASSIGNORS, TP, assign
 from ._consumer_fetch import ConsumerMessage, Deserializer, Fetcher
-from ._files import GROUPS_DIR, check_root
+from ._files import GROUPS_DIR
+from ._marker import check_root
 from ._group_admin import GroupDescription, check_int, commit_offsets, committed_offsets, \
     describe_group, list_groups
 from ._group_files import close_fork_copies, committed_offset, key, log_id
@@ -120,7 +121,7 @@ class Consumer:
         member_id = args.member_id(member_id)
         self.root = os.path.abspath(os.fspath(root))
         # someone else's directory, a log, a file: NotALogError, nothing written
-        if not check_root(self.root, create=True):
+        if not check_root(self.root):
             # topics may come later, the root of topics may not: a mistyped path
             # would otherwise become a new tree of directories
             raise InvalidConfigError(f"{self.root} is not a directory (a root of topics)")
