@@ -1,0 +1,124 @@
+"""The read path over a partition's segments: ``walk`` (every data batch a reader may
+see between two offsets, each framed and checksummed, control batches and, under
+read_committed, aborted transactions' batches left out) and ``message_iters`` (the
+messages of each batch: uniform batches by strided slices, ``_uniform``; any other by
+``_wire.decode``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from itertools import repeat
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+
+from ..errors import CorruptRecordError
+from . import _uniform, _wire
+from ._segments import Segment
+from ._txn import Fates
+from ._wire import CODEC_MASK, CONTROL, TIMESTAMP_TYPE, TRANSACTIONAL, V2_HEADER_SIZE, BatchInfo
+
+T = TypeVar("T")
+# (buffer, batch header with its position in the buffer, segment path, the buffer's
+# file position)
+Found = tuple[bytes, BatchInfo, str, int]
+
+
+def walk(segments: Sequence[Segment], start: int, end: int, fates: Fates | None
+         ) -> Iterator[Found]:
+    """The data batches holding offsets in ``[start, end)``, in order."""
+    bases = [s.base for s in segments]
+    k = max(bisect_right(bases, start) - 1, 0)
+    batch_size, header, check = _wire.batch_size, _wire.header, _wire.check
+    first = True
+    for seg in segments[k:]:
+        if seg.base >= end:
+            return
+        pos = seg.position_for(start) if first else 0
+        first = False
+        path = seg.path
+        for buf, n, at in seg.chunks(pos):
+            i = 0
+            while i < n:
+                size = batch_size(buf, i, n)
+                try:
+                    info = header(buf, i, size)          # type: ignore[arg-type]
+                    i += size                            # type: ignore[operator]
+                    if info.last_offset < start:
+                        continue
+                    if info.base_offset >= end:
+                        return
+                    check(buf, info)
+                except CorruptRecordError as e:
+                    raise e.at(path, at + (e.position or 0), e.offset) from None
+                attrs = info.attributes
+                if info.magic == 2 and attrs & (CONTROL | TRANSACTIONAL):
+                    if attrs & CONTROL:
+                        continue
+                    if fates is not None and fates.skips(info):
+                        continue
+                yield buf, info, path, at
+
+
+def message_iters(found: Iterator[Found], start: int, end: int,
+                  message: Callable[[Any], T]) -> Iterator[Iterator[T]]:
+    """Per batch, an iterator of its messages with offsets in ``[start, end)`` built by
+    ``message`` from (offset, timestamp, key, value, headers)."""
+    runs_of, zz = _uniform.runs, _uniform.ZIGZAG
+    for buf, info, path, at in found:
+        try:
+            if info.magic == 2 and info.base_offset >= start and info.last_offset < end:
+                if info.attributes & CODEC_MASK:
+                    data = _wire.records_region(buf, info)
+                    s, e = 0, len(data)
+                else:
+                    data = buf
+                    s, e = info.position + V2_HEADER_SIZE, info.position + info.size
+                runs = runs_of(data, s, e, info.records)
+                if runs is not None:
+                    base = info.base_offset
+                    log_append = info.attributes & TIMESTAMP_TYPE
+                    base_ts = info.base_timestamp
+                    for r in runs:
+                        p, stop, st, m = r.start, r.stop, r.stride, r.records
+                        o = base + r.first_delta
+                        ts: Iterable[int]
+                        if log_append:
+                            ts = repeat(info.max_timestamp, m)
+                        else:
+                            tsb = data[p + r.ts_at:stop:st]
+                            ts = (repeat(base_ts, m) if tsb.count(0) == m
+                                  else map(base_ts.__add__, map(zz.__getitem__, tsb)))
+                        yield map(message, zip(range(o, o + m), ts,
+                                               _fields(data, p, stop, st, r.key_at, r.key_len, m),
+                                               _fields(data, p, stop, st, r.value_at,
+                                                       r.value_len, m),
+                                               repeat((), m)))
+                    continue
+                recs = _wire.decode_v2(data[s:e] if s or e != len(data) else data, info)
+            else:
+                recs = _wire.decode(buf, info)
+        except CorruptRecordError as e:
+            raise e.at(path, at + (e.position if e.position is not None else info.position),
+                       e.offset) from None
+        items: Iterable[Any] = zip(recs.offsets, recs.timestamps, recs.keys, recs.values, recs.headers)
+        if recs.offsets[0] < start or recs.offsets[-1] >= end:
+            items = (t for t in items if start <= t[0] < end)
+        yield map(message, items)
+
+
+def placed(e: Exception, path: str, position: int) -> Exception:
+    """A decoding error of the batch at file ``position`` placed in its file (a
+    ``CorruptRecordError`` with the position; any other error as it is)."""
+    if isinstance(e, CorruptRecordError):
+        return e.at(path, position, e.offset)
+    return e
+
+
+def _fields(data: bytes, p: int, stop: int, stride: int, at: int, length: int, m: int
+            ) -> Iterator[bytes | None]:
+    """One field of every record of a run: strided slices, or None for a null."""
+    if length < 0:
+        return repeat(None, m)
+    a = p + at
+    return map(data.__getitem__, map(slice, range(a, stop, stride),
+                                     range(a + length, stop + length, stride)))
