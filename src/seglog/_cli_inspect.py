@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from . import codec, repair
+from . import _cli_kafka, codec, repair
 from ._cli_output import (EXIT_DAMAGE, EXIT_OK, Progress, bytes_text, codec_name, flags_text,
                           header_key, json_value, offset_fields, plural, problem_dicts,
                           show_value, span_text)
@@ -32,6 +32,9 @@ def _parse_time(s: str) -> int:
 
 def cmd_dump(a: argparse.Namespace, out: Any) -> int:
     path = a.path
+    kafka_parts = _cli_kafka.targets(path)
+    if kafka_parts is not None:
+        return _cli_kafka.dump(a, out, kafka_parts)
     require_log(path)
     lowest = a.from_offset if a.from_offset is not None else 0
     if a.to_offset is not None and a.to_offset <= lowest:
@@ -125,6 +128,9 @@ def reread_records(b: repair.BatchInfo, lo: int, hi: int) -> list[codec.MessageT
 
 
 def cmd_verify(a: argparse.Namespace, out: Any) -> int:
+    kafka_parts = _cli_kafka.targets(a.path)
+    if kafka_parts is not None:
+        return _cli_kafka.verify(a, out, kafka_parts)
     logs = logs_at(a.path)
     prog = Progress("verify", total_bytes(logs))
     reports = []
@@ -204,6 +210,9 @@ def _scan_stats(d: str, prog: Callable[[int], None]) -> dict[str, Any]:
 
 
 def cmd_stats(a: argparse.Namespace, out: Any) -> int:
+    kafka_parts = _cli_kafka.targets(a.path)
+    if kafka_parts is not None:
+        return _cli_kafka.stats(a, out, kafka_parts)
     logs = logs_at(a.path)
     prog = Progress("stats", total_bytes(logs))
     rows: list[dict[str, Any]] = []

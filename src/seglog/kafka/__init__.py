@@ -24,9 +24,13 @@ from typing import Iterable
 from ._copy import copy_to_log
 from ._discover import list_partitions as _list
 from ._partition import ISOLATION_LEVELS, KafkaPartition
+from ._segments import SEGMENT_NAME
+from ._wire import BatchInfo, Records
 
 __all__ = ["open_partition", "list_partitions", "copy_to_log", "KafkaPartition",
-           "ISOLATION_LEVELS"]
+           "ISOLATION_LEVELS", "BatchInfo", "Records", "SEGMENT_NAME", "CODEC_NAMES"]
+
+CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 def open_partition(path: str | os.PathLike[str]) -> KafkaPartition:

@@ -164,6 +164,18 @@ class KafkaPartition:
         batches = list(self.iter_arrow(start, end, isolation=isolation))
         return pa.Table.from_batches(batches) if batches else _arrow.empty_table()
 
+    def batches(self, start: int | None = None, end: int | None = None, *,
+                decode: bool = False) -> Iterator[tuple[str, _wire.BatchInfo,
+                                                         _wire.Records | None]]:
+        """Every batch with offsets in ``[start, end)`` as stored, control batches too
+        (what ``kafka-dump-log`` shows): (segment file, ``BatchInfo`` with its
+        position in that file, its records when ``decode``). Each is checksummed;
+        ``CorruptRecordError`` at the first damage."""
+        segs = self._segments()
+        lo, hi = self._bounds(segs)
+        return _reads.every_batch(segs, lo if start is None else start,
+                                  hi if end is None else end, decode)
+
     def offset_for_time(self, timestamp: int) -> int | None:
         """The first offset whose record's timestamp is >= ``timestamp``, or None (as
         Kafka's ``offsetsForTimes``), found through the time indexes where they agree

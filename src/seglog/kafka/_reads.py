@@ -59,6 +59,37 @@ def walk(segments: Sequence[Segment], start: int, end: int, fates: Fates | None
                 yield buf, info, path, at
 
 
+def every_batch(segments: Sequence[Segment], start: int, end: int, decode: bool
+                ) -> Iterator[tuple[str, BatchInfo, _wire.Records | None]]:
+    """Every batch holding offsets in ``[start, end)``, control batches too: (segment
+    path, header with its position in the file, its records when ``decode``), each
+    checksummed; ``CorruptRecordError`` at the first damage."""
+    bases = [s.base for s in segments]
+    k = max(bisect_right(bases, start) - 1, 0)
+    first = True
+    for seg in segments[k:]:
+        if seg.base >= end:
+            return
+        pos = seg.position_for(start) if first else 0
+        first = False
+        for buf, n, at in seg.chunks(pos):
+            i = 0
+            while i < n:
+                size = _wire.batch_size(buf, i, n)
+                try:
+                    info = _wire.header(buf, i, size)    # type: ignore[arg-type]
+                    i += size                            # type: ignore[operator]
+                    if info.last_offset < start:
+                        continue
+                    if info.base_offset >= end:
+                        return
+                    _wire.check(buf, info)
+                    recs = _wire.decode(buf, info) if decode else None
+                except CorruptRecordError as e:
+                    raise e.at(seg.path, at + (e.position or 0), e.offset) from None
+                yield seg.path, info._replace(position=at + info.position), recs
+
+
 def message_iters(found: Iterator[Found], start: int, end: int,
                   message: Callable[[Any], T]) -> Iterator[Iterator[T]]:
     """Per batch, an iterator of its messages with offsets in ``[start, end)`` built by
