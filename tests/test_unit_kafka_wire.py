@@ -108,3 +108,32 @@ def test_decoding_equals_the_encoder(recs, codec, gaps):
     want = [(77 + off, TS + t, k, v, tuple((hk, hv) for hk, hv in h))
             for off, (t, k, v, h) in zip(offsets, recs)]
     assert got == want
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(1, 90), st.integers(0, 40),
+                          st.sampled_from([0, 1, 5, 100, 200]),
+                          st.sampled_from([None, 0, 3])), min_size=1, max_size=12),
+       st.sampled_from(["none", "none", "gzip"]))
+def test_arrow_equals_iter_over_batches_of_mixed_shapes(tmp_path_factory, shapes, codec):
+    """Chunks of uniform batches (gathered by numpy), of batches that only look uniform
+    at their first record (a wide timestamp delta, a different length later: numpy's
+    check refuses, the batch path decodes), and compressed ones, read alike."""
+    from seglog import kafka
+    d = tmp_path_factory.mktemp("p") / "t-0"
+    d.mkdir()
+    out, base = [], 0
+    for n, vlen, tsd, klen in shapes:
+        recs = [(TS + (tsd if i == n // 2 else 0),
+                 None if klen is None else b"k" * klen,
+                 b"v" * (vlen + (1 if i == n - 1 and vlen == 40 else 0)), []) for i in range(n)]
+        out.append(batch(base, recs, codec=codec))
+        base += n
+    (d / ("%020d.log" % 0)).write_bytes(b"".join(out))
+    part = kafka.open_partition(str(d))
+    msgs = list(part.iter())
+    assert [m.offset for m in msgs] == list(range(base))
+    rows = part.read_arrow().to_pylist()
+    assert [(r["offset"], int(r["timestamp"].timestamp() * 1000), r["key"], r["value"])
+            for r in rows] == [(m.offset, m.timestamp, m.key, m.value) for m in msgs]

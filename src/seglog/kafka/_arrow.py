@@ -78,23 +78,21 @@ class _Binary:
 
 
 def record_batches(found: Iterator[Found], start: int, end: int) -> Iterator[Any]:
-    """``pyarrow.RecordBatch``es of the found batches' records in ``[start, end)``."""
+    """``pyarrow.RecordBatch``es of the found batches' records in ``[start, end)``: one
+    per chunk read. A chunk whose batches are all uncompressed uniform runs of one
+    key and value length is gathered by numpy at once (``_gather``); any other
+    chunk batch by batch."""
     pa, np = arrow_modules()
-    runs_of = _uniform.runs
-    zz = np.array(_uniform.ZIGZAG, np.int64)
-
-    def fresh() -> tuple[list[Any], list[Any], _Binary, _Binary, list[Any]]:
-        return [], [], _Binary(np), _Binary(np), []
-
-    offs, stamps, keys, values, headers = fresh()
-    any_headers = False
+    runs_of, candidates = _uniform.runs, _uniform.candidates
+    # per batch: (info, unchecked runs in the chunk, None, its records' span), (info,
+    # checked runs, the buffer they are in, None) or (info, Records, None, None)
+    pending: list[Any] = []
     current = None
     for buf, info, path, at in found:
-        if current is not None and at != current and offs:
-            yield _batch(pa, np, offs, stamps, keys, values, headers if any_headers else None)
-            offs, stamps, keys, values, headers = fresh()
-            any_headers = False
-        current = at
+        if current is not None and at != current and pending:
+            yield _chunk(pa, np, current_buf, pending)
+            pending = []
+        current, current_buf = at, buf
         try:
             if info.magic == 2 and info.base_offset >= start and info.last_offset < end:
                 if info.attributes & CODEC_MASK:
@@ -103,20 +101,14 @@ def record_batches(found: Iterator[Found], start: int, end: int) -> Iterator[Any
                 else:
                     data = buf
                     s, e = info.position + V2_HEADER_SIZE, info.position + info.size
+                if data is buf:         # checked for the whole chunk at once, by numpy
+                    cands = candidates(data, s, e, info.records)
+                    if cands is not None:
+                        pending.append((info, cands, None, (s, e)))
+                        continue
                 runs = runs_of(data, s, e, info.records)
                 if runs is not None:
-                    for r in runs:
-                        p, stop, st, m = r.start, r.stop, r.stride, r.records
-                        o = info.base_offset + r.first_delta
-                        offs.append(np.arange(o, o + m, dtype=np.int64))
-                        if info.attributes & TIMESTAMP_TYPE:
-                            stamps.append(np.full(m, info.max_timestamp, np.int64))
-                        else:
-                            deltas = np.frombuffer(data, np.uint8, m * st, p).reshape(m, st)
-                            stamps.append(zz[deltas[:, r.ts_at]] + info.base_timestamp)
-                        keys.strided(data, p, stop, st, r.key_at, r.key_len, m)
-                        values.strided(data, p, stop, st, r.value_at, r.value_len, m)
-                        headers.append(((),) * m)
+                    pending.append((info, runs, data, None))
                     continue
                 recs = _wire.decode_v2(data[s:e] if s or e != len(data) else data, info)
             else:
@@ -127,17 +119,122 @@ def record_batches(found: Iterator[Found], start: int, end: int) -> Iterator[Any
         keep = [i for i, o in enumerate(recs.offsets) if start <= o < end]
         if len(keep) != len(recs.offsets):
             recs = _wire.Records(*([col[i] for i in keep] for col in recs))  # type: ignore[arg-type]
-        if not recs.offsets:
+        if recs.offsets:
+            pending.append((info, recs, None, None))
+    if pending:
+        yield _chunk(pa, np, current_buf, pending)
+
+
+def _chunk(pa: Any, np: Any, buf: bytes, pending: list[Any]) -> Any:
+    unchecked = [p for p in pending if p[3] is not None]
+    if len(unchecked) == len(pending):
+        shapes = {(r.key_len, r.value_len, r.ts_at, r.key_at, r.value_at, tuple(rels), od)
+                  for _, cands, _, _ in pending for r, rels, od in cands}
+        if len(shapes) == 1:
+            key_len, value_len, ts_at, key_at, value_at, rels, od = shapes.pop()
+            if od == 1:
+                got = _gather(pa, np, buf, pending, key_len, value_len, ts_at, key_at,
+                              value_at, rels)
+                if got is not None:
+                    return got
+    checked = []
+    for info, what, data, span in pending:
+        if span is None:
+            checked.append((info, what, data))
             continue
-        offs.append(np.array(recs.offsets, np.int64))
-        stamps.append(np.array(recs.timestamps, np.int64))
-        keys.listed(recs.keys)
-        values.listed(recs.values)
-        hs = [tuple((k, b"" if v is None else v) for k, v in h) for h in recs.headers]
-        any_headers = any_headers or any(hs)
-        headers.append(hs)
-    if offs:
-        yield _batch(pa, np, offs, stamps, keys, values, headers if any_headers else None)
+        runs = _uniform.runs(buf, span[0], span[1], info.records)
+        if runs is not None:
+            checked.append((info, runs, buf))
+        else:
+            checked.append((info, _wire.decode_v2(buf[span[0]:span[1]], info), None))
+    zz = np.array(_uniform.ZIGZAG, np.int64)
+    offs: list[Any] = []
+    stamps: list[Any] = []
+    keys, values = _Binary(np), _Binary(np)
+    headers: list[Any] = []
+    any_headers = False
+    for info, what, data in checked:
+        if data is None:
+            recs = what
+            offs.append(np.array(recs.offsets, np.int64))
+            stamps.append(np.array(recs.timestamps, np.int64))
+            keys.listed(recs.keys)
+            values.listed(recs.values)
+            hs = [tuple((k, b"" if v is None else v) for k, v in h) for h in recs.headers]
+            any_headers = any_headers or any(hs)
+            headers.append(hs)
+            continue
+        for r in what:
+            p, stop, st, m = r.start, r.stop, r.stride, r.records
+            o = info.base_offset + r.first_delta
+            offs.append(np.arange(o, o + m, dtype=np.int64))
+            if info.attributes & TIMESTAMP_TYPE:
+                stamps.append(np.full(m, info.max_timestamp, np.int64))
+            else:
+                rows = np.frombuffer(data, np.uint8, m * st, p).reshape(m, st)
+                stamps.append(zz[rows[:, r.ts_at]] + info.base_timestamp)
+            keys.strided(data, p, stop, st, r.key_at, r.key_len, m)
+            values.strided(data, p, stop, st, r.value_at, r.value_len, m)
+            headers.append(((),) * m)
+    return _batch(pa, np, offs, stamps, keys, values, headers if any_headers else None)
+
+
+def _gather(pa: Any, np: Any, buf: bytes, pending: list[Any], key_len: int, value_len: int,
+            ts_at: int, key_at: int, value_at: int, structural: tuple[int, ...]
+            ) -> Any | None:
+    """A chunk of uncompressed runs of one shape (one-byte offset deltas), checked and
+    gathered by numpy at once: each record's row start; every record's structural
+    bytes equal to the first's, its timestamp delta one byte, its offset delta the
+    next; then the offsets, timestamps, keys and values of all of them by fancy
+    indexing (values as rows of a sliding window over the chunk). None when a check
+    fails (the caller checks batch by batch)."""
+    ps, ms, sts, firsts, bases, append_ts, deltas0 = [], [], [], [], [], [], []
+    for info, cands, _, _ in pending:
+        log_append = bool(info.attributes & TIMESTAMP_TYPE)
+        for r, _, _ in cands:
+            deltas0.append(r.first_delta)
+            ps.append(r.start)
+            ms.append(r.records)
+            sts.append(r.stride)
+            firsts.append(info.base_offset + r.first_delta)
+            bases.append(info.max_timestamp if log_append else info.base_timestamp)
+            append_ts.append(log_append)
+    counts = np.array(ms, np.int64)
+    n = int(counts.sum())
+    seq = np.arange(n, dtype=np.int64)
+    begin = np.repeat(np.cumsum(counts) - counts, counts)
+    rows = np.repeat(np.array(ps, np.int64), counts) + \
+        (seq - begin) * np.repeat(np.array(sts, np.int64), counts)
+    offsets = np.repeat(np.array(firsts, np.int64) - (np.cumsum(counts) - counts), counts) + seq
+    chunk = np.frombuffer(buf, np.uint8)
+    for rel in structural:
+        col = chunk[rows + rel]
+        if not (col == col[0]).all():
+            return None
+    expected_od = 2 * (seq - begin + np.repeat(np.array(deltas0, np.int64), counts))
+    raw_ts = chunk[rows + ts_at]
+    if not ((raw_ts < 0x80).all() and (chunk[rows + ts_at + 1] == expected_od).all()):
+        return None
+    zz = np.array(_uniform.ZIGZAG, np.int64)
+    deltas = zz[raw_ts]
+    if any(append_ts):
+        deltas[np.repeat(np.array(append_ts), counts)] = 0
+    stamps = deltas + np.repeat(np.array(bases, np.int64), counts)
+
+    def column(at: int, length: int) -> Any:
+        if length < 0:
+            return pa.nulls(n, pa.binary())
+        if length == 0:
+            data = np.zeros(0, np.uint8)
+        else:
+            window = np.lib.stride_tricks.sliding_window_view(chunk, length)
+            data = window[rows + at].reshape(-1)
+        ends = np.arange(n + 1, dtype=np.int32) * np.int32(length)
+        return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(ends),
+                                                      pa.py_buffer(data)])
+
+    return record_batch(pa.array(offsets), pa.array(stamps), column(key_at, key_len),
+                        column(value_at, value_len), None)
 
 
 def _batch(pa: Any, np: Any, offs: list[Any], stamps: list[Any], keys: _Binary,

@@ -8,7 +8,9 @@ messages of each batch: uniform batches by strided slices, ``_uniform``; any oth
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import lru_cache
 from itertools import repeat
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from ..errors import CorruptRecordError
@@ -116,14 +118,17 @@ def message_iters(found: Iterator[Found], start: int, end: int,
                         if log_append:
                             ts = repeat(info.max_timestamp, m)
                         else:
-                            tsb = data[p + r.ts_at:stop:st]
-                            ts = (repeat(base_ts, m) if tsb.count(0) == m
-                                  else map(base_ts.__add__, map(zz.__getitem__, tsb)))
-                        yield map(message, zip(range(o, o + m), ts,
-                                               _fields(data, p, stop, st, r.key_at, r.key_len, m),
-                                               _fields(data, p, stop, st, r.value_at,
-                                                       r.value_len, m),
-                                               repeat((), m)))
+                            tsd = data[p + r.ts_at:stop:st]
+                            if tsd.count(0) == m:
+                                ts = repeat(base_ts, m)
+                            else:               # a few distinct deltas: one add each
+                                table = {v: base_ts + zz[v] for v in set(tsd)}
+                                ts = map(table.__getitem__, tsd)
+                        yield map(message, zip(
+                            range(o, o + m), ts,
+                            _fields(data, p, stop, st, r.key_at, r.key_len, m),
+                            _fields(data, p, stop, st, r.value_at, r.value_len, m),
+                            repeat((), m)))
                     continue
                 recs = _wire.decode_v2(data[s:e] if s or e != len(data) else data, info)
             else:
@@ -137,6 +142,26 @@ def message_iters(found: Iterator[Found], start: int, end: int,
         yield map(message, items)
 
 
+def _fields(data: bytes, p: int, stop: int, stride: int, at: int, length: int, m: int
+            ) -> Iterable[bytes | None]:
+    """One field of every record of a run: a tuple of its values cut from the run's
+    bytes by one cached ``itemgetter`` of slices (one C call), or Nones for a null."""
+    if length < 0:
+        return repeat(None, m)
+    return _cutter(stride, at, length, m)(data[p:stop])  # type: ignore[no-any-return]
+
+
+@lru_cache(maxsize=256)
+def _cutter(stride: int, at: int, length: int, m: int) -> Callable[[bytes], Any]:
+    """The field at ``at`` of ``length`` bytes of each of ``m`` records of ``stride``
+    bytes, as an ``itemgetter`` of slices (a 1-tuple's getter returns no tuple)."""
+    cuts = [slice(k * stride + at, k * stride + at + length) for k in range(m)]
+    if m == 1:
+        one = itemgetter(cuts[0])
+        return lambda b: (one(b),)
+    return itemgetter(*cuts)
+
+
 def placed(e: Exception, path: str, position: int) -> Exception:
     """A decoding error of the batch at file ``position`` placed in its file (a
     ``CorruptRecordError`` with the position; any other error as it is)."""
@@ -145,11 +170,3 @@ def placed(e: Exception, path: str, position: int) -> Exception:
     return e
 
 
-def _fields(data: bytes, p: int, stop: int, stride: int, at: int, length: int, m: int
-            ) -> Iterator[bytes | None]:
-    """One field of every record of a run: strided slices, or None for a null."""
-    if length < 0:
-        return repeat(None, m)
-    a = p + at
-    return map(data.__getitem__, map(slice, range(a, stop, stride),
-                                     range(a + length, stop + length, stride)))

@@ -58,9 +58,12 @@ def _small_varint(b: bytes, p: int) -> tuple[int, int]:
     return 0, 0
 
 
-def _run_at(b: bytes, p: int, end: int, delta: int, left: int) -> Run | None:
-    """The longest uniform run of at most ``left`` records from ``p`` whose first record
-    has offset delta ``delta``; None when the first record is not of the fast shape."""
+def _candidate(b: bytes, p: int, end: int, delta: int, left: int
+               ) -> tuple[Run, list[int], int] | None:
+    """The run the first record at ``p`` (offset delta ``delta``) would start if the
+    next records had its layout, unchecked: (it, the structural byte positions in a
+    record, the offset delta's size); None when the first record is not of the fast
+    shape."""
     try:
         length, lb = _small_varint(b, p)
         if not lb or length <= 0:
@@ -85,7 +88,7 @@ def _run_at(b: bytes, p: int, end: int, delta: int, left: int) -> Run | None:
         kl, kb = _small_varint(b, q)
         if not kb:
             return None
-        structural = [*range(lb), lb, *range(q - p, q - p + kb)]
+        structural = [*range(lb), *range(q - p, q - p + kb)]
         q += kb
         key_at = q - p
         if kl > 0:
@@ -106,6 +109,17 @@ def _run_at(b: bytes, p: int, end: int, delta: int, left: int) -> Run | None:
     m = min(left, cap - delta, (end - p) // stride)
     if m <= 0:
         return None
+    return Run(p, m, stride, delta, ts_at, key_at, kl, value_at, vl), structural, od_size
+
+
+def _run_at(b: bytes, p: int, end: int, delta: int, left: int) -> Run | None:
+    """The longest uniform run of at most ``left`` records from ``p`` whose first record
+    has offset delta ``delta``, checked; None when there is none."""
+    c = _candidate(b, p, end, delta, left)
+    if c is None:
+        return None
+    run, structural, od_size = c
+    m, stride, ts_at = run.records, run.stride, run.ts_at
     stop = p + m * stride
     for rel in structural:
         if b[p + rel:stop:stride] != bytes((b[p + rel],)) * m:
@@ -113,13 +127,14 @@ def _run_at(b: bytes, p: int, end: int, delta: int, left: int) -> Run | None:
     if not b[p + ts_at:stop:stride].isascii():
         return None
     od_at = p + ts_at + 1
+    delta = run.first_delta
     if od_size == 1:
         if b[od_at:stop:stride] != _OD1[delta:delta + m]:
             return None
     elif (b[od_at:stop:stride] != _OD2_LO[delta - 64:delta - 64 + m]
           or b[od_at + 1:stop:stride] != _OD2_HI[delta - 64:delta - 64 + m]):
         return None
-    return Run(p, m, stride, delta, ts_at, key_at, kl, value_at, vl)
+    return run
 
 
 def runs(b: bytes, start: int, end: int, count: int) -> list[Run] | None:
@@ -135,4 +150,20 @@ def runs(b: bytes, start: int, end: int, count: int) -> list[Run] | None:
         out.append(r)
         done += r.records
         p = r.stop
+    return out if p == end else None
+
+
+def candidates(b: bytes, start: int, end: int, count: int
+               ) -> list[tuple[Run, list[int], int]] | None:
+    """``runs`` without the checks: what each run's first record says (for callers
+    that check all runs of many batches at once, as the Arrow path does with numpy)."""
+    out: list[tuple[Run, list[int], int]] = []
+    p, done = start, 0
+    while done < count:
+        c = _candidate(b, p, end, done, count - done)
+        if c is None:
+            return None
+        out.append(c)
+        done += c[0].records
+        p = c[0].stop
     return out if p == end else None
