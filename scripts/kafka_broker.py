@@ -453,8 +453,62 @@ def fixtures() -> None:
     print(f"fixtures written to {OUT}")
 
 
+def live(seconds: float = 30.0) -> None:
+    """A broker written to by a producer (every codec, segments rolling) while seglog
+    reads the partition's files again and again: every read must be a prefix of the
+    final records, and the final read must equal a consumer's."""
+    import threading
+
+    from kafka import KafkaProducer
+
+    from seglog import kafka as sk
+    work = tempfile.mkdtemp(prefix="seglog-kafka-live-")
+    logs = os.path.join(work, "logs")
+    broker = Broker(work, [logs])
+    reads = 0
+    try:
+        create("live", 1, **{"segment.index.bytes": "80", "index.interval.bytes": "4096"})
+        stop = threading.Event()
+
+        def produce() -> None:
+            i = 0
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                codec = (None, "gzip", "snappy", "lz4", "zstd")[i // 500 % 5]
+                p = KafkaProducer(bootstrap_servers=BOOT, compression_type=codec,
+                                  linger_ms=5, acks=1)
+                for _ in range(500):
+                    p.send("live", value(i, 30 + i % 200), key=b"k%d" % (i % 13))
+                    i += 1
+                p.close()
+            stop.set()
+
+        t = threading.Thread(target=produce)
+        t.start()
+        d = os.path.join(logs, "live-0")
+        seen: list[list[tuple[int, bytes | None]]] = []
+        while not stop.is_set():
+            if os.path.isdir(d):
+                seen.append([(m.offset, m.value) for m in sk.open_partition(d).iter()])
+                reads += 1
+        t.join()
+        want = consume("live", 0, "read_uncommitted")
+        final = [(m.offset, m.value) for m in sk.open_partition(d).iter()]
+        assert [(r["offset"], bytes.fromhex(r["value"])) for r in want] == final, \
+            "seglog's read of the files differs from the consumer's"
+        for s in seen:
+            assert s == final[:len(s)], "a read beside the broker is not a prefix of the end"
+        print(f"live: {len(final)} records, {reads} reads beside the writing broker, "
+              f"every one a prefix of the consumer's view")
+    finally:
+        broker.stop()
+        shutil.rmtree(work)
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["fixtures"]:
         fixtures()
+    elif sys.argv[1:2] == ["live"]:
+        live(float(sys.argv[2]) if len(sys.argv) > 2 else 30.0)
     else:
-        sys.exit("usage: kafka_broker.py fixtures")
+        sys.exit("usage: kafka_broker.py fixtures | live [SECONDS]")

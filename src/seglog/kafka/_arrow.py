@@ -13,7 +13,7 @@ from .._columns import arrow_modules, arrow_schema, record_batch
 from ..errors import CorruptRecordError
 from . import _uniform, _wire
 from ._reads import Found
-from ._wire import CODEC_MASK, TIMESTAMP_TYPE, V2_HEADER_SIZE
+from ._wire import TIMESTAMP_TYPE
 
 
 class _Binary:
@@ -95,12 +95,7 @@ def record_batches(found: Iterator[Found], start: int, end: int) -> Iterator[Any
         current, current_buf = at, buf
         try:
             if info.magic == 2 and info.base_offset >= start and info.last_offset < end:
-                if info.attributes & CODEC_MASK:
-                    data = _wire.records_region(buf, info)
-                    s, e = 0, len(data)
-                else:
-                    data = buf
-                    s, e = info.position + V2_HEADER_SIZE, info.position + info.size
+                data, s, e = _wire.records_span(buf, info)
                 if data is buf:         # checked for the whole chunk at once, by numpy
                     cands = candidates(data, s, e, info.records)
                     if cands is not None:

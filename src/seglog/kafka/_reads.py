@@ -17,7 +17,7 @@ from ..errors import CorruptRecordError
 from . import _uniform, _wire
 from ._segments import Segment
 from ._txn import Fates
-from ._wire import CODEC_MASK, CONTROL, TIMESTAMP_TYPE, TRANSACTIONAL, V2_HEADER_SIZE, BatchInfo
+from ._wire import CONTROL, TIMESTAMP_TYPE, TRANSACTIONAL, BatchInfo
 
 T = TypeVar("T")
 # (buffer, batch header with its position in the buffer, segment path, the buffer's
@@ -25,9 +25,10 @@ T = TypeVar("T")
 Found = tuple[bytes, BatchInfo, str, int]
 
 
-def walk(segments: Sequence[Segment], start: int, end: int, fates: Fates | None
-         ) -> Iterator[Found]:
-    """The data batches holding offsets in ``[start, end)``, in order."""
+def _checked(segments: Sequence[Segment], start: int, end: int
+             ) -> Iterator[tuple[str, bytes, BatchInfo, int]]:
+    """(segment path, buffer, header, the buffer's file position) of every batch
+    holding offsets in ``[start, end)``, framed and checksummed."""
     bases = [s.base for s in segments]
     k = max(bisect_right(bases, start) - 1, 0)
     batch_size, header, check = _wire.batch_size, _wire.header, _wire.check
@@ -52,13 +53,20 @@ def walk(segments: Sequence[Segment], start: int, end: int, fates: Fates | None
                     check(buf, info)
                 except CorruptRecordError as e:
                     raise e.at(path, at + (e.position or 0), e.offset) from None
-                attrs = info.attributes
-                if info.magic == 2 and attrs & (CONTROL | TRANSACTIONAL):
-                    if attrs & CONTROL:
-                        continue
-                    if fates is not None and fates.skips(info):
-                        continue
-                yield buf, info, path, at
+                yield path, buf, info, at
+
+
+def walk(segments: Sequence[Segment], start: int, end: int, fates: Fates | None
+         ) -> Iterator[Found]:
+    """The data batches holding offsets in ``[start, end)``, in order."""
+    for path, buf, info, at in _checked(segments, start, end):
+        attrs = info.attributes
+        if info.magic == 2 and attrs & (CONTROL | TRANSACTIONAL):
+            if attrs & CONTROL:
+                continue
+            if fates is not None and fates.skips(info):
+                continue
+        yield buf, info, path, at
 
 
 def every_batch(segments: Sequence[Segment], start: int, end: int, decode: bool
@@ -66,30 +74,12 @@ def every_batch(segments: Sequence[Segment], start: int, end: int, decode: bool
     """Every batch holding offsets in ``[start, end)``, control batches too: (segment
     path, header with its position in the file, its records when ``decode``), each
     checksummed; ``CorruptRecordError`` at the first damage."""
-    bases = [s.base for s in segments]
-    k = max(bisect_right(bases, start) - 1, 0)
-    first = True
-    for seg in segments[k:]:
-        if seg.base >= end:
-            return
-        pos = seg.position_for(start) if first else 0
-        first = False
-        for buf, n, at in seg.chunks(pos):
-            i = 0
-            while i < n:
-                size = _wire.batch_size(buf, i, n)
-                try:
-                    info = _wire.header(buf, i, size)    # type: ignore[arg-type]
-                    i += size                            # type: ignore[operator]
-                    if info.last_offset < start:
-                        continue
-                    if info.base_offset >= end:
-                        return
-                    _wire.check(buf, info)
-                    recs = _wire.decode(buf, info) if decode else None
-                except CorruptRecordError as e:
-                    raise e.at(seg.path, at + (e.position or 0), e.offset) from None
-                yield seg.path, info._replace(position=at + info.position), recs
+    for path, buf, info, at in _checked(segments, start, end):
+        try:
+            recs = _wire.decode(buf, info) if decode else None
+        except CorruptRecordError as e:
+            raise e.at(path, at + (e.position or 0), e.offset) from None
+        yield path, info._replace(position=at + info.position), recs
 
 
 def message_iters(found: Iterator[Found], start: int, end: int,
@@ -100,12 +90,7 @@ def message_iters(found: Iterator[Found], start: int, end: int,
     for buf, info, path, at in found:
         try:
             if info.magic == 2 and info.base_offset >= start and info.last_offset < end:
-                if info.attributes & CODEC_MASK:
-                    data = _wire.records_region(buf, info)
-                    s, e = 0, len(data)
-                else:
-                    data = buf
-                    s, e = info.position + V2_HEADER_SIZE, info.position + info.size
+                data, s, e = _wire.records_span(buf, info)
                 runs = runs_of(data, s, e, info.records)
                 if runs is not None:
                     base = info.base_offset

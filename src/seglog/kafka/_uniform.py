@@ -11,7 +11,7 @@ goes through ``_wire.decode``. Pure functions over bytes.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 # zigzag decoding of one varint byte (values 0..127)
 ZIGZAG = tuple((v >> 1) ^ -(v & 1) for v in range(128))
@@ -137,33 +137,32 @@ def _run_at(b: bytes, p: int, end: int, delta: int, left: int) -> Run | None:
     return run
 
 
+def _chain(b: bytes, start: int, end: int, count: int,
+           at: Callable[[bytes, int, int, int, int], Any]) -> list[Any] | None:
+    """What ``at`` gives for each run in turn, covering all ``count`` records in
+    ``b[start:end]`` exactly, or None. ``at`` returns a Run or a tuple starting with one."""
+    out: list[Any] = []
+    p, done = start, 0
+    while done < count:
+        got = at(b, p, end, done, count - done)
+        if got is None:
+            return None
+        out.append(got)
+        run = got if isinstance(got, Run) else got[0]
+        done += run.records
+        p = run.stop
+    return out if p == end else None
+
+
 def runs(b: bytes, start: int, end: int, count: int) -> list[Run] | None:
     """Uniform runs covering all ``count`` records in ``b[start:end]`` exactly (offset
     deltas 0, 1, 2...: no compaction holes), or None. Bad bytes give None, never an
     error: the general decoder then judges them."""
-    out: list[Run] = []
-    p, done = start, 0
-    while done < count:
-        r = _run_at(b, p, end, done, count - done)
-        if r is None:
-            return None
-        out.append(r)
-        done += r.records
-        p = r.stop
-    return out if p == end else None
+    return _chain(b, start, end, count, _run_at)
 
 
 def candidates(b: bytes, start: int, end: int, count: int
                ) -> list[tuple[Run, list[int], int]] | None:
     """``runs`` without the checks: what each run's first record says (for callers
     that check all runs of many batches at once, as the Arrow path does with numpy)."""
-    out: list[tuple[Run, list[int], int]] = []
-    p, done = start, 0
-    while done < count:
-        c = _candidate(b, p, end, done, count - done)
-        if c is None:
-            return None
-        out.append(c)
-        done += c[0].records
-        p = c[0].stop
-    return out if p == end else None
+    return _chain(b, start, end, count, _candidate)

@@ -178,6 +178,15 @@ def records_region(data: Any, info: BatchInfo,
         raise e.at(None, info.position, info.last_offset) from None
 
 
+def records_span(data: bytes, info: BatchInfo) -> tuple[bytes, int, int]:
+    """Where a magic 2 batch's (decompressed) records lie: (buffer, start, end), the
+    batch's own buffer when uncompressed."""
+    if info.attributes & CODEC_MASK:
+        region = records_region(data, info)
+        return region, 0, len(region)
+    return data, info.position + V2_HEADER_SIZE, info.position + info.size
+
+
 def decode(data: Any, info: BatchInfo) -> Records:
     """The records of the batch (checked by ``check`` first: this does not), each field
     decoded in Python: the path for every shape of batch."""
@@ -281,25 +290,23 @@ def _legacy_fields(b: bytes, p: int, end: int, magic: int
     if magic == 1:
         ts = _I64.unpack_from(b, p)[0]
         p += 8
-    kl = _I32.unpack_from(b, p)[0]
-    p += 4
-    key = None
-    if kl >= 0:
-        if p + kl > end:
-            raise CorruptRecordError(f"a message key of {kl} bytes past its message's end")
-        key = bytes(b[p:p + kl])
-        p += kl
-    vl = _I32.unpack_from(b, p)[0]
-    p += 4
-    value = None
-    if vl >= 0:
-        if p + vl > end:
-            raise CorruptRecordError(f"a message value of {vl} bytes past its message's end")
-        value = bytes(b[p:p + vl])
-        p += vl
+    key, kl, p = _legacy_bytes(b, p, end, "key")
+    value, vl, p = _legacy_bytes(b, p, end, "value")
     if p != end or kl < -1 or vl < -1:
         raise CorruptRecordError("a message's key and value do not fill its length")
     return ts, key, value, p
+
+
+def _legacy_bytes(b: bytes, p: int, end: int, what: str) -> tuple[bytes | None, int, int]:
+    """A legacy message's length-prefixed key or value at ``p``: (it, its length, where
+    it ends)."""
+    n = _I32.unpack_from(b, p)[0]
+    p += 4
+    if n < 0:
+        return None, n, p
+    if p + n > end:
+        raise CorruptRecordError(f"a message {what} of {n} bytes past its message's end")
+    return bytes(b[p:p + n]), n, p + n
 
 
 def decode_legacy(data: Any, info: BatchInfo) -> Records:
