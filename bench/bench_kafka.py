@@ -16,6 +16,10 @@ repeated at successive base offsets: the base offset lies outside the CRC).
   batch's CRC32C.
 * seglog iter(): ``KafkaPartition.iter()`` from the files, ``m.value`` read.
 * seglog read_arrow(): ``KafkaPartition.read_arrow()``, one pyarrow Table.
+* with ``--spark``: ``spark.read.format("seglog")`` over the Kafka log dir
+  (``kafka.logDirs``) beside the same source over a seglog topic holding the same
+  records (``Topic.append_batch``, same values and timestamps), ``count()`` and
+  ``sum(length(value))``, minPartitions 2, best of the repeats taken in turns.
 
 Never run as a test: timings need a quiet machine.
 """
@@ -67,6 +71,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--spark", action="store_true")
     a = ap.parse_args()
     root = tempfile.mkdtemp(prefix="bench-kafka-")
     try:
@@ -110,8 +115,62 @@ def main() -> None:
         ar = best(seglog_arrow, a.reps)
         print(f"  seglog.kafka read_arrow():  {n / ar / 1e6:6.2f} M records/s "
               f"({it / ar:.1f}x iter())")
+        if a.spark:
+            spark_side_by_side(root, d, n, a.reps)
     finally:
         shutil.rmtree(root)
+
+
+def spark_side_by_side(root: str, kafka_dir: str, n: int, reps: int) -> None:
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    from seglog import Record, Topic
+    from seglog import spark as sgs
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    topics = os.path.join(root, "topics")
+    t = Topic.open(topics, "events", partitions=1, message_timestamp_before_max_ms=None,
+                   message_timestamp_after_max_ms=None)
+    for k in range(n // PER_BATCH):
+        t.append_batch([Record(bytes([65 + i % 26]) * SIZE, None, TS + i // 10)
+                        for i in range(PER_BATCH)], partition=0)
+    t.close()
+    spark = (SparkSession.builder.master(f"local[{os.cpu_count() or 2}]")
+             .appName("bench_kafka").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    sgs.register(spark)
+    sources = {
+        "seglog topic": lambda: spark.read.format("seglog").option("subscribe", "events")
+        .option("minPartitions", "2").load(topics),
+        "Kafka log dir": lambda: spark.read.format("seglog")
+        .option("kafka.logDirs", os.path.dirname(kafka_dir)).option("subscribe", "events")
+        .option("minPartitions", "2").load(),
+    }
+    queries = {"count()": lambda df: df.count(),
+               "sum(length(value))": lambda df: df.selectExpr("sum(length(value))").first()[0]}
+    for q in queries.values():
+        for make in sources.values():
+            q(make())
+    times: dict[tuple[str, str], list[float]] = {}
+    answers: dict[str, set[object]] = {q: set() for q in queries}
+    for _ in range(reps):
+        for qn, q in queries.items():
+            for sn, make in sources.items():
+                t0 = time.perf_counter()
+                answers[qn].add(q(make()))
+                times.setdefault((qn, sn), []).append(time.perf_counter() - t0)
+    for qn, got in answers.items():
+        assert len(got) == 1, f"{qn}: the sources disagree: {got}"
+    print(f"  Spark {spark.version}, local[{os.cpu_count() or 2}]:")
+    for qn in queries:
+        own = min(times[(qn, "seglog topic")])
+        kd = min(times[(qn, "Kafka log dir")])
+        print(f"    {qn:20s} seglog topic {n / own / 1e6:5.2f} M rows/s, Kafka log dir "
+              f"{n / kd / 1e6:5.2f} M rows/s ({own / kd:.2f}x)")
+    spark.stop()
 
 
 if __name__ == "__main__":

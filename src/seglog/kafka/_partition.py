@@ -19,7 +19,7 @@ from ..errors import InvalidConfigError, OffsetOutOfRangeError
 from ..message import Message, messages_html
 from .._columns import arrow_modules
 from . import _arrow, _discover, _reads, _txn, _wire
-from ._segments import Segment, list_segments, open_readonly
+from ._segments import ARROW_CHUNK, Segment, list_segments, open_readonly
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
@@ -155,7 +155,8 @@ class KafkaPartition:
         header's null value becomes empty bytes), one per chunk read. Needs pyarrow and
         numpy (the ``spark`` extra)."""
         segs, start, end, fates = self._range(start, end, isolation)
-        return _arrow.record_batches(_reads.walk(segs, start, end, fates), start, end)
+        return _arrow.record_batches(_reads.walk(segs, start, end, fates, ARROW_CHUNK),
+                                     start, end)
 
     def read_arrow(self, start: int | None = None, end: int | None = None, *,
                    isolation: str = "read_uncommitted") -> Any:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from ..errors import CorruptRecordError
 from . import _uniform, _wire
-from ._segments import Segment
+from ._segments import CHUNK, Segment
 from ._txn import Fates
 from ._wire import CONTROL, TIMESTAMP_TYPE, TRANSACTIONAL, BatchInfo
 
@@ -25,7 +25,7 @@ T = TypeVar("T")
 Found = tuple[bytes, BatchInfo, str, int]
 
 
-def _checked(segments: Sequence[Segment], start: int, end: int
+def _checked(segments: Sequence[Segment], start: int, end: int, chunk: int = CHUNK
              ) -> Iterator[tuple[str, bytes, BatchInfo, int]]:
     """(segment path, buffer, header, the buffer's file position) of every batch
     holding offsets in ``[start, end)``, framed and checksummed."""
@@ -39,7 +39,7 @@ def _checked(segments: Sequence[Segment], start: int, end: int
         pos = seg.position_for(start) if first else 0
         first = False
         path = seg.path
-        for buf, n, at in seg.chunks(pos):
+        for buf, n, at in seg.chunks(pos, chunk=chunk):
             i = 0
             while i < n:
                 size = batch_size(buf, i, n)
@@ -56,10 +56,11 @@ def _checked(segments: Sequence[Segment], start: int, end: int
                 yield path, buf, info, at
 
 
-def walk(segments: Sequence[Segment], start: int, end: int, fates: Fates | None
-         ) -> Iterator[Found]:
-    """The data batches holding offsets in ``[start, end)``, in order."""
-    for path, buf, info, at in _checked(segments, start, end):
+def walk(segments: Sequence[Segment], start: int, end: int, fates: Fates | None,
+         chunk: int = CHUNK) -> Iterator[Found]:
+    """The data batches holding offsets in ``[start, end)``, in order, read ``chunk``
+    bytes at a time."""
+    for path, buf, info, at in _checked(segments, start, end, chunk):
         attrs = info.attributes
         if info.magic == 2 and attrs & (CONTROL | TRANSACTIONAL):
             if attrs & CONTROL:

@@ -22,6 +22,7 @@ from ._wire import BatchInfo
 
 SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 CHUNK = 1 << 20
+ARROW_CHUNK = 4 << 20      # Arrow reads: fewer, larger record batches (as Log.iter_arrow)
 _INDEX_ENTRY = Struct(">ii")        # relative offset, position
 _TIME_ENTRY = Struct(">qi")         # timestamp, relative offset
 _NOATIME = getattr(os, "O_NOATIME", 0)
@@ -74,9 +75,10 @@ class Segment:
         return self.size == size and self.active == active
 
     # -- reading -------------------------------------------------------------------
-    def chunks(self, pos: int, stop: int | None = None) -> Iterator[tuple[bytes, int, int]]:
+    def chunks(self, pos: int, stop: int | None = None, chunk: int = CHUNK
+               ) -> Iterator[tuple[bytes, int, int]]:
         """(buffer, bytes of whole batches in it, file position of its start) from
-        ``pos`` to ``stop`` (default: the listed size), about ``CHUNK`` at a time; a
+        ``pos`` to ``stop`` (default: the listed size), about ``chunk`` at a time; a
         batch larger than that comes whole in a buffer of its own. A batch cut short
         by the end is the end in the active segment, damage anywhere else."""
         end = self.size if stop is None else min(stop, self.size)
@@ -85,7 +87,7 @@ class Segment:
         fd = open_readonly(self.path)
         try:
             while pos < end:
-                buf = os.pread(fd, min(CHUNK, end - pos), pos)
+                buf = os.pread(fd, min(chunk, end - pos), pos)
                 n = len(buf)
                 i = 0
                 size: int | None = None
