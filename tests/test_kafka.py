@@ -18,7 +18,8 @@ import pytest
 
 from kafka_build import FIXTURES, as_dict, batch, row_dict
 from seglog import Log, kafka
-from seglog.errors import CorruptRecordError, InvalidConfigError, OffsetOutOfRangeError
+from seglog.errors import (CorruptRecordError, InvalidConfigError, NotALogError,
+                           OffsetOutOfRangeError)
 
 pytest.importorskip("google_crc32c")
 pytest.importorskip("cramjam")
@@ -291,7 +292,7 @@ def test_indexes_that_disagree_with_the_log_are_rebuilt_in_memory(tmp_path):
 
 def test_copy_to_log_keeps_offsets_and_holes(tmp_path):
     for name, iso in (("compacted-0", "read_uncommitted"), ("txn-0", "read_committed"),
-                      ("codecs-0", "read_uncommitted")):
+                      ("codecs-0", "read_uncommitted"), ("legacy0gzip-0", "read_uncommitted")):
         part = kafka.open_partition(_dir_of(name))
         dest = str(tmp_path / name)
         log = kafka.copy_to_log(part, dest, isolation=iso)
@@ -308,10 +309,14 @@ def test_copy_to_log_keeps_offsets_and_holes(tmp_path):
         kafka.copy_to_log(kafka.open_partition(_dir_of("txn-1")), str(tmp_path / "txn-0"))
 
 
-def test_isolation_is_checked():
+def test_isolation_and_paths_are_checked(tmp_path):
     part = kafka.open_partition(_dir_of("txn-0"))
     with pytest.raises(InvalidConfigError):
         part.iter(isolation="committed")
+    with pytest.raises(NotALogError):
+        kafka.open_partition(str(tmp_path / "nope"))
+    with pytest.raises(NotALogError):
+        kafka.list_partitions([str(tmp_path / "nope")])
 
 
 def test_reprs():

@@ -15,7 +15,7 @@ from itertools import chain
 from typing import Any, Iterator
 
 from .. import _html
-from ..errors import InvalidConfigError, OffsetOutOfRangeError
+from ..errors import InvalidConfigError, NotALogError, OffsetOutOfRangeError
 from ..message import Message, messages_html
 from .._columns import arrow_modules
 from . import _arrow, _discover, _reads, _txn, _wire
@@ -31,7 +31,8 @@ class KafkaPartition:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         if not os.path.isdir(self.path):
-            raise FileNotFoundError(f"{self.path}: no such directory")
+            raise NotALogError(f"{self.path}: no such directory (give a Kafka partition "
+                               f"directory, <log dir>/<topic>-<partition>)")
         named = _discover.parse_name(os.path.basename(os.path.abspath(self.path)))
         self.topic: str | None = named[0] if named else None
         self.partition: int | None = named[1] if named else None
