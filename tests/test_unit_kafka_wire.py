@@ -137,3 +137,24 @@ def test_arrow_equals_iter_over_batches_of_mixed_shapes(tmp_path_factory, shapes
     rows = part.read_arrow().to_pylist()
     assert [(r["offset"], int(r["timestamp"].timestamp() * 1000), r["key"], r["value"])
             for r in rows] == [(m.offset, m.timestamp, m.key, m.value) for m in msgs]
+
+
+def test_a_layout_guessed_from_an_earlier_chunk_is_checked(tmp_path):
+    """Batches of the same size and count but another record layout (a 1-byte key and
+    a value a byte shorter, in place of no key) in a later chunk: the layout guessed
+    from the earlier chunk is refused by the check of its structural bytes, and the
+    batches read as they are."""
+    from seglog.kafka import _arrow, _reads
+    from seglog.kafka._segments import list_segments
+    d = tmp_path / "t-0"
+    d.mkdir()
+    plain = batch(0, [(TS, None, b"a" * 200, [])] * 50)
+    keyed = batch(50, [(TS, b"k", b"b" * 199, [])] * 50)
+    assert len(plain) == len(keyed)
+    (d / ("%020d.log" % 0)).write_bytes(plain + keyed)
+    segs = list_segments(str(d))
+    tables = list(_arrow.record_batches(_reads.walk(segs, 0, 100, None, len(plain)), 0, 100))
+    assert len(tables) == 2
+    rows = [r for t in tables for r in t.to_pylist()]
+    assert [r["key"] for r in rows] == [None] * 50 + [b"k"] * 50
+    assert [r["value"] for r in rows] == [b"a" * 200] * 50 + [b"b" * 199] * 50

@@ -84,7 +84,9 @@ def record_batches(found: Iterator[Found], start: int, end: int) -> Iterator[Any
     chunk batch by batch."""
     pa, np = arrow_modules()
     runs_of, candidates = _uniform.runs, _uniform.candidates
-    # per batch: (info, unchecked runs in the chunk, None, its records' span), (info,
+    layouts: dict[tuple[int, int], tuple[Any, int]] = {}
+    # per batch: (info, unchecked runs of a batch like it, None, (its records' span, the
+    # shift from those runs' positions to its own)), (info,
     # checked runs, the buffer they are in, None) or (info, Records, None, None)
     pending: list[Any] = []
     current = None
@@ -97,9 +99,22 @@ def record_batches(found: Iterator[Found], start: int, end: int) -> Iterator[Any
             if info.magic == 2 and info.base_offset >= start and info.last_offset < end:
                 data, s, e = _wire.records_span(buf, info)
                 if data is buf:         # checked for the whole chunk at once, by numpy
-                    cands = candidates(data, s, e, info.records)
-                    if cands is not None:
-                        pending.append((info, cands, None, (s, e)))
+                    # a batch of the size and count of one seen before is guessed to
+                    # have its layout (numpy's check refuses a wrong guess)
+                    key = (e - s, info.records)
+                    seen = layouts.get(key)
+                    if seen is None:
+                        found_runs = candidates(data, s, e, info.records)
+                        if found_runs is not None:
+                            # the structural bytes the layout was read from: every
+                            # record guessed to have it must have them
+                            cands = [(r, rels, od, tuple(data[r.start + j] for j in rels))
+                                     for r, rels, od in found_runs]
+                            if len(layouts) > 64:
+                                layouts.clear()
+                            seen = layouts[key] = (cands, s)
+                    if seen is not None:
+                        pending.append((info, seen[0], None, (s, e, s - seen[1])))
                         continue
                 runs = runs_of(data, s, e, info.records)
                 if runs is not None:
@@ -123,13 +138,13 @@ def record_batches(found: Iterator[Found], start: int, end: int) -> Iterator[Any
 def _chunk(pa: Any, np: Any, buf: bytes, pending: list[Any]) -> Any:
     unchecked = [p for p in pending if p[3] is not None]
     if len(unchecked) == len(pending):
-        shapes = {(r.key_len, r.value_len, r.ts_at, r.key_at, r.value_at, tuple(rels), od)
-                  for _, cands, _, _ in pending for r, rels, od in cands}
+        shapes = {(r.key_len, r.value_len, r.ts_at, r.key_at, r.value_at, tuple(rels), od,
+                   vals) for _, cands, _, _ in pending for r, rels, od, vals in cands}
         if len(shapes) == 1:
-            key_len, value_len, ts_at, key_at, value_at, rels, od = shapes.pop()
+            key_len, value_len, ts_at, key_at, value_at, rels, od, vals = shapes.pop()
             if od == 1:
                 got = _gather(pa, np, buf, pending, key_len, value_len, ts_at, key_at,
-                              value_at, rels)
+                              value_at, tuple(zip(rels, vals)))
                 if got is not None:
                     return got
     checked = []
@@ -175,20 +190,21 @@ def _chunk(pa: Any, np: Any, buf: bytes, pending: list[Any]) -> Any:
 
 
 def _gather(pa: Any, np: Any, buf: bytes, pending: list[Any], key_len: int, value_len: int,
-            ts_at: int, key_at: int, value_at: int, structural: tuple[int, ...]
+            ts_at: int, key_at: int, value_at: int, structural: tuple[tuple[int, int], ...]
             ) -> Any | None:
     """A chunk of uncompressed runs of one shape (one-byte offset deltas), checked and
     gathered by numpy at once: each record's row start; every record's structural
-    bytes equal to the first's, its timestamp delta one byte, its offset delta the
+    bytes (``structural``: position in a record, value) those its layout was read
+    from, its timestamp delta one byte, its offset delta the
     next; then the offsets, timestamps, keys and values of all of them by fancy
     indexing (values as rows of a sliding window over the chunk). None when a check
     fails (the caller checks batch by batch)."""
     ps, ms, sts, firsts, bases, append_ts, deltas0 = [], [], [], [], [], [], []
-    for info, cands, _, _ in pending:
+    for info, cands, _, span in pending:
         log_append = bool(info.attributes & TIMESTAMP_TYPE)
-        for r, _, _ in cands:
+        for r, _, _, _ in cands:
             deltas0.append(r.first_delta)
-            ps.append(r.start)
+            ps.append(r.start + span[2])
             ms.append(r.records)
             sts.append(r.stride)
             firsts.append(info.base_offset + r.first_delta)
@@ -202,9 +218,8 @@ def _gather(pa: Any, np: Any, buf: bytes, pending: list[Any], key_len: int, valu
         (seq - begin) * np.repeat(np.array(sts, np.int64), counts)
     offsets = np.repeat(np.array(firsts, np.int64) - (np.cumsum(counts) - counts), counts) + seq
     chunk = np.frombuffer(buf, np.uint8)
-    for rel in structural:
-        col = chunk[rows + rel]
-        if not (col == col[0]).all():
+    for rel, val in structural:
+        if not (chunk[rows + rel] == val).all():
             return None
     expected_od = 2 * (seq - begin + np.repeat(np.array(deltas0, np.int64), counts))
     raw_ts = chunk[rows + ts_at]
