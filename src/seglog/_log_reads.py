@@ -20,7 +20,11 @@ from typing import Any, Callable, Iterator, TypeVar
 from . import _notebook, codec
 from ._arrow_batches import arrow_columns
 from .errors import CorruptRecordError, OffsetOutOfRangeError, SeglogError
+from ._live import LiveLog
 from .local_log import LocalLog
+
+# what the read path reads: a writer's list, or a readonly reader's
+View = LocalLog | LiveLog
 from .message import (Message, MessageSet, arrow_modules, arrow_schema, as_ms,
                       check_timestamp)
 from .segment import Segment, SegmentGoneError
@@ -34,12 +38,12 @@ _ITER_CHUNK = 1 << 20
 _ARROW_CHUNK = 4 << 20
 
 
-def _locate(local: LocalLog, offset: int) -> tuple[tuple[Segment, ...], int]:
+def _locate(local: View, offset: int) -> tuple[tuple[Segment, ...], int]:
     segs = local.segs
     return segs, max(0, bisect_right(segs, offset, key=_BASE) - 1)
 
 
-def _look_again(local: LocalLog, offset: int, err: Exception) -> None:
+def _look_again(local: View, offset: int, err: Exception) -> None:
     """A segment left the list (retired), or vanished before this reader opened
     it (retention or compaction in the writer's process): find the current list.
     Raises ``OffsetOutOfRangeError`` if ``offset`` was deleted meanwhile."""
@@ -53,7 +57,7 @@ def _look_again(local: LocalLog, offset: int, err: Exception) -> None:
             f"offset {offset} was deleted (log start is now {local.start})") from None
 
 
-def read(local: LocalLog, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
+def read(local: View, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
     """``Log.read`` (whose docstring states the contract)."""
     local.check_readable()
     if type(offset) is not int or type(max_bytes) is not int:
@@ -83,12 +87,12 @@ def read(local: LocalLog, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
         local.leave()
 
 
-def _unsettled(local: LocalLog) -> SeglogError:
+def _unsettled(local: View) -> SeglogError:
     return SeglogError(f"the segments of {local.path} changed {_RELOCATIONS} times "
                        f"under one read; try again")
 
 
-def _read_from(local: LocalLog, offset: int, max_bytes: int, end: int) -> MessageSet:
+def _read_from(local: View, offset: int, max_bytes: int, end: int) -> MessageSet:
     segs, i = _locate(local, offset)
     for j in range(i, len(segs)):
         seg = segs[j]
@@ -101,7 +105,7 @@ def _read_from(local: LocalLog, offset: int, max_bytes: int, end: int) -> Messag
     return MessageSet(b"", min_offset=offset, next_offset=end)
 
 
-def read_arrow(local: LocalLog, start: int | None = None, end: int | None = None,
+def read_arrow(local: View, start: int | None = None, end: int | None = None,
                views: bool = False) -> Any:
     """``Log.read_arrow`` (whose docstring states the contract)."""
     pa = arrow_modules()[0]
@@ -112,7 +116,7 @@ def read_arrow(local: LocalLog, start: int | None = None, end: int | None = None
     return pa.Table.from_batches(batches, schema=arrow_schema(large, views=views and not large))
 
 
-def iter_arrow(local: LocalLog, start: int | None = None, end: int | None = None,
+def iter_arrow(local: View, start: int | None = None, end: int | None = None,
                views: bool = False) -> Iterator[Any]:
     """``Log.iter_arrow`` (whose docstring states the contract); the arguments are
     checked at the call, not at the first batch."""
@@ -130,7 +134,7 @@ def iter_arrow(local: LocalLog, start: int | None = None, end: int | None = None
     return _arrow_batches(local, lo, hi, views, end is None)
 
 
-def _arrow_batches(local: LocalLog, lo: int, hi: int, views: bool, to_end: bool
+def _arrow_batches(local: View, lo: int, hi: int, views: bool, to_end: bool
                    ) -> Iterator[Any]:
     for cols in _batch_iters(local, lo, hi, arrow=True, views=views):
         yield cols.to_arrow()
@@ -140,7 +144,7 @@ def _arrow_batches(local: LocalLog, lo: int, hi: int, views: bool, to_end: bool
         local.raise_damage()
 
 
-def iterate(local: LocalLog, start: int | None = None, end: int | None = None,
+def iterate(local: View, start: int | None = None, end: int | None = None,
             owner: object = None) -> Iterator[Message]:
     """``Log.iter`` (whose docstring states the contract). The iterator keeps
     ``owner`` alive (a ``Log`` that nothing else references is closed when it is
@@ -159,7 +163,7 @@ def iterate(local: LocalLog, start: int | None = None, end: int | None = None,
 
 
 # -- for people: notebooks and operators ----------------------------------------------
-def count(local: LocalLog) -> int:
+def count(local: View) -> int:
     """``len(log)`` (whose docstring states the contract)."""
     local.check_readable()
     if local.follows:
@@ -169,7 +173,7 @@ def count(local: LocalLog) -> int:
     return _count(local)[2]
 
 
-def _from_start(local: LocalLog, read: Callable[[int], _T], relist: bool = False) -> _T:
+def _from_start(local: View, read: Callable[[int], _T], relist: bool = False) -> _T:
     """``read(start)`` from the log's start offset, done again from the new start if
     retention deletes what it reads meanwhile (a writer in another process);
     ``relist``: a readonly reader looks for new segments first."""
@@ -187,7 +191,7 @@ def _from_start(local: LocalLog, read: Callable[[int], _T], relist: bool = False
     raise _unsettled(local)
 
 
-def _count(local: LocalLog) -> tuple[int, int, int]:
+def _count(local: View) -> tuple[int, int, int]:
     """(start, end, the records from start to end), counted again from the new
     start if retention deletes some under the count."""
     def count(start: int) -> tuple[int, int, int]:
@@ -196,13 +200,14 @@ def _count(local: LocalLog) -> tuple[int, int, int]:
     return _from_start(local, count)
 
 
-def stats(local: LocalLog) -> dict[str, Any]:
-    """``Log.stats`` (whose docstring states the contract)."""
+def stats(local: View, readonly: bool) -> dict[str, Any]:
+    """``Log.stats`` (whose docstring states the contract); ``readonly``: the ``Log``'s
+    (one of several writers reads through a readonly reader's list)."""
     local.check_readable()
-    return _settled(local, lambda: _stats(local))
+    return _settled(local, lambda: _stats(local, readonly))
 
 
-def _settled(local: LocalLog, look: Callable[[], _T]) -> _T:
+def _settled(local: View, look: Callable[[], _T]) -> _T:
     """``look()`` over the current segments, again over the new list when
     retention or compaction retired a segment under it (a bounded number of
     times: ``_unsettled`` past that). ``look`` counts its reads in flight itself,
@@ -221,7 +226,7 @@ def _settled(local: LocalLog, look: Callable[[], _T]) -> _T:
 
 
 @contextmanager
-def _reading(local: LocalLog) -> Iterator[None]:
+def _reading(local: View) -> Iterator[None]:
     """One read in flight: of one segment (or two neighbours) of a look over many,
     never of all of them at once, so that the log closes idle files in between
     (a log of thousands of segments would otherwise hold all their files)."""
@@ -232,7 +237,7 @@ def _reading(local: LocalLog) -> Iterator[None]:
         local.leave()
 
 
-def _stats(local: LocalLog, count: bool = True) -> dict[str, Any]:
+def _stats(local: View, readonly: bool, count: bool = True) -> dict[str, Any]:
     if count and "compact" in local.config.cleanup_policy:
         start, end, n = _count(local)
     else:
@@ -243,11 +248,10 @@ def _stats(local: LocalLog, count: bool = True) -> dict[str, Any]:
         with _reading(local):        # measured here, read from memory below
             if seg.size:
                 seg.max_timestamp
-    return _notebook.log_stats(local.path, start, end, n if count else None, segs,
-                               local.readonly)
+    return _notebook.log_stats(local.path, start, end, n if count else None, segs, readonly)
 
 
-def window(local: LocalLog, start: int | None, end: int | None, since: object,
+def window(local: View, start: int | None, end: int | None, since: object,
             until: object) -> tuple[int, int, int | None, int | None]:
     """Offsets [lo, hi) and the time bounds in ms of a to_pandas-style window."""
     local.check_readable()
@@ -266,7 +270,7 @@ def window(local: LocalLog, start: int | None, end: int | None, since: object,
     return lo, max(lo, hi), t0, t1
 
 
-def to_pandas(local: LocalLog, start: int | None = None, end: int | None = None, *,
+def to_pandas(local: View, start: int | None = None, end: int | None = None, *,
               since: object = None, until: object = None) -> Any:
     """``Log.to_pandas`` (whose docstring states the contract)."""
     for _ in range(_RELOCATIONS):
@@ -282,22 +286,22 @@ def to_pandas(local: LocalLog, start: int | None = None, end: int | None = None,
     raise _unsettled(local)
 
 
-def html_stats(local: LocalLog) -> dict[str, Any]:
+def html_stats(local: View, readonly: bool) -> dict[str, Any]:
     """``stats()`` without the message count, which the view does not show (in a
     compacted log it would read every record)."""
     local.check_readable()
-    return _settled(local, lambda: _stats(local, count=False))
+    return _settled(local, lambda: _stats(local, readonly, count=False))
 
 
-def repr_html(local: LocalLog) -> str:
+def repr_html(local: View, readonly: bool) -> str:
     if local.closed:
         return _notebook.closed_html("seglog.Log", [("path", local.path)])
-    st = html_stats(local)
+    st = html_stats(local, readonly)
     last = _last(local, 5, st["end_offset"])
     return _notebook.log_html(st, local.segs, local.config, last)
 
 
-def _last(local: LocalLog, n: int, end: int) -> list[Message]:
+def _last(local: View, n: int, end: int) -> list[Message]:
     """The messages of the ``n`` offsets before ``end``; if retention deletes
     them meanwhile (a writer in another process), those from the new start."""
     def last(start: int) -> list[Message]:
@@ -306,7 +310,7 @@ def _last(local: LocalLog, n: int, end: int) -> list[Message]:
     return _from_start(local, last, relist=True)
 
 
-def _batch_iters(local: LocalLog, offset: int, end: int | None, columns: bool = False,
+def _batch_iters(local: View, offset: int, end: int | None, columns: bool = False,
                  owner: object = None, arrow: bool = False, views: bool = False
                  ) -> Iterator[Any]:
     # ``owner`` lives as long as this generator's frame (see ``iterate``);
@@ -347,7 +351,7 @@ def _batch_iters(local: LocalLog, offset: int, end: int | None, columns: bool = 
                         step, 0, len(step), offset, end, expect=st[2], partial=True,
                         message_type=Message)
             except CorruptRecordError as e:
-                local.metrics.corrupt_batches += 1
+                local.metrics.corrupt_batch()
                 raise e.at(seg.path, pos + (e.position or 0), e.offset) from None
             if done.position:
                 st[1] = pos + done.position
@@ -376,7 +380,7 @@ def _pool_pread(seg: Segment, n: int, pos: int) -> Any:
     return buf if got == n else buf.slice(0, got)
 
 
-def _iter_step(local: LocalLog, st: list[Any], offset: int, end: int | None,
+def _iter_step(local: View, st: list[Any], offset: int, end: int | None,
                careful: bool, chunk: int = _ITER_CHUNK,
                pread: Callable[[Segment, int, int], Any] | None = None
                ) -> bytes | MessageSet | None:
@@ -432,14 +436,14 @@ def _iter_step(local: LocalLog, st: list[Any], offset: int, end: int | None,
     raise _unsettled(local)
 
 
-def offset_for_time(local: LocalLog, timestamp: int) -> int | None:
+def offset_for_time(local: View, timestamp: int) -> int | None:
     """``Log.offset_for_time`` (whose docstring states the contract)."""
     local.check_readable()
     ts = check_timestamp(timestamp)
     return _settled(local, lambda: _offset_for_time(local, ts))
 
 
-def _offset_for_time(local: LocalLog, ts: int) -> int | None:
+def _offset_for_time(local: View, ts: int) -> int | None:
     lo = local.start
     segs = local.segs
     for j, seg in enumerate(segs):
