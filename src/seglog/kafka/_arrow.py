@@ -12,7 +12,7 @@ from typing import Any, Iterator
 from .._columns import arrow_modules, arrow_schema, record_batch
 from ..errors import CorruptRecordError
 from . import _uniform, _wire
-from ._reads import Found
+from ._reads import Found, general, placed_in
 from ._wire import TIMESTAMP_TYPE
 
 
@@ -120,12 +120,11 @@ def record_batches(found: Iterator[Found], start: int, end: int) -> Iterator[Any
                 if runs is not None:
                     pending.append((info, runs, data, None))
                     continue
-                recs = _wire.decode_v2(data[s:e] if s or e != len(data) else data, info)
+                recs = general(buf, info, (data, s, e))
             else:
-                recs = _wire.decode(buf, info)
+                recs = general(buf, info, None)
         except CorruptRecordError as e:
-            raise e.at(path, at + (e.position if e.position is not None else info.position),
-                       e.offset) from None
+            raise placed_in(e, path, at, info) from None
         keep = [i for i, o in enumerate(recs.offsets) if start <= o < end]
         if len(keep) != len(recs.offsets):
             recs = _wire.Records(*([col[i] for i in keep] for col in recs))  # type: ignore[arg-type]

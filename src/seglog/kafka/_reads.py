@@ -116,12 +116,11 @@ def message_iters(found: Iterator[Found], start: int, end: int,
                             _fields(data, p, stop, st, r.value_at, r.value_len, m),
                             repeat((), m)))
                     continue
-                recs = _wire.decode_v2(data[s:e] if s or e != len(data) else data, info)
+                recs = general(buf, info, (data, s, e))
             else:
-                recs = _wire.decode(buf, info)
+                recs = general(buf, info, None)
         except CorruptRecordError as e:
-            raise e.at(path, at + (e.position if e.position is not None else info.position),
-                       e.offset) from None
+            raise placed_in(e, path, at, info) from None
         items: Iterable[Any] = zip(recs.offsets, recs.timestamps, recs.keys, recs.values, recs.headers)
         if recs.offsets[0] < start or recs.offsets[-1] >= end:
             items = (t for t in items if start <= t[0] < end)
@@ -146,6 +145,24 @@ def _cutter(stride: int, at: int, length: int, m: int) -> Callable[[bytes], Any]
         one = itemgetter(cuts[0])
         return lambda b: (one(b),)
     return itemgetter(*cuts)
+
+
+def general(buf: bytes, info: BatchInfo, span: tuple[bytes, int, int] | None
+            ) -> _wire.Records:
+    """A batch's records by the general decoder: magic 2 from its records ``span``
+    (buffer, start, end), legacy messages (``span`` None) from ``buf``."""
+    if span is None:
+        return _wire.decode(buf, info)
+    data, s, e = span
+    return _wire.decode_v2(data[s:e] if s or e != len(data) else data, info)
+
+
+def placed_in(e: CorruptRecordError, path: str, at: int, info: BatchInfo
+              ) -> CorruptRecordError:
+    """A decoding error of a batch in a buffer read from file position ``at``, placed
+    in the file (at the batch when the error has no position of its own)."""
+    return e.at(path, at + (e.position if e.position is not None else info.position),
+                e.offset)
 
 
 def placed(e: Exception, path: str, position: int) -> Exception:
