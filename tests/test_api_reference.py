@@ -138,6 +138,10 @@ def test_the_reference_builds_and_names_every_public_name(built):
     with open(os.path.join(built, "log.html")) as f:
         page = f.read()
     assert 'id="seglog.Log.append"' in page and "Append one message" in page
+    # verify() is the notebook's check of every batch: documented with its contract
+    assert 'id="seglog.Log.verify"' in page and "what is at stake" in page
+    assert documented.get("seglog.Topic.verify") == "py:method"
+    assert documented.get("seglog.repair.CheckReport.summary") == "py:method"
 
 
 def test_every_public_callable_states_its_contract():

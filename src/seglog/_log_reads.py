@@ -13,11 +13,12 @@ from __future__ import annotations
 import os
 from bisect import bisect_right
 from contextlib import contextmanager
+from functools import partial
 from itertools import chain
 from operator import attrgetter
 from typing import Any, Callable, Iterator, TypeVar
 
-from . import _notebook, codec
+from . import _notebook, _verdict, codec
 from ._arrow_batches import arrow_columns
 from .errors import CorruptRecordError, OffsetOutOfRangeError, SeglogError
 from ._live import LiveLog
@@ -248,7 +249,8 @@ def _stats(local: View, readonly: bool, count: bool = True) -> dict[str, Any]:
         with _reading(local):        # measured here, read from memory below
             if seg.size:
                 seg.max_timestamp
-    return _notebook.log_stats(local.path, start, end, n if count else None, segs, readonly)
+    return _notebook.log_stats(local.path, start, end, n if count else None, segs,
+                               readonly, partial(_reading, local))
 
 
 def window(local: View, start: int | None, end: int | None, since: object,
@@ -271,7 +273,8 @@ def window(local: View, start: int | None, end: int | None, since: object,
 
 
 def to_pandas(local: View, start: int | None = None, end: int | None = None, *,
-              since: object = None, until: object = None) -> Any:
+              since: object = None, until: object = None, decode: str | None = None
+              ) -> Any:
     """``Log.to_pandas`` (whose docstring states the contract)."""
     for _ in range(_RELOCATIONS):
         lo, hi, t0, t1 = window(local, start, end, since, until)
@@ -279,10 +282,18 @@ def to_pandas(local: View, start: int | None = None, end: int | None = None, *,
             # to the visible end (no end, no until): read_arrow's own end, which
             # tells of damage there
             to_end = end is None and until is None
-            return _notebook.frame(read_arrow(local, lo, None if to_end else hi), t0, t1)
+            return _notebook.frame(read_arrow(local, lo, None if to_end else hi), t0, t1,
+                                   decode)
         except OffsetOutOfRangeError:
             if start is not None or local.start <= lo:
                 raise
+        except CorruptRecordError as e:
+            # raised from here, not from the read path's frames (a notebook shows the
+            # user's call and this), with what to do next
+            err = e.at(e.path, e.position, e.offset)
+            err.add_note(f"log.verify() (or `seglog verify {local.path}`) says what is at "
+                         f"stake and what to do")
+            raise err from None
     raise _unsettled(local)
 
 
@@ -297,8 +308,13 @@ def repr_html(local: View, readonly: bool) -> str:
     if local.closed:
         return _notebook.closed_html("seglog.Log", [("path", local.path)])
     st = html_stats(local, readonly)
-    last = _last(local, 5, st["end_offset"])
-    return _notebook.log_html(st, local.segs, local.config, last)
+    view = _notebook.LogView(st, local.segs, local.config, partial(_reading, local),
+                             verified=_verdict.latest(local.path))
+    try:
+        view.last = _last(local, 5, st["end_offset"])
+    except CorruptRecordError as e:      # the view says so, and what to do
+        view.last_error = str(e)
+    return _notebook.log_html(view)
 
 
 def _last(local: View, n: int, end: int) -> list[Message]:

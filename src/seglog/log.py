@@ -20,7 +20,7 @@ import weakref
 from dataclasses import fields
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import _log_reads, _log_wait, _scheduler, codec, recovery
+from . import _log_reads, _log_wait, _notebook, _scheduler, codec, recovery, repair
 from .cleaner import CompactionStats
 from .config import LogConfig
 from .errors import (MessageTooLargeError, ReadOnlyError, SeglogError, StorageError,
@@ -432,14 +432,25 @@ class Log:
         return _log_reads.stats(self._view, self.readonly)
 
     def to_pandas(self, start: int | None = None, end: int | None = None, *,
-                  since: object = None, until: object = None) -> Any:
+                  since: object = None, until: object = None, decode: str | None = None) -> Any:
         """Messages as a ``pandas.DataFrame`` (columns offset, timestamp as UTC
-        datetimes, key, value, headers), from offset ``start`` to ``end`` and with
-        timestamps in ``[since, until)`` (datetimes, ISO 8601 strings or ms; naive
-        means UTC). Built from ``read_arrow``; needs pandas and pyarrow (the ``spark``
-        extra). Without ``start``, retention deleting the first messages meanwhile (a
-        writer in another process) makes it read again from the new start."""
-        return _log_reads.to_pandas(self._view, start, end, since=since, until=until)
+        datetimes, key, value, headers; ``decode="utf-8"``: keys and values as ``str``),
+        from offset ``start`` to ``end`` and with timestamps in ``[since, until)``
+        (datetimes, ISO 8601 strings or ms; naive means UTC). Built from
+        ``read_arrow``; needs pandas and pyarrow (the ``spark`` extra). Without
+        ``start``, retention deleting the first messages meanwhile (a writer in another
+        process) makes it read again from the new start."""
+        return _log_reads.to_pandas(self._view, start, end, since=since, until=until,
+                                    decode=decode)
+
+    def verify(self) -> repair.CheckReport:
+        """Read and check every batch and index entry of the log, as ``seglog verify``
+        does: a ``CheckReport`` that says what was read, and at damage where it is, what
+        is at stake and what to do next (a notebook shows it as a table; ``str()`` is
+        the command's text). Reads only and takes no lock, beside any writer; the
+        log's notebook views then say when it was verified and what was found.
+        ``LogClosedError`` if the log is closed."""
+        return repair.verify(self)
 
     def _repr_html_(self) -> str:
         return _log_reads.repr_html(self._view, self.readonly)
@@ -497,8 +508,9 @@ class Log:
         deleted; compaction runs and the bytes they saved; wake-ups of ``wait``.
         Cheap to keep on: appends add one integer increment."""
         local = self._local
-        return _metrics(self._view.metrics, (0, 0) if local is None else local.appended(),
-                        self._batches_appended, self.recovery)
+        return _notebook.Metrics(_metrics(self._view.metrics,
+                                          (0, 0) if local is None else local.appended(),
+                                          self._batches_appended, self.recovery))
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "readonly" if self.readonly else "writer"

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Iterator
 
 import xxhash
 
-from . import _notebook
+from . import _notebook, repair
 from ._log_open import check_open_options
 from ._platform import lock_within
 from ._files import (TOPICS_DIR, abs_dir, atomic_write, fsync_dir, list_dir, make_dirs, path_error,
@@ -325,10 +325,10 @@ class Topic:
         """``Log.stats()`` per partition, and totals, as plain dicts."""
         self._check_open()
         parts = [log.stats() for log in self._logs]
-        return {"topic": self.name, "root": self.root, "partitions": parts,
-                "messages": sum(p["messages"] for p in parts),
-                "bytes": sum(p["bytes"] for p in parts),
-                "segments": sum(p["segments"] for p in parts)}
+        return _notebook.Stats({"topic": self.name, "root": self.root, "partitions": parts,
+                                "messages": sum(p["messages"] for p in parts),
+                                "bytes": sum(p["bytes"] for p in parts),
+                                "segments": sum(p["segments"] for p in parts)})
 
     def metrics(self) -> dict[str, Any]:
         """``Log.metrics()`` per partition (``"partitions"``) and the sums of the
@@ -338,23 +338,30 @@ class Topic:
         total = {k: sum(p[k] for p in parts) for k, v in parts[0].items()
                  if isinstance(v, int) and not isinstance(v, bool)}
         total["partitions"] = parts
-        return total
+        return _notebook.Metrics(total)
 
     def to_pandas(self, start: dict[int, int] | None = None, end: dict[int, int] | None = None,
-                  *, since: object = None, until: object = None) -> Any:
+                  *, since: object = None, until: object = None,
+                  decode: str | None = None) -> Any:
         """Every partition's messages as one ``pandas.DataFrame`` with a ``partition``
         column first, partition by partition in offset order; ``start``/``end`` map
-        partitions to offsets; ``since``/``until`` as ``Log.to_pandas``."""
+        partitions to offsets; ``since``/``until``/``decode`` as ``Log.to_pandas``."""
         self._check_open()
         frames = [log.to_pandas((start or {}).get(p), (end or {}).get(p), since=since,
-                                until=until) for p, log in enumerate(self._logs)]
+                                until=until, decode=decode)
+                  for p, log in enumerate(self._logs)]
         return _notebook.concat_partitions(frames)
+
+    def verify(self) -> repair.CheckReports:
+        """``Log.verify()`` of every partition, in partition order: the reports as one
+        list (``ok`` when none has a problem; a notebook shows them as one table)."""
+        self._check_open()
+        return repair.CheckReports(log.verify() for log in self._logs)
 
     def _repr_html_(self) -> str:
         if self._closed:
             return _notebook.closed_html(f"seglog.Topic {self.name!r}", [("root", self.root)])
-        return _notebook.topic_html(self.name, self.root, self.readonly,
-                                    [log.stats() for log in self._logs])
+        return _notebook.topic_html(self.name, self.root, self.readonly, self._logs)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("readonly" if self.readonly else "writer")
