@@ -20,6 +20,7 @@ from ..message import Message, messages_html
 from .._columns import arrow_modules
 from . import _arrow, _discover, _reads, _txn, _wire
 from ._segments import ARROW_CHUNK, Segment, list_segments, open_readonly
+from ._wire import BatchInfo, Records
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
@@ -167,8 +168,7 @@ class KafkaPartition:
         return pa.Table.from_batches(batches) if batches else _arrow.empty_table()
 
     def batches(self, start: int | None = None, end: int | None = None, *,
-                decode: bool = False) -> Iterator[tuple[str, _wire.BatchInfo,
-                                                         _wire.Records | None]]:
+                decode: bool = False) -> Iterator[tuple[str, BatchInfo, Records | None]]:
         """Every batch with offsets in ``[start, end)`` as stored, control batches too
         (what ``kafka-dump-log`` shows): (segment file, ``BatchInfo`` with its
         position in that file, its records when ``decode``). Each is checksummed;

@@ -64,14 +64,17 @@ class BatchInfo(NamedTuple):
 
     @property
     def is_control(self) -> bool:
+        """A control batch (a transaction's COMMIT or ABORT marker), never yielded."""
         return self.magic >= 2 and bool(self.attributes & CONTROL)
 
     @property
     def is_transactional(self) -> bool:
+        """A batch written inside a transaction."""
         return self.magic >= 2 and bool(self.attributes & TRANSACTIONAL)
 
     @property
     def codec(self) -> int:
+        """The compression codec's number: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd."""
         return self.attributes & CODEC_MASK
 
 
