@@ -91,7 +91,7 @@ exit 0
 """
 
 
-@pytest.mark.parametrize("script, extras", [("demo", ""), ("test", "[dev,spark]")])
+@pytest.mark.parametrize("script, extras", [("demo", ""), ("test", "[dev,spark,kafka]")])
 def test_the_demo_installs_the_runtime_alone(tmp_path, script, extras):
     """scripts/demo installs seglog without extras (the quickstart needs none);
     scripts/test still installs what the tests need."""
