@@ -904,10 +904,10 @@ def test_progress_counts_data_not_a_writers_reserved_zeros(tmp_path, monkeypatch
             super().__call__(n)
     monkeypatch.setattr(seglog._cli_inspect, "Progress", Spy)
     with Log.open(path, segment_bytes=64 << 20) as log:     # a writer: its file reserved
-        log.append_batch([b"y" * 500] * 200)
+        log.append_batch([b"y" * 500] * 20)
         log.flush()
         stored = sum(s.size for s in log.segments)
-        assert _sizes(path) > 10 * stored
+        assert _sizes(path) > 4 * stored      # the reservation's zeros past the data
         assert seglog.repair.data_bytes(path) == stored
         for cmd in ("dump", "verify", "stats"):
             assert seglog.cli.main([cmd, path], out=io.StringIO()) == 0

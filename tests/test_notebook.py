@@ -312,8 +312,8 @@ def test_html_of_a_reader_when_retention_deletes_the_last_messages_meanwhile(tmp
         with Log.open(path, readonly=True) as r:
             real = _log_reads.html_stats
 
-            def stats_then_retention(local):
-                st = real(local)
+            def stats_then_retention(local, readonly):
+                st = real(local, readonly)
                 monkeypatch.setattr(_log_reads, "html_stats", real)
                 w.enforce_retention(T0 * 10)   # all but the active segment is due
                 return st

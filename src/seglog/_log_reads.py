@@ -308,13 +308,15 @@ def repr_html(local: View, readonly: bool) -> str:
     if local.closed:
         return _notebook.closed_html("seglog.Log", [("path", local.path)])
     st = html_stats(local, readonly)
-    view = _notebook.LogView(st, local.segs, local.config, partial(_reading, local),
-                             verified=_verdict.latest(local.path))
+    last: list[Message] = []
+    last_error = None
     try:
-        view.last = _last(local, 5, st["end_offset"])
+        last = _last(local, 5, st["end_offset"])
     except CorruptRecordError as e:      # the view says so, and what to do
-        view.last_error = str(e)
-    return _notebook.log_html(view)
+        last_error = str(e)
+    return _notebook.log_html(_notebook.LogView(
+        st, local.segs, local.config, partial(_reading, local), last, last_error,
+        verified=_verdict.latest(local.path)))
 
 
 def _last(local: View, n: int, end: int) -> list[Message]:
