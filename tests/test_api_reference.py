@@ -20,6 +20,7 @@ import seglog
 import seglog.codec
 import seglog.consumer_group
 import seglog.errors
+import seglog.kafka
 import seglog.repair
 import seglog.spark
 import seglog.testing
@@ -55,6 +56,7 @@ def public_api() -> dict[str, Any]:
     # assign (the assignors' entry, for tests and tools) is not an adopter's call
     api |= _callables_of(seglog.consumer_group,
                          [n for n in seglog.consumer_group.__all__ if n != "assign"])
+    api |= _callables_of(seglog.kafka, seglog.kafka.__all__)
     api |= _callables_of(seglog.spark, [n for n in seglog.spark.__all__
                                         if HAS_PYSPARK or n != "SeglogDataSource"])
     first: dict[int, str] = {}              # one name per object: the first one listed

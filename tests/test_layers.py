@@ -24,8 +24,8 @@ LAYERS = [
     "_log_open", "_log_maintenance", "log", "topic", "_future", "producer", "_assignors",
     "_group_files", "_group_ops", "_group_view", "_group_admin", "_consumer_fetch",
     "_assignment", "_topic_watch", "_membership", "_consumer_args",
-    "consumer_group", "spark",
-    "testing", "_cli_output", "_cli_paths", "_cli_inspect", "_cli_groups", "_cli_maintain", "cli", "__main__",
+    "consumer_group", "kafka", "spark",
+    "testing", "_cli_output", "_cli_paths", "_cli_kafka", "_cli_inspect", "_cli_groups", "_cli_maintain", "cli", "__main__",
     "__init__",
 ]
 PKG = os.path.dirname(seglog.__file__)

@@ -12,7 +12,7 @@ import textwrap
 import time
 from typing import Any, Callable
 
-from . import _verdict, codec, repair
+from . import _cli_kafka, _verdict, codec, repair
 from ._cli_output import (EXIT_DAMAGE, EXIT_OK, Col, Progress, codec_name, flags_text,
                           headers_text, json_value, offset_fields, plural, problem_dicts,
                           show_value, span_text, stake_dict, table, width)
@@ -34,6 +34,9 @@ def _parse_time(s: str) -> int:
 # -- dump --------------------------------------------------------------------------------
 def cmd_dump(a: argparse.Namespace, out: Any) -> int:
     path = a.path
+    kafka_parts = _cli_kafka.targets(path)
+    if kafka_parts is not None:
+        return _cli_kafka.dump(a, out, kafka_parts)
     require_log(path)
     lowest = a.from_offset if a.from_offset is not None else 0
     if a.to_offset is not None and a.to_offset <= lowest:
@@ -150,6 +153,9 @@ def _check(t: Target, prog: Progress) -> repair.CheckReport:
 
 
 def cmd_verify(a: argparse.Namespace, out: Any) -> int:
+    kafka_parts = _cli_kafka.targets(a.path)
+    if kafka_parts is not None:
+        return _cli_kafka.verify(a, out, kafka_parts)
     found = find_logs(a.path)
     prog = Progress("verify", total_bytes(found.targets))
     reports = []
@@ -252,6 +258,9 @@ def _ratio(r: dict[str, Any]) -> str:
 
 
 def cmd_stats(a: argparse.Namespace, out: Any) -> int:
+    kafka_parts = _cli_kafka.targets(a.path)
+    if kafka_parts is not None:
+        return _cli_kafka.stats(a, out, kafka_parts)
     found = find_logs(a.path)
     prog = Progress("stats", total_bytes(found.targets))
     rows: list[dict[str, Any]] = []
