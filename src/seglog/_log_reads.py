@@ -435,6 +435,11 @@ def _iter_step(local: View, st: list[Any], offset: int, end: int | None,
                         f"(log start is now {local.start})")
                 segs = local.segs
                 k = bisect_right(segs, seg.base_offset, key=_BASE)
+                if not k or segs[k - 1] is not seg:
+                    # the list changed under this reader (compaction swapped in a copy
+                    # of its segment, merged with the next ones, and has not retired
+                    # the old one yet): its next segment is not this list's next
+                    raise SegmentGoneError("replaced in the list")
                 if k >= len(segs):
                     local.raise_damage()
                     return None

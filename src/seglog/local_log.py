@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from typing import Any, Callable, Protocol, Sequence
 
 from . import recovery
@@ -35,8 +36,8 @@ from ._metrics import AppendCounts, Metrics
 from ._writers import (Shared, Tail, WritersFile, adopt, follow, remove_unwritten, rolling_cut,
                        stray_segments)
 from .config import LogConfig
-from .codec import NEVER
-from .errors import LogClosedError, SeglogError, StorageError, storage_error
+from .codec import NEVER, encode_batch
+from .errors import LogClosedError, LogLockedError, SeglogError, StorageError, storage_error
 from .segment import Segment
 
 # what a refused call did not do, said by its LogLockedError
@@ -54,6 +55,23 @@ def active_capacity(config: LogConfig) -> int:
     batch (and room for its framing), so an append that fits the roll check always
     fits. The file grows to it as blocks are reserved, never further."""
     return config.segment_bytes + config.max_message_bytes + 65536
+
+
+class _Waiting:
+    """An append of a thread that found the append lock taken (flat combining, as group
+    commit does for fsync): the thread that holds the lock appends it for this one
+    before it lets go, or hands it back (``again``) to be tried by its own thread.
+    ``done`` is released when either happened."""
+
+    __slots__ = ("batches", "done", "result", "error", "again")
+
+    def __init__(self, batches: list[tuple[Any, int, int, int]]) -> None:
+        self.batches = batches
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.result = range(0)
+        self.error: BaseException | None = None
+        self.again = False
 
 
 class ModeLock(Protocol):
@@ -98,6 +116,8 @@ class LocalLog:
         self._lock = threading.Lock()
         self._w = writers
         self._bind_mode()
+        # appends of threads that found the lock taken, appended by its holder
+        self._line: deque[_Waiting] = deque()
         # bumped by every change of the segment list (``_list_gen``) and of the start
         # or flushed offset (``_changes``); with several writers, what this writer
         # published last of them (``_pub_*``), and whether it must follow the files
@@ -129,7 +149,7 @@ class LocalLog:
         """The three steps of every change, chosen once for the writer's mode."""
         if self._w is None:
             lock = self._lock
-            self._begin: Callable[[], object] = lock.acquire
+            self._begin: Callable[[bool], bool] = lock.acquire
             self._commit: Callable[[], None] = lock.release
             self._abort: Callable[[], None] = lock.release
         else:
@@ -246,19 +266,26 @@ class LocalLog:
         if self._w is None:
             self._lock.acquire()
         else:
-            self._begin_shared(what)
+            self._begin_shared(True, what)
         if not self._writable:
-            self._commit()
+            self._done_writing()
             self.check_writable()
 
     # -- appending (the hot path: one call each from ``Log``) ---------------------------
     def append_one(self, ts: int, check: int, value: bytes, size: int) -> int:
         """Append one short keyless record (``Segment.append_one``'s arguments, the
         offset aside), rolling when the active segment refuses it; its offset. An
-        ``OSError`` propagates (the caller poisons the log)."""
-        self._begin()
+        ``OSError`` propagates (the caller poisons the log).
+
+        Threads that find the append lock taken do not queue on it (each release
+        would wake one, a system call and a context switch an append: a convoy):
+        they leave their records in line, and the holder appends them before it lets
+        go (``_serve_line``), each call still atomic and in its thread's order."""
+        if not self._begin(False):
+            # the line's form of the record: the one-record batch ``append_one`` makes
+            return self._wait_in_line([(encode_batch(0, [value], ts), 1, ts, size)]).start
         if not self._writable:
-            self._commit()
+            self._done_writing()
             self.check_writable()
         try:
             off = self._end
@@ -268,8 +295,12 @@ class LocalLog:
             self._end = off + 1
         except BaseException:
             self._abort()
+            if self._line:
+                self._serve_line()
             raise
         self._commit()
+        if self._line:
+            self._serve_line()
         if self._waiters:
             self.notify()
         return off
@@ -278,32 +309,114 @@ class LocalLog:
         """Append encoded batches (``(data, records, largest timestamp, bytes)``), each
         atomically, rolling as needed; the range of their offsets. An ``OSError``
         propagates (the caller poisons the log); batches copied before it stay."""
-        self._begin()
+        if not self._begin(False):
+            return self._wait_in_line(batches)
+        return self._append_holding(batches)
+
+    def _append_holding(self, batches: list[tuple[Any, int, int, int]]) -> range:
+        """``append_encoded`` with the append lock taken: appended, the lock let go."""
         if not self._writable:
-            self._commit()
+            self._done_writing()
             self.check_writable()
         try:
-            first = off = self._end
-            for data, n, max_ts, size in batches:
-                seg = self._active
-                if seg.append(data, off, off + n, max_ts, size) < 0:
-                    self._roll(seg).append(data, off, off + n, max_ts, size)
-                off += n
-                self._end = off
+            got = self._put(batches)
         except BaseException:
             self._abort()
+            if self._line:
+                self._serve_line()
             raise
-        self._commit()
+        self._done_writing()
         if self._waiters:
             self.notify()
+        return got
+
+    def _put(self, batches: list[tuple[Any, int, int, int]]) -> range:
+        """(lock held) Copy ``batches`` in after the end, rolling as needed; their
+        offsets. The end moves past each batch as it lands."""
+        first = off = self._end
+        for data, n, max_ts, size in batches:
+            seg = self._active
+            if seg.append(data, off, off + n, max_ts, size) < 0:
+                self._roll(seg).append(data, off, off + n, max_ts, size)
+            off += n
+            self._end = off
         return range(first, off)
+
+    def _wait_in_line(self, batches: list[tuple[Any, int, int, int]]) -> range:
+        """Leave ``batches`` for the holder of the append lock to append, and wait; if
+        it hands them back, append them here (taking the lock, waiting for it)."""
+        item = _Waiting(batches)
+        self._line.append(item)
+        # the holder may have let go since this thread found the lock taken: then
+        # nobody would serve the line but this thread
+        self._serve_line()
+        item.done.acquire()
+        if item.error is not None:
+            raise item.error
+        if not item.again:
+            return item.result
+        self._begin(True)
+        return self._append_holding(batches)
+
+    def _serve_line(self) -> None:
+        """(with the append lock let go) Take it again if it is free, and append what
+        threads left in line, each as its own call would have: atomically, in order;
+        they return when published. A failure is the failing call's; the calls after
+        it are handed back to their threads, as are all when the log refuses writes
+        (each then raises what it would have). If the lock cannot be had (with
+        several writers, another holds it past ``lock_timeout_ms``), the calls in line
+        fail as theirs would have."""
+        line = self._line
+        while line:
+            try:
+                if not self._begin(False):
+                    return           # another thread holds the lock: it serves them
+            except BaseException as e:
+                self._fail_line(e)   # (with several writers, done already)
+                return
+            if not self._writable:
+                self._commit()
+                self._hand_back(line)
+                return
+            served: list[_Waiting] = []
+            try:
+                while line:
+                    item = line.popleft()
+                    served.append(item)
+                    item.result = self._put(item.batches)
+            except BaseException as e:
+                served[-1].error = e
+                self._abort()
+                for item in served:
+                    item.done.release()
+                self._hand_back(line)
+                return
+            self._commit()
+            for item in served:
+                item.done.release()
+            if self._waiters:
+                self.notify()
+
+    @staticmethod
+    def _hand_back(line: deque[_Waiting]) -> None:
+        while line:
+            item = line.popleft()
+            item.again = True
+            item.done.release()
+
+    def _done_writing(self) -> None:
+        """Step 2 for a change other than an append: publish, let go, and serve the
+        appends that waited in line meanwhile."""
+        self._commit()
+        if self._line:
+            self._serve_line()
 
     def next_offset(self) -> int:
         """The offset the next append gets, on a refreshed view (``append_batch([])``);
         what an append would raise if the log is not writable."""
         self._begin_writing("nothing was written")
         end = self._end
-        self._commit()
+        self._done_writing()
         return end
 
     def _roll(self, old: Segment) -> Segment:
@@ -339,52 +452,68 @@ class LocalLog:
         return new
 
     # -- several writers: following the others, publishing ------------------------------
-    def _begin_shared(self, what: str = "nothing was written") -> None:
-        """Step 1 with several writers: this process's lock, then the other writers'
-        (together within ``lock_timeout_ms``, else ``LogLockedError`` ending with
-        ``what``), then follow what they published since this writer last looked."""
+    def _begin_shared(self, blocking: bool = True, what: str = "nothing was written") -> bool:
+        """Step 1 with several writers: this process's lock (False at once if another
+        thread holds it and not ``blocking``), then the other writers' (together within
+        ``lock_timeout_ms``, else ``LogLockedError`` ending with ``what``), then follow
+        what they published since this writer last looked; True. While this thread
+        waits for the other writers, this process's other appends wait in line; they
+        fail as this call fails."""
         lock, w = self._lock, self._w
         assert w is not None
-        if not lock.acquire(False):
-            self._begin_waiting(what)
-            return
-        try:
-            moved = w.enter()
-        except BlockingIOError:
-            lock.release()
-            self._begin_waiting(what)
-            return
-        except LogClosedError:
-            lock.release()
-            raise self.closed_error() from None
-        except BaseException:
-            lock.release()
-            raise
+        if lock.acquire(False):
+            try:
+                moved = w.enter()
+            except BlockingIOError:
+                moved = self._enter_waiting(w.timeout, what)
+            except LogClosedError:
+                lock.release()
+                self._fail_line(self.closed_error())
+                raise self.closed_error() from None
+            except BaseException as e:
+                lock.release()
+                self._fail_line(e)
+                raise
+        else:
+            if not blocking:
+                return False
+            start = time.monotonic()
+            if not lock.acquire(timeout=w.timeout):
+                raise w.timed_out(what)
+            moved = self._enter_waiting(w.timeout - (time.monotonic() - start), what)
         if moved is not None:
             self._follow(moved)
+        return True
 
-    def _begin_waiting(self, what: str) -> None:
-        """``_begin_shared`` when another thread or writer holds the lock."""
+    def _enter_waiting(self, left: float, what: str) -> Tail | Shared | None:
+        """(this process's lock held) The other writers' lock, waited for at most
+        ``left`` seconds, and what moved; a failure lets go of both."""
         lock, w = self._lock, self._w
         assert w is not None
-        start = time.monotonic()
-        if not lock.acquire(timeout=w.timeout):
-            raise w.timed_out(what)
         try:
             if w.closed:
                 raise self.closed_error()
-            w.lock(max(0.0, w.timeout - (time.monotonic() - start)), what)
-        except BaseException:
+            w.lock(max(0.0, left), what)
+            try:
+                return w.look()
+            except BaseException:
+                w.unlock()
+                raise
+        except BaseException as e:
             lock.release()
+            self._fail_line(e)
             raise
-        try:
-            moved = w.look()
-        except BaseException:
-            w.unlock()
-            lock.release()
-            raise
-        if moved is not None:
-            self._follow(moved)
+
+    def _fail_line(self, e: BaseException) -> None:
+        """The appends waiting in line fail as the holder's call failed before it
+        wrote anything (the lock could not be had, the log is closed)."""
+        if isinstance(e, LogLockedError) and self._w is not None:
+            e = self._w.timed_out()         # said of an append: nothing was written
+        line = self._line
+        while line:
+            item = line.popleft()
+            item.error = e
+            item.done.release()
 
     def _follow(self, moved: Tail | Shared) -> None:
         """(lock held) Take what the other writers published since this writer last
@@ -403,6 +532,7 @@ class LocalLog:
             self._follow_state(moved)    # type: ignore[arg-type]
         except BaseException as e:
             self._abort_shared()
+            self._hand_back(self._line)     # each tries again itself
             if isinstance(e, OSError) and not isinstance(e, SeglogError):
                 raise StorageError(e.errno, f"following the other writers of {self.path} "
                                             f"failed: {e}") from e
@@ -573,8 +703,10 @@ class LocalLog:
                 self._list_changed()
         except BaseException:
             self._abort()
+            if self._line:
+                self._serve_line()
             raise
-        self._commit()
+        self._done_writing()
         # readers of this process re-find their place; the files close once no read
         # is in flight (readers in other processes are what a delayed delete is for)
         self._reads.retire(doomed, "deleted by retention")
@@ -585,7 +717,7 @@ class LocalLog:
         taken under the append lock (``LogLockedError`` after ``lock_timeout_ms``)."""
         self._begin_writing(_NOT_COMPACTED)
         segs, start = self._segs[:-1], self._start
-        self._commit()
+        self._done_writing()
         return segs, start
 
     def replace(self, old: list[Segment], new: Segment) -> None:
@@ -598,7 +730,7 @@ class LocalLog:
             self._lock.acquire()
         else:
             try:
-                self._begin_shared(_NOT_SWAPPED)
+                self._begin_shared(True, _NOT_SWAPPED)
             except BaseException:
                 self._relist = True
                 raise
@@ -618,8 +750,10 @@ class LocalLog:
                                    f"{bases[0]}..{bases[-1]}, which the log no longer lists")
         except BaseException:
             self._abort()
+            if self._line:
+                self._serve_line()
             raise
-        self._commit()
+        self._done_writing()
         self._reads.retire(gone + [s for s in old if s not in gone], "replaced by compaction")
 
     def files_swapped(self, resolve: Callable[[], None]) -> None:
@@ -632,8 +766,10 @@ class LocalLog:
                 self._relist_now()
         except BaseException:
             self._abort()
+            if self._line:
+                self._serve_line()
             raise
-        self._commit()
+        self._done_writing()
 
     def freeze_open_files(self) -> None:
         """A compaction pass failed after swapping files on disk that the list still
@@ -650,7 +786,7 @@ class LocalLog:
         poisons the log)."""
         self._begin_writing(_NOT_FLUSHED)
         target, seg = self._end, self._active
-        self._commit()
+        self._done_writing()
         if target <= self._flushed:
             return self._flushed
         # in flight: a compaction or another writer's roll that retires this segment
@@ -673,8 +809,10 @@ class LocalLog:
             self._flushed_to(target)
         except BaseException:
             self._abort()
+            if self._line:
+                self._serve_line()
             raise
-        self._commit()
+        self._done_writing()
         return self._flushed
 
     def _flushed_to(self, target: int) -> None:
@@ -731,7 +869,7 @@ class LocalLog:
         if w is None:
             self._lock.acquire()
         else:
-            self._begin_shared(_NOT_CLOSED)
+            self._begin_shared(True, _NOT_CLOSED)
         sealed = False
         try:
             # reads never take the append lock: waiting for them here cannot deadlock
@@ -801,6 +939,8 @@ class LocalLog:
             finally:
                 self._lock.release()
             self.notify()
+            if self._line:
+                self._serve_line()          # hands them back: each is refused
 
     def _publish_closing(self) -> None:
         seg = self._active
@@ -829,6 +969,8 @@ class LocalLog:
             if lock is not None:
                 lock.release()
         self.notify()
+        if self._line:
+            self._serve_line()
 
     def after_fork(self) -> None:
         """In a forked child: new locks (another thread of the parent may have held

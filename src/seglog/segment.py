@@ -474,11 +474,14 @@ class Segment:
 
     def flush(self) -> None:
         """fsync data and indexes: recovery then trusts index entries below the
-        recovery point and scans only the tail."""
-        self._log.fsync()
-        for ix in (self._index, self._timeindex):
-            if ix is not None:
-                ix.flush()
+        recovery point and scans only the tail. Safe beside ``seal`` in another thread
+        (a flush outside the append lock of a segment a roll seals meanwhile): the
+        files' lock keeps a trim from closing an index's descriptor under the fsync."""
+        with self._log.lock:
+            self._log.fsync()
+            for ix in (self._index, self._timeindex):
+                if ix is not None:
+                    ix.flush()
 
     def seal(self) -> None:
         """Stop appending: cut the file back to its data, trim the indexes, fsync all."""
@@ -489,10 +492,11 @@ class Segment:
             self._timeindex.append_last(self._max_ts, self._max_ts_offset)
         self._unmap()
         self._roll_size = self._roll_ts = self._roll_off = NEVER
-        os.ftruncate(self.file.fileno(), self._size)
-        fsync_file(self.file.fileno())
-        self._index.trim()
-        self._timeindex.trim()
+        with self._log.lock:            # a flush in another thread: see ``flush``
+            os.ftruncate(self.file.fileno(), self._size)
+            fsync_file(self.file.fileno())
+            self._index.trim()
+            self._timeindex.trim()
 
     def close(self, seal: bool = True) -> None:
         """Seal (if active and ``seal``) and release files, even if sealing fails."""
