@@ -310,8 +310,16 @@ class Log:
         encodes every partition's part before writing any)."""
         return encode(items, now, self.config, self._compress)
 
-    def append_encoded(self, batches: list[tuple[Any, int, int, int]]) -> range:
-        """Append what ``encode`` returned, atomically per batch; the range of offsets."""
+    def append_encoded(self, batches: list[tuple[Any, int, int, int]], atomic: bool = False
+                       ) -> range:
+        """Append what ``encode`` returned, atomically per batch; the range of offsets.
+
+        ``atomic``: all the batches as one unit, which readers and recovery see
+        whole or not at all (``Segment.append_group``). They must fit one segment:
+        more than ``segment_bytes`` + ``max_message_bytes`` in all is a
+        ``MessageTooLargeError``, and nothing is written."""
+        if atomic and batches:
+            return self._append_group(batches)
         local = self._local
         lock = local.lock
         lock.acquire()
@@ -333,6 +341,34 @@ class Log:
             self._batches_appended += len(batches)
         finally:
             lock.release()
+        if local.waiters:
+            local.notify()
+        if off - 1 >= local.flush_at:
+            self.flush()
+        return range(first, off)
+
+    def _append_group(self, batches: list[tuple[Any, int, int, int]]) -> range:
+        total = sum(b[3] for b in batches)
+        limit = self.config.segment_bytes + self._max_msg
+        if total > limit:
+            raise MessageTooLargeError(
+                f"an atomic append of {total} bytes does not fit one segment "
+                f"(segment_bytes + max_message_bytes = {limit})")
+        local = self._local
+        with local.lock:
+            if not self._ok:
+                self.check_writable()
+            first = local.end
+            seg = local.active
+            try:
+                if seg.append_group(batches, first) < 0:
+                    self._roll(seg).append_group(batches, first)
+            except StorageError:
+                raise                       # a roll failed, and poisoned the log
+            except OSError as e:
+                raise self._fail(e) from e
+            local.end = off = first + sum(b[1] for b in batches)
+            self._batches_appended += len(batches)
         if local.waiters:
             local.notify()
         if off - 1 >= local.flush_at:
