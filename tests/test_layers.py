@@ -156,7 +156,7 @@ def test_the_checker_sees_a_subpackage_as_one_layer():
     assert ("spark._source", "spark") in [(m, p) for m, p, _ in _entry_files("spark")]
 
 
-# --- who may use which names, and how big a file or class may grow -----------------
+# --- who may use which names, and how big a file may grow ---------------------------
 #
 # A name with a leading underscore belongs to the module that defines it: other modules
 # use a module's public names (a module whose own name starts with an underscore, such
@@ -164,8 +164,11 @@ def test_the_checker_sees_a_subpackage_as_one_layer():
 # Without types the check is by name: ``x._foo`` is fine in a module that itself
 # defines ``_foo`` (a def, a class, an assignment, ``self._foo = ...``, a slot, an
 # argument), since that is how a class reads its own state.
-MAX_MODULE_LINES = 600
-MAX_CLASS_LINES = 450
+# a guard against a file growing into several concepts, not a target: a class is never
+# cut at a line count (that met this number once by binding free functions back onto
+# ``Segment`` and making fields public); who changes which state is checked by
+# tests/test_state_ownership.py, and a long class that owns one concept stays whole
+MAX_MODULE_LINES = 900
 # underscore names of the standard library's public API (namedtuple's, os._exit)
 _STDLIB_UNDERSCORE_API = {"_exit", "_asdict", "_replace", "_fields", "_make", "_field_defaults"}
 
@@ -227,19 +230,13 @@ def test_underscore_names_are_used_only_in_their_own_module():
     assert not bad, "\n".join(bad)
 
 
-def test_modules_and_classes_stay_small():
+def test_no_module_grows_past_the_guard():
     big = []
     for mod, path in _package_files():
         with open(path, encoding="utf-8") as f:
-            source = f.read()
-        lines = len(source.splitlines())
+            lines = len(f.read().splitlines())
         if lines > MAX_MODULE_LINES:
             big.append(f"{mod}.py has {lines} lines (at most {MAX_MODULE_LINES})")
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.ClassDef):
-                n = (node.end_lineno or node.lineno) - node.lineno + 1
-                if n > MAX_CLASS_LINES:
-                    big.append(f"{mod}.py: class {node.name} has {n} lines (at most {MAX_CLASS_LINES})")
     assert not big, "\n".join(big)
 
 

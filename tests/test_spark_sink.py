@@ -1,0 +1,390 @@
+"""The "seglog" sink: df.write and df.writeStream into seglog topics, exactly once.
+
+Without Spark: the Arrow encoder against Log.encode, the options, the task side
+(placement, checks, staging) and the driver side (manifest, publishing, finishing
+a commit its driver died inside) on Arrow batches made here. With the module's
+local[2] session: round trips of every column and both codecs, bad input, a task
+failure, streams run again. The streaming query SIGKILLed at random instants is
+test_spark_sink_kills.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("pyspark")
+pa = pytest.importorskip("pyarrow")
+np = pytest.importorskip("numpy")
+
+from seglog import InvalidConfigError, Log, MessageTooLargeError, Record, Topic  # noqa: E402
+from seglog.errors import SeglogError  # noqa: E402
+from seglog.spark import _publish  # noqa: E402
+from seglog.spark._encode import Rows, encode_rows  # noqa: E402
+from seglog.spark._publish import WriteDir, make_manifest, publish, sweep_jobs  # noqa: E402
+from seglog.spark._sink_options import ColumnSpec, parse_sink_options  # noqa: E402
+from seglog.spark._stage import Stager, StagedGroup  # noqa: E402
+
+from clock import SYNTHETIC_CLOCK  # noqa: E402
+
+NOW = int(time.time() * 1000)
+HTYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def seed_for(name: str) -> int:
+    seed = int(os.environ.get("SEGLOG_SEED", "0")) or random.randrange(1 << 30)
+    print(f"\n{name}: seed {seed} (rerun with SEGLOG_SEED={seed})")
+    return seed
+
+
+# -- the Arrow encoder ----------------------------------------------------------------------
+def random_records(rnd: random.Random, n: int, limit: int) -> list[Record]:
+    kmode = rnd.choice(["none", "some", "all"])
+    tmode = rnd.choice(["same", "vary", "wide"])
+    hmode = rnd.choice(["none", "some"])
+    out = []
+    while len(out) < n:
+        v = rnd.choice([None, b"", os.urandom(rnd.randrange(0, 100)), b"x",
+                        os.urandom(rnd.randrange(65530, 65540)) if rnd.random() < 0.05 else b"y"])
+        k = (None if kmode == "none" or (kmode == "some" and rnd.random() < 0.5)
+             else os.urandom(rnd.randrange(0, 9)))
+        t = (NOW if tmode == "same" else NOW + rnd.randrange(0, 1000) if tmode == "vary"
+             else rnd.randrange(0, 1 << 45))
+        h = [] if hmode == "none" or rnd.random() < 0.5 else \
+            [("h%d" % j, os.urandom(rnd.randrange(0, 5))) for j in range(rnd.randrange(0, 3))]
+        size = (len(v) if v else 0) + (len(k) if k else 0) + sum(len(a) + len(b) + 8 for a, b in h)
+        if size <= limit:
+            out.append(Record(v, key=k, timestamp=t, headers=h))
+    return out
+
+
+def as_rows(recs: list[Record], with_keys: bool, with_headers: bool, pad: int = 0) -> Rows:
+    """The records as the sink's Arrow columns, ``pad`` rows of other data around them
+    (the arrays are slices, as the sink's are after placing rows)."""
+    vals = [b"pad"] * pad + [r.value for r in recs] + [b"pad"] * pad
+    keys = [b"k"] * pad + [r.key for r in recs] + [b"k"] * pad
+    hdrs = [None] * pad + [[{"key": a, "value": b} for a, b in r.headers] for r in recs] + [None] * pad
+    n = len(recs)
+    return Rows(pa.array(vals, pa.binary()).slice(pad, n),
+                pa.array(keys, pa.binary()).slice(pad, n) if with_keys else None,
+                np.array([r.timestamp for r in recs], dtype=np.int64),
+                pa.array(hdrs, HTYPE).slice(pad, n) if with_headers else None)
+
+
+def test_the_arrow_encoder_makes_the_batches_log_encode_makes(tmp_path):
+    """Byte for byte, cut at the same places: values of every shape (null, empty, over
+    64 KiB: wide lengths), keys, headers, equal, varied and wide-ranging timestamps,
+    both codecs, slices of larger arrays."""
+    seed = seed_for("arrow encoder")
+    rnd = random.Random(seed)
+    for trial in range(150):
+        limit = rnd.choice([300, 1000, 70000, 1 << 20])
+        comp = rnd.choice([None, "lz4"])
+        with Log.open(str(tmp_path / f"l{trial}"), max_message_bytes=limit, compression=comp,
+                      **SYNTHETIC_CLOCK) as log:
+            recs = random_records(rnd, rnd.randrange(1, 300), limit)
+            want = [(b"".join(d) if isinstance(d, list) else d, n, ts)
+                    for d, n, ts, _ in log.encode(recs, NOW)]
+            rows = as_rows(recs, any(r.key is not None for r in recs) or rnd.random() < 0.5,
+                           any(r.headers for r in recs) or rnd.random() < 0.5, rnd.randrange(3))
+            got = [(b"".join(parts), n, ts) for parts, n, ts in
+                   encode_rows(rows, log.config, 1 if comp else 0, NOW, "t-0")]
+            assert got == want, f"trial {trial}: {len(got)} batches, {len(want)} wanted"
+
+
+def test_the_encoder_refuses_bad_rows_before_the_first_batch(tmp_path):
+    with Log.open(str(tmp_path / "l"), max_message_bytes=100) as log:
+        cfg = log.config
+    big = Rows(pa.array([b"a", b"x" * 101], pa.binary()), None, NOW, None)
+    with pytest.raises(MessageTooLargeError, match="t-1: a record of 101 bytes"):
+        next(encode_rows(big, cfg, 0, NOW, "t-1"))
+    keyed = Rows(pa.array([b"a" * 60], pa.binary()), pa.array([b"k" * 41], pa.binary()), NOW, None)
+    with pytest.raises(MessageTooLargeError, match="101 bytes"):
+        next(encode_rows(keyed, cfg, 0, NOW, "t-1"))
+    early = Rows(pa.array([b"a"], pa.binary()), None, np.array([5], dtype=np.int64), None)
+    with pytest.raises(ValueError, match="t-1: timestamp 5 is more than"):
+        next(encode_rows(early, cfg, 0, NOW, "t-1"))
+    hnull = Rows(pa.array([b"a"], pa.binary()), None, NOW,
+                 pa.array([[{"key": "h", "value": None}]], HTYPE))
+    with pytest.raises(ValueError, match="header key or value is null"):
+        next(encode_rows(hnull, cfg, 0, NOW, "t-1"))
+
+
+# -- options -----------------------------------------------------------------------------------
+def test_options_are_checked_with_names_in_the_messages(tmp_path):
+    root = str(tmp_path)
+    o = parse_sink_options({"PATH": root, "Topic": "t", "partitions": "3",
+                            "log.compression": "lz4", "log.retention_ms": "none",
+                            "log.segment_bytes": "4096", "checkpointLocation": "/c"})
+    assert (o.root, o.topic, o.partitions, o.checkpoint) == (root, "t", 3, "/c")
+    assert dict(o.settings) == {"compression": "lz4", "retention_ms": None, "segment_bytes": 4096}
+    for bad, match in [({}, "needs a path"),
+                       ({"path": root, "kafka.bootstrap.servers": "h:9092"}, "unknown option"),
+                       ({"path": root, "topic": "a/b"}, "invalid topic name"),
+                       ({"path": root, "partitions": "0"}, "partitions must be an integer"),
+                       ({"path": root, "log.compresion": "lz4"}, "did you mean log.compression"),
+                       ({"path": root, "log.segment_bytes": "big"}, "log.segment_bytes must be int"),
+                       ({"path": root, "log.compression": "zstd"}, "compression must be"),
+                       ({"path": str(tmp_path / "f")}, "not a directory")]:
+        if bad.get("path", "").endswith("f"):
+            (tmp_path / "f").write_bytes(b"")
+        with pytest.raises(InvalidConfigError, match=match):
+            parse_sink_options(bad)
+
+
+# -- the task side: placement, checks, staging ------------------------------------------------------
+def batch(n: int, keys=None, partition=None, topic=None, values=None, stamps=None,
+          headers=None):
+    cols = {"value": pa.array(values if values is not None else [b"v%d" % i for i in range(n)],
+                              pa.binary())}
+    if keys is not None:
+        cols["key"] = pa.array(keys, pa.binary())
+    if partition is not None:
+        cols["partition"] = pa.array(partition, pa.int32())
+    if topic is not None:
+        cols["topic"] = pa.array(topic, pa.string())
+    if stamps is not None:
+        cols["timestamp"] = pa.array(stamps, pa.timestamp("us", tz="UTC"))
+    if headers is not None:
+        cols["headers"] = pa.array(headers, HTYPE)
+    return pa.RecordBatch.from_pydict(cols)
+
+
+def spec(rb, topic_column=False) -> ColumnSpec:
+    names = rb.schema.names
+    return ColumnSpec(value="value", key="key" if "key" in names else None,
+                      headers="headers" if "headers" in names else None,
+                      partition="partition" if "partition" in names else None,
+                      timestamp="timestamp" if "timestamp" in names else None,
+                      topic="topic" if topic_column else None)
+
+
+def staged_messages(wd: WriteDir, groups: list[tuple[str, StagedGroup]]) -> dict:
+    """What the staged files hold: {(topic, p): [(value, key, ts, headers), ...]}."""
+    out: dict = {}
+    for d, g in groups:
+        with _publish.staged_batches(os.path.join(wd.path, d, g.name), g) as batches:
+            for view, n, _, _ in batches:
+                from seglog import MessageSet
+                for m in MessageSet(bytes(view)):
+                    out.setdefault((g.topic, g.partition), []).append(
+                        (m.value, m.key, m.timestamp, m.headers))
+    return out
+
+
+def stage(root: str, rbs, topic: str | None = "t", task: int = 0, batch_no: int = 0,
+          topic_column=False, **opts):
+    o = parse_sink_options({"path": root, **({"topic": topic} if topic else {}), **opts})
+    wd = WriteDir(root, "query", "q1")
+    st = Stager(o, spec(rbs[0], topic_column), wd.stage_dir(batch_no), task, task + batch_no)
+    try:
+        for rb in rbs:
+            st.add(rb)
+        groups = st.finish()
+    except BaseException:
+        st.discard()
+        raise
+    rel = os.path.relpath(wd.stage_dir(batch_no), wd.path)
+    return wd, [(rel, g) for g in groups]
+
+
+def test_rows_go_where_topic_append_puts_them(tmp_path):
+    """The partition column where given, else the key's partition (Topic.partition_for),
+    else the task's sticky partition; a task's rows of a partition in one file."""
+    root = str(tmp_path)
+    Topic.open(root, "t", partitions=5).close()
+    rnd = random.Random(3)
+    keys = [None if rnd.random() < 0.3 else os.urandom(rnd.randrange(0, 6)) for _ in range(400)]
+    part = [None if rnd.random() < 0.7 else rnd.randrange(5) for _ in range(400)]
+    rbs = [batch(200, keys=keys[:200], partition=part[:200]),
+           batch(200, keys=keys[200:], partition=part[200:], values=[b"w%d" % i for i in range(200)])]
+    wd, groups = stage(root, rbs, task=7, batch_no=1)
+    assert len({(g.topic, g.partition) for _, g in groups}) == len(groups)  # one file each
+    got = staged_messages(wd, groups)
+    values = [b"v%d" % i for i in range(200)] + [b"w%d" % i for i in range(200)]
+    with Topic.open(root, "t") as t:
+        want: dict = {}
+        for v, k, p in zip(values, keys, part):
+            where = p if p is not None else (t.partition_for(k) if k is not None else (7 + 1) % 5)
+            want.setdefault(("t", where), []).append((v, k))
+    assert {tp: [(v, k) for v, k, _, _ in ms] for tp, ms in got.items()} == want
+
+
+def test_every_column_is_staged_as_written(tmp_path):
+    root = str(tmp_path)
+    Topic.open(root, "t", partitions=1, compression="lz4").close()
+    stamps = [NOW * 1000 + 999, None, NOW * 1000 - 5_000_000]
+    headers = [[{"key": "a", "value": b"1"}, {"key": "b", "value": b""}], None, []]
+    rb = batch(3, keys=[b"k", None, b""], values=[b"x" * 10, None, b""], stamps=stamps,
+               headers=headers)
+    wd, groups = stage(root, [rb])
+    (ms,) = staged_messages(wd, groups).values()
+    assert [m[0] for m in ms] == [b"x" * 10, None, b""]
+    assert [m[1] for m in ms] == [b"k", None, b""]
+    assert ms[0][2] == NOW and ms[2][2] == NOW - 5000 and abs(ms[1][2] - NOW) < 600_000
+    assert [m[3] for m in ms] == [(("a", b"1"), ("b", b"")), (), ()]
+
+
+def test_bad_rows_fail_the_task_and_leave_nothing(tmp_path):
+    root = str(tmp_path)
+    Topic.open(root, "t", partitions=2, max_message_bytes=100).close()
+    cases = [
+        ([batch(3, partition=[0, 2, None])], {}, InvalidConfigError, "partition is 2: topic 't' has partitions 0 to 1"),
+        ([batch(3, partition=[0, -1, 1])], {}, InvalidConfigError, "partition is -1"),
+        ([batch(2), batch(2, values=[b"a", b"x" * 101])], {}, MessageTooLargeError, "t-[01]: a record of 101 bytes"),
+        ([batch(1, stamps=[5_000_000])], {}, ValueError, "timestamp 5000 is more than"),
+        ([batch(2, topic=["t", None])], {"topic_column": True, "topic": None}, InvalidConfigError, "topic is null"),
+        ([batch(2, topic=["t", "nope"])], {"topic_column": True, "topic": None}, InvalidConfigError, "'nope' does not exist"),
+    ]
+    for rbs, kw, err, match in cases:
+        with pytest.raises(err, match=match):
+            stage(root, rbs, **kw)
+        stage_dir = os.path.join(root, "__spark", "queries", "q1", "stage", "0")
+        assert not os.listdir(stage_dir), match      # the task removed what it staged
+    with Topic.open(root, "t", readonly=True) as t:
+        assert t.end_offsets() == {0: 0, 1: 0}
+
+
+def test_a_task_part_too_large_for_one_atomic_append_is_refused(tmp_path):
+    root = str(tmp_path)
+    Topic.open(root, "t", partitions=1, segment_bytes=4096, max_message_bytes=1024).close()
+    with pytest.raises(MessageTooLargeError, match="spread the rows over more tasks"):
+        stage(root, [batch(100, values=[b"x" * 100] * 100)])
+
+
+def test_topics_are_created_with_the_options_and_never_changed(tmp_path):
+    root = str(tmp_path)
+    rb = batch(4, topic=["a", "b", "a", "b"])
+    with pytest.raises(InvalidConfigError, match="'a' does not exist .* give the option partitions"):
+        stage(root, [rb], topic=None, topic_column=True)
+    wd, groups = stage(root, [rb], topic=None, topic_column=True, partitions="3",
+                       **{"log.compression": "lz4", "log.segment_bytes": "8192"})
+    assert sorted((g.topic, g.records) for _, g in groups) == [("a", 2), ("b", 2)]
+    with Topic.open(root, "a", readonly=True) as t:
+        assert t.num_partitions == 3 and t.partition(2).config.compression == "lz4"
+        assert t.partition(0).config.segment_bytes == 8192
+    with pytest.raises(InvalidConfigError, match="exists with compression='lz4', not None"):
+        stage(root, [rb], topic="a", **{"log.compression": "none"})
+
+
+# -- the driver side: publishing exactly once ---------------------------------------------------------
+def read_values(root: str, topic: str) -> dict[int, list[bytes]]:
+    with Topic.open(root, topic, readonly=True) as t:
+        return {p: [m.value for m in t.partition(p).iter()] for p in range(t.num_partitions)}
+
+
+def test_a_commit_killed_at_any_group_is_finished_once_by_the_next(tmp_path, monkeypatch):
+    """Commits that die after 0, 1, ... of their atomic appends (another writer
+    appending meanwhile) are finished by the next commit of the query from their
+    manifest, each group once; the batch run again publishes nothing more."""
+    root = str(tmp_path)
+    Topic.open(root, "t", partitions=3, max_message_bytes=300).close()
+    other = Topic.open(root, "t", multi_writer=True)
+    rnd = random.Random(4)
+    groups_total = 0
+    for cut in range(6):
+        root_b = cut + 10
+        rbs = [batch(60, keys=[os.urandom(4) for _ in range(60)],
+                     values=[b"b%d.%d" % (root_b, i) for i in range(60)])]
+        wd, groups = stage(root, rbs, task=0, batch_no=root_b)
+        wd2, more = stage(root, [batch(30, values=[b"c%d.%d" % (root_b, i) for i in range(30)])],
+                          task=1, batch_no=root_b)
+        groups += more
+        groups_total = len(groups)
+        m = make_manifest(wd, root_b, groups, 10_000)
+        with wd.locked(10):
+            wd.write_manifest(m)
+            calls = []
+            real = Log.append_encoded
+
+            def dying(self, batches, atomic=False):
+                if len(calls) == cut:
+                    raise KeyboardInterrupt("killed")
+                calls.append(1)
+                other.append(b"other", partition=rnd.randrange(3))   # another writer
+                return real(self, batches, atomic)
+            monkeypatch.setattr(Log, "append_encoded", dying)
+            if cut < len(m.groups):
+                with pytest.raises(KeyboardInterrupt):
+                    publish(wd, m, resumed=False, timeout_ms=10_000)
+            else:                        # killed after the last group, before finishing
+                publish(wd, m, resumed=False, timeout_ms=10_000)
+            monkeypatch.undo()
+        # Spark runs the batch again: new staging, the same commit call
+        _, again = stage(root, rbs, task=0, batch_no=root_b)
+        writer = make_stream_writer(root)
+        writer.commit([message("q1", root_b, again)], root_b)
+        writer.commit([message("q1", root_b, again)], root_b)      # and once more
+        assert wd.manifest() is None and wd.committed() == root_b
+        values = [v for vs in read_values(root, "t").values() for v in vs if v != b"other"]
+        assert sorted(values) == sorted(v for b in range(10, root_b + 1) for v in
+                                         [b"b%d.%d" % (b, i) for i in range(60)]
+                                         + [b"c%d.%d" % (b, i) for i in range(30)]), f"cut {cut}"
+        assert not os.path.exists(wd.stage_dir(root_b))        # nothing staged left
+    other.close()
+    assert groups_total >= 4
+
+
+def make_stream_writer(root: str):
+    from seglog.spark._sink import _StreamWriter
+    o = parse_sink_options({"path": root, "topic": "t"})
+    return _StreamWriter(o, ColumnSpec(value="value"), _Msg)
+
+
+class _Msg:
+    def __init__(self, write, batch, task, groups):
+        self.write, self.batch, self.task, self.groups = write, batch, task, groups
+
+
+def message(query: str, batch_no: int, groups) -> _Msg:
+    return _Msg(("query", query), batch_no, 0, groups)
+
+
+def test_a_batch_write_whose_driver_died_inside_its_commit_is_finished_by_the_next(tmp_path):
+    root = str(tmp_path)
+    Topic.open(root, "t", partitions=2).close()
+    o = parse_sink_options({"path": root, "topic": "t"})
+    wd = WriteDir(root, "job", "deadjob")
+    st = Stager(o, ColumnSpec(value="value"), wd.stage_dir(0), 0, 0)
+    st.add(batch(5))
+    groups = [(os.path.relpath(wd.stage_dir(0), wd.path), g) for g in st.finish()]
+    wd.write_manifest(make_manifest(wd, 0, groups, 10_000))
+    # a job that died before its commit: staged files, no manifest, its driver gone
+    dead = WriteDir(root, "job", "orphan")
+    st = Stager(o, ColumnSpec(value="value"), dead.stage_dir(0), 0, 0)
+    st.add(batch(3))
+    st.finish()
+    with open(os.path.join(dead.path, _publish.DRIVER), "w") as f:
+        json.dump({"host": socket.gethostname(), "boot": _publish.boot_id(), "pid": 1 << 22,
+                   "start": 1}, f)
+    # one whose driver may be alive (no record of it): left alone
+    alive = WriteDir(root, "job", "running")
+    st = Stager(o, ColumnSpec(value="value"), alive.stage_dir(0), 0, 0)
+    st.add(batch(2))
+    st.finish()
+    sweep_jobs(root, 10_000)
+    assert sorted(v for vs in read_values(root, "t").values() for v in vs) == \
+        sorted(b"v%d" % i for i in range(5))
+    assert not os.path.exists(wd.path) and not os.path.exists(dead.path)
+    assert os.listdir(alive.stage_dir(0))
+
+
+def test_a_damaged_staging_file_is_refused_before_anything_is_published(tmp_path):
+    root = str(tmp_path)
+    Topic.open(root, "t", partitions=1).close()
+    wd, groups = stage(root, [batch(50)])
+    (d, g), = groups
+    path = os.path.join(wd.path, d, g.name)
+    with open(path, "r+b") as f:
+        f.seek(60)
+        f.write(b"\xff")
+    m = make_manifest(wd, 0, groups, 10_000)
+    with pytest.raises(SeglogError, match="checksum mismatch in a staging file"):
+        publish(wd, m, resumed=False, timeout_ms=10_000)
+    assert read_values(root, "t") == {0: []}
