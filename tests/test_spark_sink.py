@@ -388,3 +388,186 @@ def test_a_damaged_staging_file_is_refused_before_anything_is_published(tmp_path
     with pytest.raises(SeglogError, match="checksum mismatch in a staging file"):
         publish(wd, m, resumed=False, timeout_ms=10_000)
     assert read_values(root, "t") == {0: []}
+
+
+# -- through Spark ---------------------------------------------------------------------------------
+def source_rows(rnd: random.Random, n: int) -> list[tuple]:
+    """(value, key, headers, partition, timestamp µs) rows of every shape; each row's
+    first header is its id."""
+    rows = []
+    for i in range(n):
+        value = rnd.choice([None, b"", os.urandom(rnd.randrange(1, 300)), b"v%d" % i])
+        key = None if rnd.random() < 0.3 else os.urandom(rnd.randrange(0, 8))
+        headers = [("id", b"%d" % i)] + [("h%d" % j, os.urandom(rnd.randrange(0, 4)))
+                                          for j in range(rnd.randrange(0, 3))]
+        part = rnd.randrange(3) if rnd.random() < 0.2 else None
+        stamp = (None if rnd.random() < 0.2 else
+                 (NOW - rnd.randrange(0, 10 ** 8)) * 1000 + rnd.randrange(1000))
+        rows.append((value, key, headers, part, stamp))
+    return rows
+
+
+def dataframe(spark, rows, parts: int = 3):
+    import datetime
+    from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, StringType, StructField,
+                                   StructType, TimestampType)
+    schema = StructType([
+        StructField("value", BinaryType()), StructField("key", BinaryType()),
+        StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                     StructField("value", BinaryType())]))),
+        StructField("partition", IntegerType()), StructField("timestamp", TimestampType()),
+        StructField("ignored", StringType())])
+    utc = datetime.timezone.utc
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=utc)
+    data = [(v, k, h, p, None if t is None else epoch + datetime.timedelta(microseconds=t), "x")
+            for v, k, h, p, t in rows]
+    return spark.createDataFrame(data, schema).repartition(parts)
+
+
+def read_back(spark, root: str, topic: str) -> dict[bytes, tuple]:
+    """{row id: (value, key, other headers, partition, timestamp ms)} of a topic read
+    through format("seglog"); AssertionError if an id is there twice."""
+    df = (spark.read.format("seglog").option("subscribe", topic).option("includeHeaders", "true")
+          .load(root).selectExpr("value", "key", "headers", "partition",
+                                 "unix_millis(timestamp) AS ms"))
+    out: dict[bytes, tuple] = {}
+    for r in df.collect():
+        hs = [(h.key, bytes(h.value)) for h in r.headers]
+        assert hs[0][0] == "id" and hs[0][1] not in out, f"row {hs[0]} read twice"
+        out[hs[0][1]] = (None if r.value is None else bytes(r.value),
+                         None if r.key is None else bytes(r.key), tuple(hs[1:]), r.partition, r.ms)
+    return out
+
+
+def nothing_staged(root: str) -> bool:
+    """No staging file or manifest under the root (a stream's committed record stays)."""
+    return not [f for _, _, files in os.walk(os.path.join(root, "__spark")) for f in files
+                if f not in (_publish.COMMITTED, _publish.LOCK)]
+
+
+def check_round_trip(root: str, topic: str, rows, got: dict) -> None:
+    assert set(got) == {b"%d" % i for i in range(len(rows))}, "rows lost or added"
+    now = time.time() * 1000
+    with Topic.open(root, topic, readonly=True) as t:
+        for i, (v, k, h, p, ts) in enumerate(rows):
+            value, key, headers, partition, ms = got[b"%d" % i]
+            assert (value, key, headers) == (v, k, tuple(h[1:])), f"row {i}"
+            where = p if p is not None else t.partition_for(k) if k is not None else partition
+            assert partition == where, f"row {i}: in partition {partition}, not {where}"
+            if ts is not None:
+                assert ms == ts // 1000, f"row {i}: timestamp {ms}, not {ts // 1000}"
+            else:                                   # stamped by the sink when staged
+                assert abs(ms - now) < 3_600_000, f"row {i}: timestamp {ms}"
+
+
+def test_every_column_round_trips_through_format_seglog_with_both_codecs(spark, tmp_path):
+    seed = seed_for("sink round trip")
+    rows = source_rows(random.Random(seed), 600)
+    root = str(tmp_path / "root")
+    df = dataframe(spark, rows)
+    for topic, codec in (("plain", "none"), ("packed", "lz4")):
+        (df.write.format("seglog").option("topic", topic).option("partitions", 3)
+         .option("log.compression", codec).mode("append").save(root))
+        check_round_trip(root, topic, rows, read_back(spark, root, topic))
+        with Topic.open(root, topic, readonly=True) as t:
+            assert t.partition(1).config.compression == (None if codec == "none" else "lz4")
+    assert nothing_staged(root)
+
+
+def spark_error(fn) -> str:
+    """The message of what ``fn`` raised (Spark wraps a task's Python error)."""
+    with pytest.raises(Exception) as e:
+        fn()
+    return str(e.value)
+
+
+def test_bad_input_fails_with_a_clear_error_and_leaves_nothing(spark, tmp_path):
+    """Refused on the driver (mode, columns, options) or by a task (a partition
+    outside the topic, a value over max_message_bytes, a task failing after others
+    staged their rows): the topic unchanged, nothing staged left."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+    root = str(tmp_path / "root")
+    Topic.open(root, "t", partitions=2, max_message_bytes=1000).close()
+    df = spark.range(0, 400, 1, 4).selectExpr("CAST(id AS STRING) AS value")
+
+    def save(frame, mode="append", **opts):
+        w = frame.write.format("seglog").option("topic", "t").mode(mode)
+        for k, v in opts.items():
+            w = w.option(k, v)
+        return lambda: w.save(root)
+    msg = spark_error(save(df, "overwrite"))
+    assert "a seglog topic is append-only" in msg and "mode(append)" in msg
+    assert "needs a value column" in spark_error(save(df.selectExpr("value AS v")))
+    assert "column value of a DataFrame written to seglog must be binary or string, not bigint" \
+        in spark_error(save(spark.range(3).selectExpr("id AS value")))
+    assert "column partition" in spark_error(save(df.selectExpr("value", "'x' AS partition")))
+    assert "unknown option(s) of the seglog sink: kafka.bootstrap.servers" in \
+        spark_error(save(df, **{"kafka.bootstrap.servers": "h:9092"}))
+    assert "topic 'nope' does not exist" in spark_error(
+        lambda: df.write.format("seglog").option("topic", "nope").mode("append").save(root))
+    assert "partition is 2: topic 't' has partitions 0 to 1" in spark_error(
+        save(df.selectExpr("value", "CAST(CAST(value AS INT) % 3 AS INT) AS partition")))
+    assert "a record of 1001 bytes (key, value and headers) exceeds max_message_bytes=1000" in \
+        spark_error(save(df.selectExpr("CASE WHEN value = '399' THEN repeat('x', 1001) "
+                                       "ELSE value END AS value")))
+
+    @F.udf(StringType())
+    def fail_late(v):
+        if v == "399":                  # the last row of the last task, the others staged
+            time.sleep(1)
+            raise RuntimeError("injected task failure")
+        return v
+    assert "injected task failure" in spark_error(save(df.select(fail_late("value").alias("value"))))
+    with Topic.open(root, "t", readonly=True) as t:
+        assert t.end_offsets() == {0: 0, 1: 0}
+    assert nothing_staged(root)
+    assert not os.listdir(os.path.join(root, "__spark", "jobs"))
+
+
+def out_values(root: str, topic: str = "out") -> list[bytes]:
+    return sorted(v for vs in read_values(root, topic).values() for v in vs)
+
+
+def test_a_stream_writes_each_micro_batch_once_even_when_spark_runs_it_again(spark, tmp_path):
+    """A stream from one topic to another, run to the end three times (new data
+    between); then Spark's record of the last micro-batch is removed from the
+    checkpoint (the driver died after the sink's commit, before Spark's), so Spark
+    runs that micro-batch again: the sink publishes nothing twice."""
+    root, ckpt = str(tmp_path / "root"), str(tmp_path / "ckpt")
+    with Topic.open(root, "in", partitions=3) as t:
+        t.append_batch([Record(b"a%d" % i, key=b"k%d" % (i % 11)) for i in range(300)])
+
+    def run() -> None:
+        q = (spark.readStream.format("seglog").option("subscribe", "in")
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 120)
+             .load(root).select("key", "value")
+             .writeStream.format("seglog").option("path", root).option("topic", "out")
+             .option("partitions", 2).option("checkpointLocation", ckpt)
+             .trigger(availableNow=True).start())
+        assert q.awaitTermination(600), "the stream did not finish"
+        assert q.exception() is None
+    run()
+    assert out_values(root) == sorted(b"a%d" % i for i in range(300))
+    run()                                             # nothing new: nothing written
+    assert out_values(root) == sorted(b"a%d" % i for i in range(300))
+    with Topic.open(root, "in") as t:
+        t.append_batch([Record(b"b%d" % i) for i in range(100)])
+    run()
+    want = sorted([b"a%d" % i for i in range(300)] + [b"b%d" % i for i in range(100)])
+    assert out_values(root) == want
+    commits = os.path.join(ckpt, "commits")
+    last = max(int(n) for n in os.listdir(commits) if n.isdigit())
+    for name in (str(last), f".{last}.crc"):           # the record and its checksum file
+        os.remove(os.path.join(commits, name))
+    (query,) = os.listdir(os.path.join(root, "__spark", "queries"))
+    assert WriteDir(root, "query", query).committed() == last
+    run()                                             # Spark runs batch `last` again
+    assert os.path.exists(os.path.join(commits, str(last)))        # it did, and recorded it
+    assert max(int(n) for n in os.listdir(os.path.join(ckpt, "offsets")) if n.isdigit()) == last
+    assert out_values(root) == want
+    with Topic.open(root, "out", readonly=True) as t:    # keyed rows where Topic puts them
+        for p in range(2):
+            for m in t.partition(p).iter():
+                assert m.key is None or t.partition_for(m.key) == p
+    assert nothing_staged(root)

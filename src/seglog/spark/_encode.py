@@ -35,6 +35,12 @@ class Rows:
     headers: Any
 
 
+def compute() -> Any:
+    """``pyarrow.compute`` (a module ``import pyarrow`` does not load)."""
+    import pyarrow.compute as pc
+    return pc
+
+
 def offsets_of(arr: Any) -> Any:
     """The ``len(arr) + 1`` offsets of a binary or string Arrow array into its data
     buffer, as int64 numpy (a slice's own, from its offsets buffer)."""
@@ -58,7 +64,7 @@ class _Binary:
         offsets = offsets_of(arr)
         lengths = np.diff(offsets)
         if self.nulls is not None and lengths[self.nulls].any():
-            arr = pa.compute.fill_null(arr, b"")
+            arr = compute().fill_null(arr, b"")
             offsets = offsets_of(arr)
             lengths = np.diff(offsets)
         self.offsets, self.lengths = offsets, lengths
@@ -92,11 +98,11 @@ class _Headers:
 
     def __init__(self, col: Any) -> None:
         pa, np = arrow_modules()
-        counts = pa.compute.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
+        counts = compute().list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
         if len(counts) and counts.max() > 0xFFFF:
             raise ValueError(f"a row has {int(counts.max())} headers; at most 65535 per record")
         self.counts = counts.astype(np.int64)
-        flat = pa.compute.list_flatten(col)
+        flat = compute().list_flatten(col)
         if flat.null_count:
             raise ValueError("a header is null; each header needs a key and a value")
         hkeys, hvalues = flat.flatten()

@@ -18,7 +18,7 @@ from ..errors import InvalidConfigError, MessageTooLargeError
 from ..log import Log
 from ..message import arrow_modules
 from ..topic import Topic, check_name, key_hashes, partition_dir, read_partition_count
-from ._encode import Rows, encode_rows
+from ._encode import Rows, compute, encode_rows
 from ._sink_options import ColumnSpec, SinkOptions
 
 STAGE_SUFFIX = ".stage"
@@ -209,7 +209,7 @@ class Stager:
         if cols.partition is not None:
             col = rb.column(cols.partition)
             if col.null_count < rows:
-                given = pa.compute.fill_null(col, 0).to_numpy(zero_copy_only=False)
+                given = compute().fill_null(col, 0).to_numpy(zero_copy_only=False)
                 unset = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
                 bad = (given < 0) | (given >= n)
                 if unset is not None:
@@ -256,7 +256,7 @@ class Stager:
         if cols.timestamp is not None:
             col = rb.column(cols.timestamp)
             if col.null_count < len(col):
-                micros = pa.compute.fill_null(col.cast(pa.int64()), now * 1000)
+                micros = compute().fill_null(col.cast(pa.int64()), now * 1000)
                 stamps = np.floor_divide(micros.to_numpy(zero_copy_only=False), 1000)
         rows = Rows(binary(cols.value), binary(cols.key), stamps,
                     rb.column(cols.headers) if cols.headers is not None else None)
