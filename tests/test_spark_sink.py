@@ -182,7 +182,7 @@ def stage(root: str, rbs, topic: str | None = "t", task: int = 0, batch_no: int 
           topic_column=False, **opts):
     o = parse_sink_options({"path": root, **({"topic": topic} if topic else {}), **opts})
     wd = WriteDir(root, "query", "q1")
-    st = Stager(o, spec(rbs[0], topic_column), wd.stage_dir(batch_no), task, task + batch_no)
+    st = Stager(o, spec(rbs[0], topic_column), wd.open_stage(batch_no), task, task + batch_no)
     try:
         for rb in rbs:
             st.add(rb)
@@ -346,33 +346,44 @@ def message(query: str, batch_no: int, groups) -> _Msg:
     return _Msg(("query", query), batch_no, 0, groups)
 
 
-def test_a_batch_write_whose_driver_died_inside_its_commit_is_finished_by_the_next(tmp_path):
+def test_batch_writes_whose_drivers_died_are_finished_or_removed_by_the_next(tmp_path):
+    """A job that died inside its commit (manifest there, lock free) is finished; one
+    that died before (its driver's JVM gone) and one that ended (no driver record:
+    what a task that outlived its job left) are removed; one whose driver may live
+    is left alone."""
     root = str(tmp_path)
     Topic.open(root, "t", partitions=2).close()
     o = parse_sink_options({"path": root, "topic": "t"})
-    wd = WriteDir(root, "job", "deadjob")
-    st = Stager(o, ColumnSpec(value="value"), wd.stage_dir(0), 0, 0)
-    st.add(batch(5))
-    groups = [(os.path.relpath(wd.stage_dir(0), wd.path), g) for g in st.finish()]
-    wd.write_manifest(make_manifest(wd, 0, groups, 10_000))
-    # a job that died before its commit: staged files, no manifest, its driver gone
-    dead = WriteDir(root, "job", "orphan")
-    st = Stager(o, ColumnSpec(value="value"), dead.stage_dir(0), 0, 0)
-    st.add(batch(3))
-    st.finish()
-    with open(os.path.join(dead.path, _publish.DRIVER), "w") as f:
+
+    def job(name: str, rows: int) -> tuple[WriteDir, list]:
+        wd = WriteDir(root, "job", name)
+        _publish.start_job(wd)
+        st = Stager(o, ColumnSpec(value="value"), wd.open_stage(0), 0, 0, wd.check)
+        st.add(batch(rows))
+        return wd, [(os.path.relpath(wd.stage_dir(0), wd.path), g) for g in st.finish()]
+    died_committing, groups = job("committing", 5)
+    died_committing.write_manifest(make_manifest(died_committing, 0, groups, 10_000))
+    orphan, _ = job("orphan", 3)
+    with open(os.path.join(orphan.path, _publish.DRIVER), "w") as f:
         json.dump({"host": socket.gethostname(), "boot": _publish.boot_id(), "pid": 1 << 22,
                    "start": 1}, f)
-    # one whose driver may be alive (no record of it): left alone
-    alive = WriteDir(root, "job", "running")
-    st = Stager(o, ColumnSpec(value="value"), alive.stage_dir(0), 0, 0)
-    st.add(batch(2))
-    st.finish()
+    ended, _ = job("ended", 1)
+    os.remove(os.path.join(ended.path, _publish.DRIVER))
+    alive, _ = job("running", 2)          # no JVM here: its driver cannot be proven gone
     sweep_jobs(root, 10_000)
     assert sorted(v for vs in read_values(root, "t").values() for v in vs) == \
         sorted(b"v%d" % i for i in range(5))
-    assert not os.path.exists(wd.path) and not os.path.exists(dead.path)
+    assert os.listdir(os.path.join(root, "__spark", "jobs")) == ["running"]
     assert os.listdir(alive.stage_dir(0))
+    # a task of an ended job makes nothing and keeps nothing
+    with pytest.raises(SeglogError, match="has ended"):
+        ended.open_stage(0)
+    assert not os.path.exists(ended.path)
+    st = Stager(o, ColumnSpec(value="value"), alive.open_stage(0), 1, 1, alive.check)
+    st.add(batch(2))
+    os.remove(os.path.join(alive.path, _publish.DRIVER))     # the job is aborted meanwhile
+    with pytest.raises(SeglogError, match="has ended"):
+        st.finish()
 
 
 def test_a_damaged_staging_file_is_refused_before_anything_is_published(tmp_path):
@@ -519,9 +530,15 @@ def test_bad_input_fails_with_a_clear_error_and_leaves_nothing(spark, tmp_path):
             raise RuntimeError("injected task failure")
         return v
     assert "injected task failure" in spark_error(save(df.select(fail_late("value").alias("value"))))
+    # tasks Spark had started before it aborted the job end by themselves
+    deadline = time.monotonic() + 300
+    while spark.sparkContext.statusTracker().getActiveStageIds():
+        assert time.monotonic() < deadline, "tasks of the failed job still running"
+        time.sleep(0.05)
     with Topic.open(root, "t", readonly=True) as t:
         assert t.end_offsets() == {0: 0, 1: 0}
     assert nothing_staged(root)
+    sweep_jobs(root, 10_000)            # what the next write does first
     assert not os.listdir(os.path.join(root, "__spark", "jobs"))
 
 

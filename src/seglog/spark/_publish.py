@@ -71,6 +71,44 @@ class WriteDir:
             return os.path.join(self.path, STAGE)
         return os.path.join(self.path, STAGE, str(batch))
 
+    def open_stage(self, batch: int) -> str:
+        """The staging directory of ``batch``, made if missing, for a task about to
+        stage: ``SeglogError`` if the write is over (``check``). A job's directory is
+        never made here: a task that starts after its job ended makes nothing."""
+        d = self.stage_dir(batch)
+        if self.kind == "query":
+            make_dirs(d)
+            return d
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            self.check()
+            raise
+        try:
+            self.check()
+        except SeglogError:
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+            raise
+        return d
+
+    def ended(self) -> bool:
+        """True for a batch write that ended (committed, or aborted after a task
+        failed): its driver record is gone."""
+        return self.kind == "job" and not os.path.isfile(os.path.join(self.path, DRIVER))
+
+    def check(self) -> None:
+        """``SeglogError`` if the write ``ended``, so that a task still running then
+        keeps nothing staged."""
+        if self.ended():
+            raise SeglogError(f"the Spark write {self.ident} has ended (it committed, or "
+                              f"another task failed and it was aborted): this task's rows "
+                              f"are not written")
+
     @contextmanager
     def locked(self, timeout_s: float, wait: bool = True) -> Iterator[bool]:
         """Hold the write's lock (``LogLockedError`` after ``timeout_s``; without
@@ -137,9 +175,14 @@ class WriteDir:
         fsync_dir(top)
 
     def remove(self) -> None:
-        """Remove a job's directory: its staging files, state files and lock."""
+        """Remove a job's directory: its driver record first (the job has ended: a
+        task still running keeps nothing, ``check``), then its staging files, state
+        files and lock. A task that ends after (and made its staging directory anew)
+        removes its own; an empty directory left then goes at the next sweep."""
+        if remove(os.path.join(self.path, DRIVER)):
+            fsync_dir(self.path)
         _remove_staged(os.path.join(self.path, STAGE), set())
-        for name in (MANIFEST, DRIVER, LOCK):
+        for name in (MANIFEST, LOCK):
             remove(os.path.join(self.path, name))
         try:
             os.rmdir(self.path)
@@ -336,23 +379,33 @@ def _jvm() -> tuple[int, int] | None:
     return None
 
 
-def record_driver(wd: WriteDir) -> None:
-    """Record which process drives the batch write (its JVM, on this machine in this
-    boot), so that a later write can tell it died (``driver_alive``)."""
-    make_dirs(wd.path)
+def start_job(wd: WriteDir) -> None:
+    """Make a batch write's directory, holding the record of the process that drives
+    it (its JVM, on this machine in this boot), so that a later write can tell it
+    died (``driver_alive``): made aside and renamed in whole, so that a job's
+    directory without the record is one that ended."""
     jvm = _jvm()
-    atomic_write(os.path.join(wd.path, DRIVER), json.dumps(
+    top = os.path.dirname(wd.path)
+    make_dirs(top)
+    new = os.path.join(top, ".new-" + wd.ident)
+    os.mkdir(new)
+    atomic_write(os.path.join(new, DRIVER), json.dumps(
         {"version": 1, "host": socket.gethostname(), "boot": boot_id(),
          "pid": jvm[0] if jvm else None, "start": jvm[1] if jvm else None}).encode())
+    os.rename(new, wd.path)
+    fsync_dir(top)
 
 
 def driver_alive(wd: WriteDir) -> bool:
-    """False only when the write's driver is proven gone: it ran on this machine and
-    the machine restarted since, or its JVM is no longer running. Anything else
-    (another machine, no record, a system without /proc) counts as alive."""
+    """False when the write has ended (no driver record) or its driver is proven
+    gone: it ran on this machine and the machine restarted since, or its JVM is no
+    longer running. Anything else (another machine, a system without /proc, a
+    record that cannot be read) counts as alive."""
     try:
         with open(os.path.join(wd.path, DRIVER), "rb") as f:
             d = json.loads(f.read())
+    except FileNotFoundError:
+        return False
     except (OSError, ValueError):
         return True
     if d.get("host") != socket.gethostname():
@@ -369,7 +422,7 @@ def sweep_jobs(root: str, timeout_ms: int, mine: str | None = None) -> None:
     """Batch writes whose drivers died: one that died inside its commit (its manifest
     there, its lock free) is finished, so it is all there; one that died before (no
     manifest) had published nothing, and its staging files are removed, once its
-    driver is proven gone (``driver_alive``)."""
+    driver is proven gone (``driver_alive``); what tasks of ended writes left goes."""
     top = os.path.join(root, SPARK_DIR, "jobs")
     try:
         names = sorted(os.listdir(top))

@@ -14,7 +14,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..errors import InvalidConfigError, SeglogError
-from ._publish import (WriteDir, make_manifest, publish, record_driver, sweep_jobs)
+from ._publish import WriteDir, make_manifest, publish, start_job, sweep_jobs
 from ._sink_options import ColumnSpec, SinkOptions, check_columns, parse_sink_options
 from ._stage import StagedGroup, Stager, ensure_topic
 
@@ -62,14 +62,16 @@ def _task() -> Any:
 
 def _stage(o: SinkOptions, cols: ColumnSpec, wd: WriteDir, batch: int, task: int,
            batches: Iterator[Any]) -> list[tuple[str, StagedGroup]]:
-    directory = wd.stage_dir(batch)
-    stager = Stager(o, cols, directory, task, sticky=task + batch)
+    directory = wd.open_stage(batch)
+    stager = Stager(o, cols, directory, task, sticky=task + batch, check=wd.check)
     try:
         for rb in batches:
             stager.add(rb)
         groups = stager.finish()
     except BaseException:
         stager.discard()
+        if wd.ended():
+            wd.remove()                  # the job ended under this task: tidy what is left
         raise
     rel = os.path.relpath(directory, wd.path)
     return [(rel, g) for g in groups]
@@ -89,7 +91,7 @@ class _Writer:
         self.o, self.cols, self._message = o, cols, message
         self.job = uuid.uuid4().hex
         sweep_jobs(o.root, o.lock_timeout_ms, mine=self.job)
-        record_driver(self._dir())
+        start_job(self._dir())
 
     def _dir(self) -> WriteDir:
         return WriteDir(self.o.root, "job", self.job)

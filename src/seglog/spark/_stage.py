@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from .. import codec
-from .._files import fsync_dir, make_dirs, remove
+from .._files import fsync_dir, remove
 from ..config import LogConfig
 from ..errors import InvalidConfigError, MessageTooLargeError
 from ..log import Log
@@ -151,12 +151,12 @@ class Stager:
     files fsynced; what the commit message names) or ``discard`` (a failure)."""
 
     def __init__(self, o: SinkOptions, cols: ColumnSpec, directory: str, task: int,
-                 sticky: int) -> None:
+                 sticky: int, check: Callable[[], None] = lambda: None) -> None:
         self.o, self.cols, self.dir, self.task = o, cols, directory, task
         self._sticky = sticky              # keyless rows' partition: sticky % count
+        self._check = check                # raises once the write has ended
         self._topics: dict[str, _Topic] = {}
         self._files: dict[tuple[str, int], _File] = {}
-        make_dirs(directory)
 
     def add(self, rb: Any) -> None:
         """Place, check, encode and stage the rows of one Arrow record batch."""
@@ -268,10 +268,12 @@ class Stager:
 
     def finish(self) -> list[StagedGroup]:
         """The staging files fsynced and closed (and their directory entries): the
-        groups the task's commit message names, by topic and partition."""
+        groups the task's commit message names, by topic and partition. The write's
+        ``check`` comes last: a task that outlived its write keeps nothing."""
         out = [f.finish() for _, f in sorted(self._files.items())]
         if out:
             fsync_dir(self.dir)
+        self._check()
         return out
 
     def discard(self) -> None:
@@ -279,4 +281,5 @@ class Stager:
         for f in self._files.values():
             f.discard()
         self._files.clear()
-        fsync_dir(self.dir)
+        if os.path.isdir(self.dir):
+            fsync_dir(self.dir)
