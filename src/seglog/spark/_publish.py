@@ -29,7 +29,8 @@ import mmap
 import os
 import re
 import socket
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from itertools import groupby
 from typing import Any, Iterable, Iterator
 
@@ -172,28 +173,28 @@ class WriteDir:
         for name in names:
             if name.isdigit() and int(name) <= upto:
                 _remove_staged(os.path.join(top, name), set(keep))
-        fsync_dir(top)
 
     def remove(self) -> None:
         """Remove a job's directory: its driver record first (the job has ended: a
         task still running keeps nothing, ``check``), then its staging files, state
         files and lock. A task that ends after (and made its staging directory anew)
-        removes its own; an empty directory left then goes at the next sweep."""
-        if remove(os.path.join(self.path, DRIVER)):
-            fsync_dir(self.path)
+        removes its own; an empty directory left then goes at the next sweep. None of
+        it fsynced: what a crash brings back is a job whose driver is gone, which the
+        next sweep removes."""
+        remove(os.path.join(self.path, DRIVER))
         _remove_staged(os.path.join(self.path, STAGE), set())
         for name in (MANIFEST, LOCK):
             remove(os.path.join(self.path, name))
         try:
             os.rmdir(self.path)
         except OSError:
-            return                       # something not the sink's is in it: left there
-        fsync_dir(os.path.dirname(self.path))
+            pass                         # something not the sink's is in it: left there
 
 
 def _remove_staged(directory: str, keep: set[str]) -> None:
     """Remove the staging files in ``directory`` (names the sink gives only), then the
-    directory if that empties it."""
+    directory if that empties it. Not fsynced: a removal a crash undoes leaves files
+    the next commit (a stream's) or sweep (a batch write's) removes again."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -201,7 +202,6 @@ def _remove_staged(directory: str, keep: set[str]) -> None:
     for name in names:
         if _STAGED.fullmatch(name) and name not in keep:
             remove(os.path.join(directory, name))
-    fsync_dir(directory)
     try:
         os.rmdir(directory)
     except OSError:
@@ -244,15 +244,18 @@ def make_manifest(wd: WriteDir, batch: int, groups: list[tuple[str, StagedGroup]
 
 
 def publish(wd: WriteDir, m: Manifest, resumed: bool, timeout_ms: int) -> dict[TP, range]:
-    """Append each group of ``m`` as one atomic append, partition by partition, each
-    partition fsynced before the next; with ``resumed`` (a committer died inside),
-    only the groups not found published after the recorded end offsets. Returns per
-    partition the offsets appended now (for logs and tests)."""
+    """Append each group of ``m`` as one atomic append, partition by partition; with
+    ``resumed`` (a committer died inside), only the groups not found published after
+    the recorded end offsets. Every partition is fsynced (side by side, in threads)
+    before this returns. Returns per partition the offsets appended now."""
     out: dict[TP, range] = {}
-    for tp, items in groupby(m.groups, key=lambda x: (x[1].topic, x[1].partition)):
-        todo = list(items)
-        with Log.open(partition_dir(wd.root, *tp), multi_writer=True,
-                      lock_timeout_ms=timeout_ms) as log:
+    with ExitStack() as opened:
+        logs = []
+        for tp, items in groupby(m.groups, key=lambda x: (x[1].topic, x[1].partition)):
+            todo = list(items)
+            log = opened.enter_context(Log.open(partition_dir(wd.root, *tp), multi_writer=True,
+                                                lock_timeout_ms=timeout_ms))
+            logs.append(log)
             skip: set[int] = set()
             if resumed:
                 skip = published(log, m.ends[tp], [_checksums(wd, d, g) for d, g in todo])
@@ -264,9 +267,11 @@ def publish(wd: WriteDir, m: Manifest, resumed: bool, timeout_ms: int) -> dict[T
                     r = log.append_encoded(batches, atomic=True)
                 first = r.start if first is None else first
                 last = r.stop
-            log.flush()
             if first is not None and last is not None:
                 out[tp] = range(first, last)
+        # the fsyncs wait for the disk, not for Python: side by side
+        with ThreadPoolExecutor(max_workers=min(8, len(logs) or 1)) as pool:
+            list(pool.map(Log.flush, logs))
     return out
 
 
