@@ -25,7 +25,7 @@ np = pytest.importorskip("numpy")
 
 from seglog import InvalidConfigError, Log, MessageTooLargeError, Record, Topic  # noqa: E402
 from seglog.errors import SeglogError  # noqa: E402
-from seglog.spark import _publish  # noqa: E402
+from seglog.spark import _publish, _sink  # noqa: E402
 from seglog.spark._encode import Rows, encode_rows  # noqa: E402
 from seglog.spark._publish import WriteDir, make_manifest, publish, sweep_jobs  # noqa: E402
 from seglog.spark._sink_options import ColumnSpec, parse_sink_options  # noqa: E402
@@ -180,18 +180,10 @@ def staged_messages(wd: WriteDir, groups: list[tuple[str, StagedGroup]]) -> dict
 
 def stage(root: str, rbs, topic: str | None = "t", task: int = 0, batch_no: int = 0,
           topic_column=False, **opts):
+    """What a task of micro-batch ``batch_no`` of query "q1" stages of ``rbs``."""
     o = parse_sink_options({"path": root, **({"topic": topic} if topic else {}), **opts})
     wd = WriteDir(root, "query", "q1")
-    st = Stager(o, spec(rbs[0], topic_column), wd.open_stage(batch_no), task, task + batch_no)
-    try:
-        for rb in rbs:
-            st.add(rb)
-        groups = st.finish()
-    except BaseException:
-        st.discard()
-        raise
-    rel = os.path.relpath(wd.stage_dir(batch_no), wd.path)
-    return wd, [(rel, g) for g in groups]
+    return wd, _sink._stage(o, spec(rbs[0], topic_column), wd, batch_no, task, iter(rbs))
 
 
 def test_rows_go_where_topic_append_puts_them(tmp_path):
