@@ -30,6 +30,13 @@ write survives a crash of its process, not a power loss.
    ``append()`` (batch 1) and with ``append_batch`` of 50 (batch 50).
 6. seglog 1 multi-writer: one process, ``Log.open(path, multi_writer=True,
    flush_ms=None)`` alone, N values with ``append()`` (and, for information, batch 50).
+7. seglog 4 procs, Producer: 4 processes, each a multi-writer ``Log`` and a
+   ``Producer(log, linger_ms=5)`` over it, the way the README tells services to
+   write: ``send()`` of every value, then ``flush()``; the offsets are the futures'.
+
+``--compare DIR`` runs the seglog workloads 1, 2 and 5 a second time with the seglog
+of another checkout (``DIR/src``: the code before a change), in the same run, and
+prints the new/old ratios.
 
 Then the floor, in this process: the ns of one ``fcntl.flock(fd, LOCK_EX|LOCK_NB)``
 plus ``flock(fd, LOCK_UN)`` pair in CPython, in a loop of nothing else; and the
@@ -98,13 +105,42 @@ def _values(count: int) -> tuple[list[bytes], int]:
 
 
 # -- the worker processes ----------------------------------------------------------------
-def _work(kind: str, path: str, batch: int, count: int, who: int) -> Any:
+def _seglog_from(src: str | None) -> Any:
+    """seglog as this worker uses it: this checkout's, or (``--compare``) another's,
+    imported afresh (a spawned worker has not used it yet)."""
+    if src is None:
+        return seglog
+    for name in [m for m in sys.modules if m == "seglog" or m.startswith("seglog.")]:
+        del sys.modules[name]
+    sys.path.insert(0, src)
+    import importlib
+    return importlib.import_module("seglog")
+
+
+def _work(kind: str, path: str, batch: int, count: int, who: int, src: str | None) -> Any:
     """Open, make values, and return (run, close, hash): ``run()`` does the timed
     writes and returns what the parent checks (offsets given out)."""
     vals, hsum = _values(count)
     chunks = [vals[i:i + batch] for i in range(0, count, batch)]
+    if kind == "seglog-producer":
+        sl = _seglog_from(src)
+        plog = sl.Log.open(path, flush_ms=None, multi_writer=True)
+        producer = sl.Producer(plog, linger_ms=5)
+
+        def run_p() -> list[int]:
+            gc.disable()
+            send = producer.send
+            futs = [send(v) for v in vals]
+            producer.flush()
+            return [f.result() for f in futs]
+
+        def close_p() -> None:
+            producer.close()
+            plog.close()
+        return run_p, close_p, hsum
     if kind in ("seglog-multi", "seglog-excl"):
-        log = seglog.Log.open(path, flush_ms=None, multi_writer=kind == "seglog-multi")
+        log = _seglog_from(src).Log.open(path, flush_ms=None,
+                                         multi_writer=kind == "seglog-multi")
 
         def run() -> list[int]:
             gc.disable()
@@ -163,9 +199,9 @@ def _work(kind: str, path: str, batch: int, count: int, who: int) -> Any:
 
 
 def worker(kind: str, path: str, batch: int, count: int, who: int, barrier: Any,
-           out: Any) -> None:
+           out: Any, src: str | None = None) -> None:
     try:
-        run, close, hsum = _work(kind, path, batch, count, who)
+        run, close, hsum = _work(kind, path, batch, count, who, src)
         barrier.wait(WAIT)
         t0 = _now()
         got = run()
@@ -178,7 +214,8 @@ def worker(kind: str, path: str, batch: int, count: int, who: int, barrier: Any,
         out.close()
 
 
-def timed_procs(kind: str, path: str, batch: int, total: int, procs: int) -> tuple[float, list[Any]]:
+def timed_procs(kind: str, path: str, batch: int, total: int, procs: int,
+                src: str | None = None) -> tuple[float, list[Any]]:
     """Seconds from the barrier's release to the last process done, and each
     process's (offsets, value hash)."""
     ctx = mp.get_context("spawn")
@@ -186,7 +223,8 @@ def timed_procs(kind: str, path: str, batch: int, total: int, procs: int) -> tup
     pipes, ps = [], []
     for who in range(procs):
         rd, wr = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=worker, args=(kind, path, batch, total // procs, who, barrier, wr))
+        p = ctx.Process(target=worker,
+                        args=(kind, path, batch, total // procs, who, barrier, wr, src))
         p.start()
         wr.close()
         pipes.append(rd)
@@ -241,12 +279,13 @@ def verify_seglog(path: str, total: int, parts: list[Any]) -> None:
         raise AssertionError(f"{path}: {n} messages read back of {total}, or other values")
 
 
-def seglog_run(root: str, kind: str, batch: int, total: int, procs: int, repeat: int) -> float:
+def seglog_run(root: str, kind: str, batch: int, total: int, procs: int, repeat: int,
+               src: str | None = None) -> float:
     best = float("inf")
     for _ in range(repeat):
         path = _fresh(root, f"{kind}-{batch}-{procs}")
         seglog.Log.open(path, flush_ms=None).close()     # created once, empty
-        t, parts = timed_procs(kind, path, batch, total, procs)
+        t, parts = timed_procs(kind, path, batch, total, procs, src)
         verify_seglog(path, total, parts)
         best = min(best, t)
     shutil.rmtree(path, ignore_errors=True)
@@ -404,7 +443,10 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     ap.add_argument("--sqlite-fraction", type=float, default=0.2,
                     help="of N, what sqlite3 batch 1 writes (one transaction per message)")
+    ap.add_argument("--compare", default=None, metavar="DIR",
+                    help="also run seglog's workloads with DIR/src's seglog (old code)")
     args = ap.parse_args()
+    old = os.path.abspath(os.path.join(args.compare, "src")) if args.compare else None
     unit = PROCS * BATCH
     n = args.n - args.n % unit
     nsq = max(unit, int(n * args.sqlite_fraction) // unit * unit)
@@ -425,6 +467,13 @@ def main() -> None:
             r[f"seglog exclusive, batch {b}"] = seglog_run(root, "seglog-excl", b, n, 1, repeat)
             r[f"seglog 1 multi-writer, batch {b}"] = seglog_run(root, "seglog-multi", b, n, 1,
                                                                 repeat)
+            if old is not None:
+                r[f"old: seglog 4 procs, batch {b}"] = seglog_run(root, "seglog-multi", b, n,
+                                                                  PROCS, repeat, old)
+                r[f"old: seglog exclusive, batch {b}"] = seglog_run(root, "seglog-excl", b, n,
+                                                                    1, repeat, old)
+        r["seglog 4 procs, Producer (linger 5 ms)"] = seglog_run(root, "seglog-producer", 1, n,
+                                                                  PROCS, repeat)
         pair, proto, loop = flock_floor(root, 1_000_000, repeat)
         prof = append_profile(root, n, repeat)
     finally:
@@ -467,7 +516,17 @@ def main() -> None:
          r["seglog 4 procs, batch 50"] / r["seglog exclusive, batch 50"], 0.8),
         ("append(): 1 multi-writer alone / exclusive",
          r["seglog 1 multi-writer, batch 1"] / r["seglog exclusive, batch 1"], 0.7),
+        ("4 procs, Producer / lmdb 4 procs, batch 1",
+         r["seglog 4 procs, Producer (linger 5 ms)"] / r["lmdb 4 procs, batch 1"], 2.0),
     ]
+    if old is not None:
+        for b in (1, BATCH):
+            checks += [
+                (f"new / old: seglog exclusive, batch {b}",
+                 r[f"seglog exclusive, batch {b}"] / r[f"old: seglog exclusive, batch {b}"],
+                 0.95),
+                (f"new / old: seglog 4 procs, batch {b}",
+                 r[f"seglog 4 procs, batch {b}"] / r[f"old: seglog 4 procs, batch {b}"], 0.95)]
     for name, got, target in checks:
         print(f"  {name:<56} {got:6.2f}x {target:6.1f}x  {'ok' if got >= target else 'MISSED'}")
     print(f"\n  {time.strftime('%H:%M UTC', time.gmtime())}; {_load()}")

@@ -20,6 +20,7 @@ import seglog
 import seglog.codec
 import seglog.consumer_group
 import seglog.errors
+import seglog.kafka
 import seglog.repair
 import seglog.spark
 import seglog.testing
@@ -55,6 +56,7 @@ def public_api() -> dict[str, Any]:
     # assign (the assignors' entry, for tests and tools) is not an adopter's call
     api |= _callables_of(seglog.consumer_group,
                          [n for n in seglog.consumer_group.__all__ if n != "assign"])
+    api |= _callables_of(seglog.kafka, seglog.kafka.__all__)
     api |= _callables_of(seglog.spark, [n for n in seglog.spark.__all__
                                         if HAS_PYSPARK or n != "SeglogDataSource"])
     first: dict[int, str] = {}              # one name per object: the first one listed
@@ -138,6 +140,10 @@ def test_the_reference_builds_and_names_every_public_name(built):
     with open(os.path.join(built, "log.html")) as f:
         page = f.read()
     assert 'id="seglog.Log.append"' in page and "Append one message" in page
+    # verify() is the notebook's check of every batch: documented with its contract
+    assert 'id="seglog.Log.verify"' in page and "what is at stake" in page
+    assert documented.get("seglog.Topic.verify") == "py:method"
+    assert documented.get("seglog.repair.CheckReport.summary") == "py:method"
 
 
 def test_every_public_callable_states_its_contract():

@@ -679,6 +679,17 @@ def test_an_io_error_at_any_step_of_a_pass_leaves_no_new_files(tmp_path, monkeyp
             assert not [n for n in os.listdir(d) if n.startswith(".seglog-")], nth
             assert latest_per_key(log) == before, nth
             assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())
+        # no descriptor of the failed pass is left open (a failed fsync of a new index
+        # file left its descriptor behind)
+        held = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(d + os.sep):
+                held.append(target)
+        assert not held, (nth, held)
         shutil.rmtree(d)
         if not failed:
             break

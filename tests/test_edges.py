@@ -4,8 +4,11 @@ writer nobody references."""
 from __future__ import annotations
 
 import array
+import asyncio
 import ctypes
+import fcntl
 import gc
+import logging
 import math
 import os
 import time
@@ -52,7 +55,6 @@ def test_wait_timeouts(tmp_path):
         log.append(b"a")
         assert log.wait(0, timeout=math.inf) is True          # no OverflowError
         assert log.wait(5, timeout=0) is False
-        assert log.wait(5, timeout=-1) is False
         t0 = time.monotonic()
         assert log.wait(5, timeout=0.05) is False
         assert time.monotonic() - t0 < 5
@@ -65,6 +67,71 @@ def test_wait_timeouts(tmp_path):
         with pytest.raises(ValueError):
             r.wait(5, timeout=math.nan)
         r.close()
+
+
+@pytest.mark.parametrize("mode", ["writer", "multi_writer", "readonly"])
+def test_wait_refuses_negative_arguments_and_a_closed_log(tmp_path, mode):
+    def both(offset, timeout):          # wait and wait_async: one contract
+        yield lambda: log.wait(offset, timeout=timeout)
+        yield lambda: asyncio.run(log.wait_async(offset, timeout=timeout))
+
+    with seglog.Log.open(tmp_path / "l", multi_writer=mode == "multi_writer") as w:
+        w.append(b"a")
+        log = seglog.Log.open(tmp_path / "l", readonly=True) if mode == "readonly" else w
+        for offset, timeout in ((-1, None), (-1, 0), (-5, 1), (0, -1), (5, -1), (5, -0.001),
+                                (5, -math.inf), (-1, math.inf)):
+            for call in both(offset, timeout):
+                with pytest.raises(ValueError):
+                    call()
+        assert log.wait(0, timeout=0) is True and log.wait(1, timeout=0) is False
+        assert asyncio.run(log.wait_async(1, timeout=0)) is False
+        # closed: LogClosedError, even where the end passed the offset
+        log.close()
+        for offset, timeout in ((0, None), (0, 0), (5, 0), (0, math.inf)):
+            for call in both(offset, timeout):
+                with pytest.raises(seglog.LogClosedError):
+                    call()
+
+
+def _says_flush_did_not_happen(text: str) -> bool:
+    return ("did not happen" in text and "written" in text and "not yet safe from power loss"
+            in text and "nothing was written" not in text)
+
+
+def test_a_flush_behind_a_stopped_writer_says_what_was_written(tmp_path, caplog):
+    """Another writer stopped while holding the append lock: a flush (the caller's or
+    the timed flusher's) cannot happen, and says so; the appends stay written."""
+    path = tmp_path / "l"
+    with seglog.Log.open(path, multi_writer=True, lock_timeout_ms=100, flush_ms=50) as log:
+        # the stopped writer: the append lock (the .writers file's flock) taken and kept
+        stopped = os.open(path / ".writers", os.O_RDWR)
+        try:
+            log.append(b"a")
+            fcntl.flock(stopped, fcntl.LOCK_EX)
+            with pytest.raises(LogLockedError) as e:
+                log.flush()
+            assert _says_flush_did_not_happen(str(e.value)), str(e.value)
+            deadline = time.monotonic() + 60
+            with caplog.at_level(logging.WARNING, logger="seglog"):
+                while True:
+                    # the flusher's next turns find the lock held; if it flushed just
+                    # before it was taken, append again (the lock let go meanwhile)
+                    fcntl.flock(stopped, fcntl.LOCK_UN)
+                    log.append(b"b")
+                    fcntl.flock(stopped, fcntl.LOCK_EX)
+                    turn = time.monotonic() + 2
+                    while time.monotonic() < min(turn, deadline) and not any(
+                            "timed flush" in r.getMessage() for r in caplog.records):
+                        time.sleep(0.01)
+                    lines = [r.getMessage() for r in caplog.records if "timed flush" in r.getMessage()]
+                    if lines or time.monotonic() >= deadline:
+                        break
+            assert lines and all(_says_flush_did_not_happen(x) for x in lines), lines
+        finally:
+            os.close(stopped)
+        # the lock let go: the appends were there all along, and now flush
+        assert [m.value for m in log.iter()][:2] == [b"a", b"b"]
+        assert log.flush() == log.end_offset
 
 
 def test_null_values_without_key_both_paths(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import subprocess
@@ -304,16 +305,123 @@ def test_partition_directory_that_is_a_file_is_refused_untouched(tmp_path, reado
     before = _tree(tmp_path)
     with pytest.raises(seglog.NotALogError, match="t-1"):
         seglog.Topic.open(root, "t", partitions=None if readonly else 2, readonly=readonly)
+    # nothing at all: a root holding a file of someone else's is not seglog's
+    assert _tree(tmp_path) == before
+
+
+def test_partition_directory_that_is_a_file_under_a_seglog_root_is_refused(tmp_path):
+    root = str(tmp_path)
+    seglog.Topic.open(root, "other", partitions=1).close()      # the root is seglog's
+    (tmp_path / "t-1").write_bytes(b"someone else's file")
+    before = _tree(tmp_path)
+    with pytest.raises(seglog.NotALogError, match="t-1"):
+        seglog.Topic.open(root, "t", partitions=2)
     after = _tree(tmp_path)
     assert after["t-1"] == before["t-1"]
-    if readonly:
-        assert after == before
-    else:
-        # partition 0 was made before partition 1 was refused; the topic was never
-        # recorded, so it does not exist
-        assert "__topics/t.json" not in after
-        with pytest.raises(seglog.InvalidConfigError, match="does not exist"):
-            seglog.Topic.open(root, "t")
+    # partition 0 was made before partition 1 was refused; the topic was never
+    # recorded, so it does not exist
+    assert "__topics/t.json" not in after
+    with pytest.raises(seglog.InvalidConfigError, match="does not exist"):
+        seglog.Topic.open(root, "t")
+
+
+def _someone_elses(d) -> None:
+    """A directory of a project: files, a subdirectory, dot files."""
+    os.makedirs(d / "src")
+    os.makedirs(d / ".git")
+    (d / "notes.txt").write_text("my notes\n")
+    (d / "src" / "main.py").write_text("print('hello')\n")
+    (d / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+
+
+@pytest.mark.parametrize("extra", ["", "a log beside", "one file"])
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_topic_root_holding_someone_elses_files_is_refused_untouched(tmp_path, readonly, extra):
+    root = tmp_path / "project"
+    _someone_elses(root)
+    if extra == "a log beside":
+        Log.open(str(root / "t-0")).close()     # even one named as the topic's partition
+    elif extra == "one file":
+        (tmp_path / "plain").mkdir()
+        root = tmp_path / "plain"
+        (root / "data.csv").write_text("a,b\n")
+    before = _tree(tmp_path)
+    with pytest.raises(seglog.NotALogError, match="nothing was changed"):
+        seglog.Topic.open(str(root), "t", partitions=None if readonly else 2, readonly=readonly)
+    assert _tree(tmp_path) == before
+    # as Log.open refuses the same directory
+    with pytest.raises(seglog.NotALogError):
+        Log.open(str(root))
+    assert _tree(tmp_path) == before
+
+
+def test_a_topic_root_that_is_new_empty_or_seglogs_is_taken(tmp_path):
+    roots = {"new": tmp_path / "a" / "b", "empty": tmp_path / "empty",
+             "logs only": tmp_path / "logs", "groups": tmp_path / "groups",
+             "topics": tmp_path / "topics"}
+    roots["empty"].mkdir()
+    Log.open(str(roots["logs only"] / "events")).close()
+    (roots["groups"] / "__groups" / "g").mkdir(parents=True)
+    (roots["groups"] / "README").write_text("written after seglog made the root\n")
+    seglog.Topic.open(str(roots["topics"]), "other", partitions=1).close()
+    (roots["topics"] / "README").write_text("written after seglog made the root\n")
+    for kind, root in roots.items():
+        with seglog.Topic.open(str(root), "t", partitions=2) as t:
+            assert t.append(b"v", partition=1) == (1, 0), kind
+        with seglog.Topic.open(str(root), "t", readonly=True) as t:
+            assert t.end_offsets() == {0: 0, 1: 1}, kind
+
+
+def test_a_refused_topic_creation_leaves_nothing_behind(tmp_path, monkeypatch):
+    # a root that is seglog's (a group's files) with a file where partition 0 goes
+    root = tmp_path / "root"
+    (root / "__groups" / "g").mkdir(parents=True)
+    (root / "t-0").write_bytes(b"someone else's file")
+    before = _tree(tmp_path)
+    with pytest.raises(seglog.NotALogError, match="t-0"):
+        seglog.Topic.open(str(root), "t", partitions=2)
+    assert _tree(tmp_path) == before
+    # a partition held by another writer
+    os.unlink(root / "t-0")
+    with Log.open(str(root / "t-0")) as held:
+        held.append(b"x")
+        held.flush()
+        before = _tree(tmp_path)
+        with pytest.raises(seglog.LogLockedError):
+            seglog.Topic.open(str(root), "t", partitions=2)
+        assert _tree(tmp_path) == before
+    # a new root, and the disk full when the first partition is made: the root too goes
+    real_open = Log.open.__func__
+
+    def full(cls, path, *a, **kw):
+        if not kw.get("readonly"):
+            raise seglog.StorageError(errno.ENOSPC, f"{path}: no space left (injected)")
+        return real_open(cls, path, *a, **kw)
+    monkeypatch.setattr(Log, "open", classmethod(full))
+    before = _tree(tmp_path)
+    with pytest.raises(seglog.StorageError):
+        seglog.Topic.open(str(tmp_path / "new" / "root"), "t", partitions=1)
+    assert _tree(tmp_path) == before
+    monkeypatch.undo()
+    # and a creation that then succeeds is whole
+    with seglog.Topic.open(str(tmp_path / "new" / "root"), "t", partitions=1) as t:
+        assert t.append(b"v") == (0, 0)
+    assert sorted(os.listdir(tmp_path / "new" / "root" / "__topics")) == [".create", "t.json"]
+
+
+def test_empty_paths_are_a_value_error_and_touch_nothing(tmp_path, monkeypatch):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    calls = {"Log.open": lambda p: Log.open(p),
+             "Log.open multi_writer": lambda p: Log.open(p, multi_writer=True),
+             "Log.open readonly": lambda p: Log.open(p, readonly=True),
+             "Topic.open": lambda p: seglog.Topic.open(p, "t", partitions=1),
+             "Topic.open readonly": lambda p: seglog.Topic.open(p, "t", readonly=True)}
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match="empty"):
+            call("")
+        assert _tree(tmp_path) == {"cwd": "dir"}, name
 
 
 def _permission_results(closed: str, readable: str) -> dict[str, str]:
@@ -395,7 +503,8 @@ def test_directory_without_permission_raises_a_seglog_error_and_changes_nothing(
                            # a reader needs no write permission; a writer does
                            "readable Log.open": "StorageError",
                            "readable Log.open readonly": "opened",
-                           "readable Topic.open": "StorageError"}
+                           # a log's directory is no topic root: refused before any write
+                           "readable Topic.open": "NotALogError"}
         assert _tree(readable) == before
         with Log.open(closed, readonly=True) as log:
             assert [m.value for m in log.iter()] == [b"kept"]

@@ -15,16 +15,16 @@ import os
 import seglog
 
 LAYERS = [
-    "errors", "_html", "_metrics", "_platform", "config", "_files", "_format", "_encode",
+    "errors", "_html", "_svg", "_verdict", "_metrics", "_platform", "config", "_files", "_format", "_encode",
     "_decode", "codec", "_prefault", "_scheduler", "_aio", "_records", "_columns", "_arrow_batches",
     "_messageset",
     "message", "_notebook", "index", "_scan", "_segment_file", "_segment_read", "_writable_map",
     "_segment_indexes", "segment", "_writers", "_marker", "retention", "cleaner",
-    "recovery", "repair", "_live", "local_log", "_shared_log", "_log_reads", "_log_wait", "_log_encode",
+    "recovery", "_walk", "repair", "_inflight", "_live", "local_log", "_log_reads", "_log_wait", "_log_encode",
     "_log_open", "_log_maintenance", "log", "topic", "_future", "producer", "_assignors",
-    "_group_files", "_group_admin", "_membership", "_consumer_fetch", "_consumer_args",
-    "consumer_group", "spark",
-    "testing", "_cli_output", "_cli_paths", "_cli_inspect", "_cli_maintain", "cli", "__main__",
+    "_group_files", "_group_view", "_group_admin", "_membership", "_consumer_fetch", "_consumer_args",
+    "consumer_group", "kafka", "spark",
+    "testing", "_cli_output", "_cli_paths", "_cli_kafka", "_cli_inspect", "_cli_groups", "_cli_maintain", "cli", "__main__",
     "__init__",
 ]
 PKG = os.path.dirname(seglog.__file__)

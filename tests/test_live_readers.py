@@ -14,7 +14,7 @@ import time
 import pytest
 
 from seglog import Log, _live, codec, recovery
-from seglog.local_log import LocalLog
+from seglog.retention import DelayedDeletes
 from seglog.segment import Segment
 from seglog.testing import abandon
 
@@ -130,7 +130,8 @@ def test_reader_of_a_log_whose_writer_died_inside_a_retention_pass(logdir, monke
 
         def killed(self, *args):
             raise KeyboardInterrupt("killed after the log start checkpoint")
-        monkeypatch.setattr(LocalLog, "drop_prefix", killed)
+        # the files of the expired segments are removed (renamed aside) last
+        monkeypatch.setattr(DelayedDeletes, "delete", killed)
         with pytest.raises(KeyboardInterrupt):
             log.enforce_retention()
         monkeypatch.undo()

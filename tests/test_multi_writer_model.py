@@ -1,13 +1,18 @@
 """A hypothesis state machine: several writer handles of one log (``Log`` objects opened
 with ``multi_writer=True`` in one process, each a writer as another process's would
 be) against a model: appends through any handle, flushes, rolls, retention,
-compaction, closing, reopening and crashing handles (``abandon``: a killed writer).
-Offsets stay dense (but for compaction's holes), contents equal the model minus what
-retention deleted and compaction removed, flushed_offset is shared and never moves
-back."""
+compaction, closing, reopening and crashing handles (``abandon``: a killed writer),
+and a writer stopped holding the append lock (the test holds the ``.writers`` flock
+as a SIGSTOPped writer does). Handles that have not written since another's
+retention or compaction are stale: they decide nothing on their old view. While a
+writer is stopped, every write, flush, retention or compaction pass, close and open
+raises ``LogLockedError`` and changes nothing; reads answer at once. Offsets stay
+dense (but for compaction's holes), contents equal the model minus what retention
+deleted and compaction removed, flushed_offset is shared and never moves back."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -17,7 +22,9 @@ import hypothesis.strategies as st
 from hypothesis import event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from seglog import Log, Record, repair
+import pytest
+
+from seglog import Log, LogLockedError, Record, repair
 from seglog.testing import abandon
 
 SCALE = int(os.environ.get("SEGLOG_TORTURE", "1"))
@@ -41,15 +48,17 @@ class MultiWriterModel(RuleBasedStateMachine):
         self.cfg = dict(segment_bytes=1024, index_interval_bytes=96, max_index_bytes=96,
                         flush_ms=None, max_message_bytes=4096, retention_ms=60_000,
                         retention_check_ms=None, cleanup_policy="compact,delete",
-                        min_cleanable_dirty_ratio=0.0)
+                        min_cleanable_dirty_ratio=0.0, lock_timeout_ms=30)
         self.logs: list[Log | None] = [None] * HANDLES
         self.logs[0] = Log.open(self.dir, multi_writer=True, **self.cfg)
         self.model: dict[int, tuple] = {}       # offset -> (key, value, headers)
         self.end = 0
         self.start = 0
         self.flushed = 0
+        self.stopped: int | None = None      # the held .writers flock's descriptor
 
     def teardown(self) -> None:
+        self._continue()
         for log in self.logs:
             if log is not None:
                 log.close()
@@ -71,9 +80,46 @@ class MultiWriterModel(RuleBasedStateMachine):
             log = self.logs[i] = Log.open(self.dir, multi_writer=True, **self.cfg)
         return log
 
+    def _refused(self, i: int, call) -> bool:
+        """While a writer is stopped: ``call(handle)`` raises LogLockedError and
+        changes nothing (True); else False (the rule goes on)."""
+        if self.stopped is None:
+            return False
+        opened = self._open()
+        if not opened:
+            return True                     # opening needs the lock too
+        log = self.logs[i] if self.logs[i] is not None else self.logs[opened[0]]
+        before = (log.start_offset, log.end_offset, log.flushed_offset)
+        with pytest.raises(LogLockedError):
+            call(log)
+        assert (log.start_offset, log.end_offset, log.flushed_offset) == before
+        event("refused behind a stopped writer")
+        return True
+
+    def _continue(self) -> None:
+        if self.stopped is not None:
+            fcntl.flock(self.stopped, fcntl.LOCK_UN)
+            os.close(self.stopped)
+            self.stopped = None
+
+    # -- a writer stopped holding the append lock ------------------------------------------
+    @precondition(lambda self: self.stopped is None)
+    @rule()
+    def stop_a_writer(self):
+        fd = os.open(os.path.join(self.dir, ".writers"), os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self.stopped = fd
+
+    @precondition(lambda self: self.stopped is not None)
+    @rule()
+    def continue_the_stopped_writer(self):
+        self._continue()
+
     # -- appends ------------------------------------------------------------------------
     @rule(i=handle, r=records)
     def append(self, i, r):
+        if self._refused(i, lambda log: log.append(r.value, key=r.key, headers=r.headers)):
+            return
         off = self._pick(i).append(r.value, key=r.key, headers=r.headers)
         assert off == self.end
         self.model[off] = _item(r)
@@ -81,6 +127,8 @@ class MultiWriterModel(RuleBasedStateMachine):
 
     @rule(i=handle, rs=st.lists(st.one_of(st.binary(max_size=150), records), max_size=30))
     def append_batch(self, i, rs):
+        if self._refused(i, lambda log: log.append_batch(rs or [b""])):
+            return
         got = self._pick(i).append_batch(rs)
         assert got == range(self.end, self.end + len(rs))
         for off, r in zip(got, rs):
@@ -89,6 +137,8 @@ class MultiWriterModel(RuleBasedStateMachine):
 
     @rule(i=handle)
     def roll(self, i):
+        if self._refused(i, lambda log: log.append(b"r" * 900)):
+            return
         log = self._pick(i)
         base = log.segments[-1].base_offset
         for _ in range(3):            # a segment holds at most one of these after another
@@ -103,6 +153,8 @@ class MultiWriterModel(RuleBasedStateMachine):
     # -- flushes and maintenance -----------------------------------------------------------
     @rule(i=handle)
     def flush(self, i):
+        if self._refused(i, lambda log: log.flush()):
+            return
         got = self._pick(i).flush()
         assert got == self.end and got >= self.flushed
         self.flushed = got
@@ -111,6 +163,8 @@ class MultiWriterModel(RuleBasedStateMachine):
 
     @rule(i=handle)
     def enforce_retention(self, i):
+        if self._refused(i, lambda log: log.enforce_retention(now_ms=LATER)):
+            return
         log = self._pick(i)
         deleted = log.enforce_retention(now_ms=LATER)
         new_start = log.start_offset
@@ -122,6 +176,8 @@ class MultiWriterModel(RuleBasedStateMachine):
 
     @rule(i=handle)
     def compact(self, i):
+        if self._refused(i, lambda log: log.compact()):
+            return
         log = self._pick(i)
         log.compact()
         present = {m.offset: (m.key, m.value, tuple(m.headers)) for m in log.iter()}
@@ -147,6 +203,10 @@ class MultiWriterModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def open_handle(self, data):
         i = data.draw(st.sampled_from([j for j, log in enumerate(self.logs) if log is None]))
+        if self.stopped is not None:
+            with pytest.raises(LogLockedError):
+                Log.open(self.dir, multi_writer=True, **self.cfg)
+            return
         log = self.logs[i] = Log.open(self.dir, multi_writer=True, **self.cfg)
         assert log.end_offset == self.end and log.start_offset == self.start
 
@@ -154,6 +214,12 @@ class MultiWriterModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def close_handle(self, data):
         i = data.draw(st.sampled_from(self._open()))
+        if self.stopped is not None:
+            # refused: the handle stays open and working
+            with pytest.raises(LogLockedError):
+                self.logs[i].close()
+            assert not self.logs[i].closed
+            return
         self.logs[i].close()
         self.logs[i] = None
         if not self._open():
@@ -170,6 +236,8 @@ class MultiWriterModel(RuleBasedStateMachine):
     # -- what every handle sees -------------------------------------------------------------------
     @rule(i=handle)
     def contents(self, i):
+        if self.stopped is not None and not self._open():
+            return
         log = self._pick(i)
         got = {m.offset: (m.key, m.value, tuple(m.headers)) for m in log.iter()}
         assert got == self.model

@@ -16,6 +16,8 @@ import pytest
 import seglog
 from seglog import Log, Record, Topic, _log_reads
 
+from htmlview import parse
+
 pd = pytest.importorskip("pandas")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -128,8 +130,8 @@ def _expect(log: Log, n: int, t0: int, stored: int) -> None:
     assert (st["start_offset"], st["end_offset"], st["messages"], len(log)) == (0, n, n, n)
     assert (st["oldest_timestamp"], st["newest_timestamp"]) == (t0, t0 + n - 1)
     assert st["bytes"] == stored
-    h = log._repr_html_()
-    assert "<table>" in h and f"[0, {n:,})" in h
+    v = parse(log._repr_html_())
+    assert v.fields["offsets"] == f"0..{n - 1}" and v.table("offsets").rows
 
 
 @pytest.mark.parametrize("compression", [None, "lz4"])
@@ -245,14 +247,21 @@ def test_html_reprs_are_tables_and_escape_values(log, tmp_path):
         log.append(b"p" * 100, timestamp=T0 + 100_000)            # more than 10 segments
     log.append(b"<script>alert(1)</script>", timestamp=T0 + 100_000)
     h = log._repr_html_()
-    assert "<table>" in h and "segments" in h and "more in between" in h
+    v = parse(h)
+    segs = v.table("offsets")
+    (gap,) = segs.gaps                                          # a row for those left out
+    n = len(log.segments)
+    assert len(segs.records()) == 8 and f"{n - 8} segments not shown" in gap
     assert "<script>" not in h and "&lt;script&gt;" in h        # the last message, escaped
     seg = log.segments[0]
     assert f"size={seg.size}" in repr(seg) and "None" not in repr(seg)
     assert "base offset" in seg._repr_html_()
     ms = seglog.MessageSet.from_records([b"x"] * 30, timestamp=T0)
-    assert "first 20 messages shown" in ms._repr_html_()
-    assert "messages shown" not in log.read(0, 1 << 20)._repr_html_()   # a segment's 16
+    mv = parse(ms._repr_html_())
+    assert "the first 20 messages shown" in mv.notes
+    assert mv.titles == ["MessageSet: offsets 0..29, 30 message(s) in "
+                         f"{seglog._html.size(ms.size_in_bytes)} of whole batches"]
+    assert not parse(log.read(0, 1 << 20)._repr_html_()).notes     # a segment's 16
     with Topic.open(str(tmp_path / "r"), "o", partitions=2) as t:
         t.append(b"x", partition=1)
         with seglog.Consumer(t.root, "g", ["o"], auto_commit_ms=None) as c:
@@ -260,7 +269,9 @@ def test_html_reprs_are_tables_and_escape_values(log, tmp_path):
             c.commit()
             d = seglog.describe_group(t.root, "g")
             assert d["partitions"]["o-1"]["committed"] == 1            # still a dict
-            assert "o-1" in d._repr_html_() and "generation" in d._repr_html_()
+            gv = parse(d._repr_html_())
+            assert "o-1" in gv.table("partition").column("partition")
+            assert gv.fields["generation"].startswith(str(d["generation"]))
 
 
 def test_the_example_notebook_runs_and_is_stored_without_outputs():
@@ -280,11 +291,11 @@ def test_the_example_notebook_runs_and_is_stored_without_outputs():
 
 
 def test_html_preview_of_a_utf8_value_cut_inside_a_character_is_text(log):
-    # the preview's cut (60 bytes) falls inside a "€" (3 bytes): the characters
-    # before it are shown as text, not the value as escaped bytes
-    off = log.append("€€a".encode() * 20)                         # 140 bytes
-    h = log.read(off)._repr_html_()
-    assert "€€a" * 8 + "€… (140 bytes)" in h and "\\xe2" not in h
+    # a value longer than the table shows (120 characters) is cut between
+    # characters, never inside one, and shown as text with its length
+    off = log.append("€€a".encode() * 50)                         # 350 bytes
+    (value,) = parse(log.read(off)._repr_html_()).table("offset").column("value")
+    assert value == "€€a" * 40 + " … 350 bytes" and "xe2" not in value
 
 
 def test_html_of_a_reader_when_retention_deletes_the_last_messages_meanwhile(tmp_path,
@@ -299,17 +310,16 @@ def test_html_of_a_reader_when_retention_deletes_the_last_messages_meanwhile(tmp
             w.append(b"x" * 60)
         assert [s.base_offset for s in w.segments] == [0, 9, 18]
         with Log.open(path, readonly=True) as r:
-            real = _log_reads.html_stats
+            real = _log_reads.last_messages
 
-            def stats_then_retention(local):
-                st = real(local)
-                monkeypatch.setattr(_log_reads, "html_stats", real)
+            def retention_then_last(local, n, end):
+                monkeypatch.setattr(_log_reads, "last_messages", real)
                 w.enforce_retention(T0 * 10)   # all but the active segment is due
-                return st
-            monkeypatch.setattr(_log_reads, "html_stats", stats_then_retention)
+                return real(local, n, end)
+            monkeypatch.setattr(_log_reads, "last_messages", retention_then_last)
             h = r._repr_html_()
             assert r.start_offset == 18
-    assert "<td>18</td>" in h and "<td>19</td>" in h and "<td>15</td>" not in h
+    assert parse(h).table("offset").column("offset") == ["18", "19"]
 
 
 def test_to_pandas_of_a_reader_when_retention_deletes_the_first_messages_meanwhile(
@@ -351,4 +361,4 @@ def test_html_of_a_compacted_log_reads_only_what_it_shows(tmp_path, monkeypatch)
             return real(local, start, end)
         monkeypatch.setattr(_log_reads, "iterate", iter_spy)
         h = log._repr_html_()
-        assert "<td>199</td>" in h and starts == [195]
+        assert parse(h).table("offset").column("offset")[-1] == "199" and starts == [195]

@@ -161,6 +161,54 @@ def test_bad_input_is_refused_by_send_and_nothing_is_written(tmp_path):
         assert (m.key, m.value, m.headers) == (b"before", b"v", ((("h", b"hv")),))
 
 
+class _Once:
+    """An iterable that can be iterated once (as a file or a cursor)."""
+
+    def __init__(self, pairs):
+        self._it = iter(pairs)
+
+    def __iter__(self):
+        it, self._it = self._it, iter(())
+        return it
+
+
+@pytest.mark.parametrize("durable", [False, True])
+@pytest.mark.parametrize("target", ["log", "topic"])
+def test_headers_from_any_iterable_are_kept_as_log_append_keeps_them(tmp_path, target, durable):
+    names, values = ["trace", "user"], [b"t-1", b"u-2"]
+    want = (("trace", b"t-1"), ("user", b"u-2"))
+    makers = {"zip": lambda: zip(names, values),
+              "generator": lambda: ((n, v) for n, v in zip(names, values)),
+              "map": lambda: map(lambda n, v: (n, bytearray(v)), names, values),
+              "iterate once": lambda: _Once(list(zip(names, values))),
+              "dict items": lambda: dict(zip(names, values)).items(),
+              "list": lambda: list(zip(names, values))}
+    # each maker with a plain value, a keyed one, a bytearray value and a timestamp:
+    # every way send() takes a record that carries headers
+    shapes = {"plain": {}, "keyed": {"key": b"k"}, "bytearray": {"value": bytearray(b"ba")},
+              "stamped": {"timestamp": 1_700_000_000_000}}
+    with (Log.open(tmp_path / "log") if target == "log"
+          else Topic.open(tmp_path / "root", "t", partitions=2)) as t, \
+            Producer(t, linger_ms=0, durable=durable) as p:
+        futs = {}
+        for how, make in makers.items():
+            for shape, kw in shapes.items():
+                kw = {"value": b"v", **kw}
+                futs[p.send(kw.pop("value"), headers=make(), **kw)] = (how, shape)
+        p.flush()
+        logs = [t] if target == "log" else [t.partition(i) for i in range(2)]
+        got = {}
+        for f, case in futs.items():
+            part, off = (0, f.result(10)) if target == "log" else f.result(10)
+            got[case] = next(logs[part].iter(off)).headers
+        assert got == {case: want for case in futs.values()}
+    # Log.append: the same iterables, the same headers
+    with Log.open(tmp_path / "direct") as log:
+        offs = {how: log.append(b"v", headers=make()) for how, make in makers.items()}
+        assert {how: next(log.iter(o)).headers for how, o in offs.items()} == \
+            {how: want for how in makers}
+
+
 def test_options_and_targets_are_checked(tmp_path):
     with Log.open(tmp_path / "w") as log:
         for kw, exc in (({"linger_ms": -1}, InvalidConfigError), ({"batch_size": 0}, InvalidConfigError),
@@ -268,7 +316,11 @@ def test_durable_fsync_failure_fails_the_unflushed_records(logdir):
         second = [p.send(b"two%d" % i) for i in range(5)]
         p.flush()
     assert [f.result() for f in first] == list(range(5))
-    assert all(isinstance(f.exception(), StorageError) for f in second)
+    # written, not made durable: the error says where they are, and why
+    errors = [f.exception() for f in second]
+    assert all(isinstance(e, seglog.NotDurableError) for e in errors), errors
+    assert [e.offsets for e in errors] == [range(5, 10)] * 5
+    assert all(isinstance(e.__cause__, StorageError) for e in errors)
     assert log.flushed_offset == 5
     seglog.testing.abandon(log)
 

@@ -177,3 +177,41 @@ def test_a_forked_child_reads_through_its_copy_of_a_reader(tmp_path):
                     os._exit(code)
             _, status = os.waitpid(pid, 0)
             assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_active_segments_file_is_as_long_as_its_reservation(tmp_path):
+    """The default segment_bytes is 1 GiB; the active segment's file is as long as what
+    its writer reserved (data and a chunk of zeros), never a gigabyte of zeros in
+    ``ls`` (copies that ignore holes move what ``ls`` says), for one writer and for
+    several; sealed segments hold exactly their data."""
+    root = tmp_path / "t"
+    with Topic.open(root, "events", partitions=4, flush_ms=None) as topic:
+        for i in range(40):
+            topic.append(b"event %d" % i, key=b"k%d" % i)
+        lengths = [os.path.getsize(topic.partition(p).segments[-1].path) for p in range(4)]
+        assert max(lengths) <= 256 << 10, lengths
+    log_path = str(tmp_path / "log")
+    with Log.open(log_path, flush_ms=None, segment_bytes=4 << 20) as log:
+        for _ in range(120):
+            log.append_batch([b"y" * 1000] * 50)     # 6 MB: rolls once
+        assert len(log.segments) >= 2
+        for seg in log.segments[:-1]:
+            assert os.path.getsize(seg.path) == seg.size
+        active = log.segments[-1]
+        length = os.path.getsize(active.path)
+        assert active.size <= length <= active.size + (8 << 20), (active.size, length)
+    a = Log.open(log_path, multi_writer=True, flush_ms=None)
+    b = Log.open(log_path, multi_writer=True, flush_ms=None)
+    try:
+        for i in range(2000):
+            (a if i % 2 else b).append(b"z" * 500)
+        data = Log.open(log_path, readonly=True)
+        try:
+            active = data.segments[-1]
+            length = os.path.getsize(active.path)
+            assert active.size <= length <= active.size + (8 << 20) + (1 << 20)
+        finally:
+            data.close()
+    finally:
+        a.close()
+        b.close()

@@ -11,7 +11,7 @@ from .config import LogConfig
 from .consumer_group import Consumer, ConsumerMessage, describe_group
 from .errors import (CommitFailedError, CorruptRecordError, GroupBusyError, InvalidConfigError,
                      LogClosedError, LogLockedError, MessageTooLargeError, NotALogError,
-                     OffsetOutOfRangeError, ProducerClosedError, ProducerTimeoutError,
+                     NotDurableError, OffsetOutOfRangeError, ProducerClosedError, ProducerTimeoutError,
                      ReadOnlyError, SeglogError, StorageError)
 from .index import OffsetIndex, TimeIndex
 from .log import Log
@@ -26,6 +26,6 @@ __all__ = [
     "LogLockedError", "LogClosedError", "InvalidConfigError", "StorageError", "ReadOnlyError",
     "NotALogError", "Topic", "Consumer", "ConsumerMessage", "describe_group",
     "CommitFailedError", "GroupBusyError", "Columns", "ArrowColumns", "arrow_schema",
-    "Producer", "ProducerTimeoutError", "ProducerClosedError",
+    "Producer", "ProducerTimeoutError", "ProducerClosedError", "NotDurableError",
 ]
 __version__ = "0.1.0"

@@ -1,5 +1,6 @@
-"""The ``seglog`` commands that read and take no lock: ``dump``, ``verify``, ``stats``,
-``tail`` and ``groups`` (docs/CLI.md). They work beside a live writer."""
+"""The ``seglog`` commands that read and take no lock: ``dump``, ``verify``, ``stats``
+and ``tail`` (docs/CLI.md; ``groups`` is ``_cli_groups``). They work beside a live
+writer."""
 
 from __future__ import annotations
 
@@ -7,17 +8,17 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import time
 from typing import Any, Callable
 
-from . import codec, repair
-from ._cli_output import (EXIT_DAMAGE, EXIT_OK, Progress, bytes_text, codec_name, flags_text,
-                          header_key, json_value, offset_fields, plural, problem_dicts,
-                          show_value, span_text)
-from ._cli_paths import (dir_bytes, is_log, logs_at, missing_report, not_a_log, partitions,
-                         require_log, require_root, total_bytes)
-from ._html import when
-from .consumer_group import describe_group, list_groups
+from . import _cli_kafka, _verdict, codec, repair
+from ._cli_output import (EXIT_DAMAGE, EXIT_OK, Col, Progress, codec_name, flags_text,
+                          headers_text, json_value, offset_fields, plural, problem_dicts,
+                          show_value, span_text, stake_dict, table, width)
+from ._cli_paths import (Found, Target, find_logs, is_log, missing_report, not_a_log,
+                         partitions, require_log, total_bytes)
+from ._html import duration, num, size, when
 from .errors import CorruptRecordError, InvalidConfigError, NotALogError, OffsetOutOfRangeError
 from .log import Log
 from .message import as_ms
@@ -30,50 +31,51 @@ def _parse_time(s: str) -> int:
         raise InvalidConfigError(str(e)) from None
 
 
+# -- dump --------------------------------------------------------------------------------
 def cmd_dump(a: argparse.Namespace, out: Any) -> int:
     path = a.path
+    kafka_parts = _cli_kafka.targets(path)
+    if kafka_parts is not None:
+        return _cli_kafka.dump(a, out, kafka_parts)
     require_log(path)
     lowest = a.from_offset if a.from_offset is not None else 0
     if a.to_offset is not None and a.to_offset <= lowest:
         raise InvalidConfigError(f"--to {a.to_offset} must be above --from {lowest} "
                                  f"(--to is the first offset not shown)")
+    ranged = (a.from_offset is not None or a.to_offset is not None) and not a.deep
     batches: list[repair.BatchInfo] = []
-    prog = Progress("dump", dir_bytes(path))
-    try:
-        rep = repair.check(path, prog, batches)
-    finally:
-        prog.close()
+    found: repair.CheckReport | repair.RangeRead
+    if ranged:
+        # through the offset index: only the part of the log that holds the range
+        found = repair.read_range(path, lowest, a.to_offset)
+        batches = found.batches
+    else:
+        prog = Progress("dump", repair.data_bytes(path))
+        try:
+            found = repair.check(path, prog, batches)
+        finally:
+            prog.close()
     lo = a.from_offset if a.from_offset is not None else -1
     hi = a.to_offset if a.to_offset is not None else 1 << 63
     shown = [b for b in batches if b.last_offset >= lo and b.base_offset < hi]
     note = None
     if not shown and (a.from_offset is not None or a.to_offset is not None):
-        want = (f"offsets {a.from_offset if a.from_offset is not None else 0}.."
-                + (f"{a.to_offset - 1}" if a.to_offset is not None else ""))
-        note = (f"no batch holds {want}: the log has {span_text(rep.start_offset, rep.end_offset)}"
-                + (" up to the damage" if rep.problems else ""))
+        want = (f"offsets {lowest}.." + (f"{a.to_offset - 1}" if a.to_offset is not None
+                                         else ""))
+        if isinstance(found, repair.CheckReport):
+            start, end = found.start_offset, found.end_offset
+        else:
+            start, end, _ = repair.extent(path)
+        note = (f"no batch holds {want}: the log has {span_text(start, end)}"
+                + (" up to the damage" if found.problems else ""))
+    problems = problem_dicts(found, a.deep)
     if a.json:
-        docs = []
-        for b in shown:
-            d: dict[str, Any] = {
-                "segment": os.path.basename(b.segment), "position": b.position, "size": b.size,
-                "base_offset": b.base_offset, "last_offset": b.last_offset, "count": b.count,
-                "codec": codec_name(b.attributes), "flags": flags_text(b.attributes),
-                "base_timestamp": b.base_timestamp, "max_timestamp": b.max_timestamp,
-                "checksum": "valid"}
-            if a.print_data:
-                ms = reread_records(b, lo, hi)
-                d["records"] = None if ms is None else [
-                    {"offset": m[0], "timestamp": m[1], "key": json_value(m[2], a.max_bytes),
-                     "value": json_value(m[3], a.max_bytes),
-                     "headers": [[k, json_value(v, a.max_bytes)] for k, v in m[4]]}
-                    for m in ms]
-                if ms is None:
-                    d["records_gone"] = _GONE
-            docs.append(d)
-        json.dump({"path": path, **offset_fields(rep.start_offset, rep.end_offset),
-                   "batches": docs, "note": note, "problems": problem_dicts(rep, a.deep)}, out,
-                  indent=1)
+        docs = [_batch_json(b, a, lo, hi) for b in shown]
+        doc: dict[str, Any] = {"path": path, "batches": docs, "note": note,
+                               "problems": problems}
+        if isinstance(found, repair.CheckReport):
+            doc.update(offset_fields(found.start_offset, found.end_offset))
+        json.dump(doc, out, indent=1)
         out.write("\n")
     else:
         seg = None
@@ -84,23 +86,44 @@ def cmd_dump(a: argparse.Namespace, out: Any) -> int:
             out.write(f"baseOffset: {b.base_offset} lastOffset: {b.last_offset} count: "
                       f"{b.count} position: {b.position} size: {b.size} codec: "
                       f"{codec_name(b.attributes)} flags: {flags_text(b.attributes)} "
-                      f"baseTimestamp: {b.base_timestamp} maxTimestamp: {b.max_timestamp} "
-                      f"checksum: valid\n")
+                      f"baseTimestamp: {when(b.base_timestamp)} maxTimestamp: "
+                      f"{when(b.max_timestamp)} checksum: valid\n")
             ms = reread_records(b, lo, hi) if a.print_data else []
             if ms is None:
                 out.write(f"| {_GONE}\n")
             for m in ms or ():
-                hs = " ".join(f"{header_key(k)}={show_value(v, a.max_bytes)}" for k, v in m[4])
-                out.write(f"| offset: {m[0]} timestamp: {m[1]} key: "
+                hs = headers_text(m[4], a.max_bytes)
+                out.write(f"| offset: {m[0]} timestamp: {when(m[1])} key: "
                           f"{show_value(m[2], a.max_bytes)} value: {show_value(m[3], a.max_bytes)}"
                           + (f" headers: {hs}" if hs else "") + "\n")
-        for p in problem_dicts(rep, a.deep):
-            out.write(f"DAMAGE {p['file']} position {p['position']} offset {p['offset']}: "
-                      f"{p['reason']}: {p['message']}\n")
+        for p in found.problems:
+            if a.deep or p.reason != "index":
+                out.write(f"DAMAGE {p.path} position {p.position} offset {p.offset}: "
+                          f"{_verdict.reason_text(p.reason, p.message)}\n")
         if note is not None:
             out.flush()
             sys.stderr.write(f"seglog: {note}\n")
-    return EXIT_DAMAGE if problem_dicts(rep, a.deep) else EXIT_OK
+    return EXIT_DAMAGE if problems else EXIT_OK
+
+
+def _batch_json(b: repair.BatchInfo, a: argparse.Namespace, lo: int, hi: int
+                ) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "segment": os.path.basename(b.segment), "position": b.position, "size": b.size,
+        "base_offset": b.base_offset, "last_offset": b.last_offset, "count": b.count,
+        "codec": codec_name(b.attributes), "flags": flags_text(b.attributes),
+        "base_timestamp": b.base_timestamp, "max_timestamp": b.max_timestamp,
+        "checksum": "valid"}
+    if a.print_data:
+        ms = reread_records(b, lo, hi)
+        d["records"] = None if ms is None else [
+            {"offset": m[0], "timestamp": m[1], "key": json_value(m[2], a.max_bytes),
+             "value": json_value(m[3], a.max_bytes),
+             "headers": [[k, json_value(v, a.max_bytes)] for k, v in m[4]]}
+            for m in ms]
+        if ms is None:
+            d["records_gone"] = _GONE
+    return d
 
 
 _GONE = "the records are gone: retention or compaction deleted the segment after it was read"
@@ -124,129 +147,211 @@ def reread_records(b: repair.BatchInfo, lo: int, hi: int) -> list[codec.MessageT
     return list(codec.decode_batch(data, 0, hdr, max(lo, 0), hi))
 
 
+# -- verify ------------------------------------------------------------------------------
+def _check(t: Target, prog: Progress) -> repair.CheckReport:
+    return missing_report(t.path) if t.missing else repair.check(t.path, prog)
+
+
 def cmd_verify(a: argparse.Namespace, out: Any) -> int:
-    logs = logs_at(a.path)
-    prog = Progress("verify", total_bytes(logs))
+    kafka_parts = _cli_kafka.targets(a.path)
+    if kafka_parts is not None:
+        return _cli_kafka.verify(a, out, kafka_parts)
+    found = find_logs(a.path)
+    prog = Progress("verify", total_bytes(found.targets))
     reports = []
     try:
-        for name, d in logs:
-            reports.append((name, repair.check(d, prog) if is_log(d) else missing_report(d)))
+        for t in found.targets:
+            reports.append((t.name, _check(t, prog)))
     finally:
         prog.close()
-    bad = [p for _, r in reports for p in r.problems]
+    bad = [(n, r) for n, r in reports if not r.ok]
     if a.json:
         json.dump({"ok": not bad, "logs": [{
-            "log": name, "path": r.path, "segments": r.segments, "batches": r.batches,
-            "messages": r.messages, "bytes": r.bytes, "reserved_bytes": r.reserved_bytes,
+            "log": name, "path": r.path, "ok": r.ok, "segments": r.segments,
+            "batches": r.batches, "messages": r.messages, "bytes": r.bytes,
+            "reserved_bytes": r.reserved_bytes,
             **offset_fields(r.start_offset, r.end_offset), "tail": r.tail,
+            "stopped_at_damage": r.stopped_at_damage,
             "vanished_segments": r.vanished, "superseded_segments": r.superseded,
-            "problems": problem_dicts(r, True)}
-            for name, r in reports]}, out, indent=1)
+            "problems": problem_dicts(r, True), "at_stake": stake_dict(r.cut),
+            "next": None if r.ok else _verdict.next_step(r, name)}
+            for name, r in reports],
+            "skipped": [{"name": n, "why": why} for n, why in found.skipped]}, out, indent=1)
         out.write("\n")
+        return EXIT_DAMAGE if bad else EXIT_OK
+    room = width(out)
+    for name, r in reports:
+        out.write("\n".join(_verdict.report_lines(r, name, room)) + "\n")
+    _skipped(out, a.path, found, room)
+    n = len(reports)
+    if bad:
+        out.write(f"verified {plural(n, 'log')}: {len(bad)} DAMAGED "
+                  f"({', '.join(x for x, _ in bad)})\n")
     else:
-        for name, r in reports:
-            state = "ok" if r.ok else f"DAMAGED ({len(r.problems)} problem(s))"
-            out.write(f"{name}: {state}: {plural(r.segments, 'segment')}, "
-                      f"{plural(r.batches, 'batch')}, {plural(r.messages, 'message')}, "
-                      f"{bytes_text(r.bytes, r.reserved_bytes)}, "
-                      f"{span_text(r.start_offset, r.end_offset)}"
-                      + (" up to the damage (the rest is not read)" if r.stopped_at_damage
-                         else "")
-                      + (f", {len(r.vanished)} segment(s) deleted by retention or "
-                         f"compaction during the check" if r.vanished else "")
-                      + (f", {len(r.superseded)} segment(s) a compaction replaced and "
-                         f"has not deleted yet (a writer's open deletes them)"
-                         if r.superseded else "") + "\n")
-            for p in r.problems:
-                out.write(f"  DAMAGE {p.path} position {p.position} offset {p.offset}: "
-                          f"{p.reason}: {p.message}\n")
-        out.write(f"verified {len(reports)} log(s): "
-                  + ("no damage\n" if not bad else f"{len(bad)} problem(s)\n"))
+        out.write(f"verified {plural(n, 'log')}: no damage in any batch or index entry "
+                  f"read\n")
     return EXIT_DAMAGE if bad else EXIT_OK
 
 
+def _skipped(out: Any, path: str, found: Found, room: int) -> None:
+    if found.skipped:
+        out.write(f"skipped {plural(len(found.skipped), 'entry')} of {path} (not read):\n")
+        for name, why in found.skipped:
+            out.write("\n".join(_verdict.wrap(name, why, room)) + "\n")
+
+
+# -- stats -------------------------------------------------------------------------------
 def _scan_stats(d: str, prog: Callable[[int], None]) -> dict[str, Any]:
     """Counts from the batch headers, and lz4's ratio and distinct keys (an estimate:
-    the number of distinct 64-bit key hashes, exact below 2**20 keys) from the records."""
+    the number of distinct 64-bit key hashes, exact below 2**20 keys) from the
+    records. At damage: the counts up to it, what the headers say lies after it,
+    and the check's report (``report``, as ``verify`` says it)."""
     import xxhash
     st: dict[str, Any] = {"batches": 0, "messages": 0,
                           "min_timestamp": None, "max_timestamp": None,
                           "lz4_batches": 0, "lz4_stored": 0, "lz4_raw": 0}
     keys: set[int] = set()
-    many = False
-    info = repair.WalkInfo()
-    for _, _pos, buf, p, hdr in repair.walk_log(d, prog, decode=False, info=info):
-        st["batches"] += 1
-        st["messages"] += hdr[codec.H_COUNT]
-        size = codec.batch_size(hdr)
+
+    def visit(buf: bytes, p: int, hdr: codec.BatchHeader) -> None:
         lo_ts, hi_ts = hdr[codec.H_BASE_TS], hdr[codec.H_MAX_TS]
         lo, hi = st["min_timestamp"], st["max_timestamp"]
         st["min_timestamp"] = lo_ts if lo is None else min(lo, lo_ts)
         st["max_timestamp"] = hi_ts if hi is None else max(hi, hi_ts)
         attrs = hdr[codec.H_ATTRS]
-        if attrs & codec.CODEC_MASK:
+        lz4 = attrs & codec.CODEC_MASK
+        if lz4:
             st["lz4_batches"] += 1
-            st["lz4_stored"] += size
+            st["lz4_stored"] += codec.batch_size(hdr)
         if attrs & codec.F_KEYS:
             for m in codec.decode_batch(buf, p, hdr):
-                if attrs & codec.CODEC_MASK:
+                if lz4:
                     st["lz4_raw"] += len(m[3] or b"") + len(m[2] or b"")
-                if m[2] is not None and not many:
+                if m[2] is not None and len(keys) < 1 << 20:
                     keys.add(xxhash.xxh3_64_intdigest(m[2]))
-                    many = len(keys) >= 1 << 20
-        elif attrs & codec.CODEC_MASK:
+        elif lz4:
             st["lz4_raw"] += sum(len(m[3] or b"") for m in codec.decode_batch(buf, p, hdr))
-    st["distinct_keys"] = len(keys) if not many else f">= {len(keys)}"
-    return {"segments": len(info.listed) - len(info.vanished) - len(info.superseded),
-            "bytes": info.stored_bytes,
-            "reserved_bytes": info.reserved_bytes,
-            **offset_fields(info.start_offset, info.end_offset), **st}
+    rep = repair.check(d, prog, visit=visit, decode=False)
+    st["batches"], st["messages"] = rep.batches, rep.messages
+    st["distinct_keys"] = len(keys) if len(keys) < 1 << 20 else f">= {len(keys):,}"
+    row = {"segments": rep.segments, "bytes": rep.bytes, "reserved_bytes": rep.reserved_bytes,
+           **offset_fields(rep.start_offset, rep.end_offset), **st}
+    if rep.stopped_at_damage:
+        cut = rep.cut
+        row["damaged"] = {"problems": problem_dicts(rep, False), "at_stake": stake_dict(cut),
+                          "read_messages": rep.messages, "read_bytes": rep.bytes,
+                          "next": _verdict.next_step(rep, os.path.basename(d))}
+        row["report"] = rep
+        # what the batch headers say the log holds: before, in and after the damage
+        row["messages"] = _verdict.total_messages(rep)
+        if cut is not None:
+            row["bytes"] = rep.bytes + cut.lost_bytes
+            if cut.lost_end_offset is not None:
+                row.update(offset_fields(rep.start_offset, cut.lost_end_offset))
+    return row
+
+
+def _ratio(r: dict[str, Any]) -> str:
+    """How much smaller lz4 made its batches than their keys and values: ``-51%``."""
+    if not r["lz4_raw"]:
+        return "-"
+    return f"{(r['lz4_stored'] / r['lz4_raw'] - 1) * 100:+.0f}%"
 
 
 def cmd_stats(a: argparse.Namespace, out: Any) -> int:
-    logs = logs_at(a.path)
-    prog = Progress("stats", total_bytes(logs))
+    kafka_parts = _cli_kafka.targets(a.path)
+    if kafka_parts is not None:
+        return _cli_kafka.stats(a, out, kafka_parts)
+    found = find_logs(a.path)
+    prog = Progress("stats", total_bytes(found.targets))
     rows: list[dict[str, Any]] = []
     try:
-        for name, d in logs:
-            if not is_log(d):
-                rows.append({"log": name, "error": missing_report(d).problems[0].message})
+        for t in found.targets:
+            if t.missing:
+                rows.append({"log": t.name, "error": missing_report(t.path).problems[0].message})
                 continue
-            try:
-                rows.append({"log": name, **_scan_stats(d, prog)})
-            except CorruptRecordError as e:
-                rows.append({"log": name, "error": f"damage: {e}"})
+            rows.append({"log": t.name, **_scan_stats(t.path, prog)})
     finally:
         prog.close()
-    code = EXIT_DAMAGE if any("error" in r for r in rows) else EXIT_OK
+    code = EXIT_DAMAGE if any("error" in r or "damaged" in r for r in rows) else EXIT_OK
     good = [r for r in rows if "error" not in r]
     if a.json:
-        json.dump({"path": a.path, "logs": rows}, out, indent=1)
+        json.dump({"path": a.path, "logs": [{k: v for k, v in r.items() if k != "report"}
+                                            for r in rows],
+                   "skipped": [{"name": n, "why": why} for n, why in found.skipped]},
+                  out, indent=1)
         out.write("\n")
         return code
+    room = width(out)
+    times = [t for r in good for t in (r["min_timestamp"], r["max_timestamp"]) if t is not None]
+    fmt = _time_format(times)
+    cols = [Col("LOG", rank=20, most=24), Col("MESSAGES", "r", 19), Col("SIZE", "r", 18),
+            Col("OFFSETS", "r", 17), Col("SEGS", "r", 13),
+            Col(f"TIME ({fmt[1]})", rank=16), Col("LZ4", "r", 15), Col("KEYS", "r", 14)]
+    lines = []
     for r in rows:
         if "error" in r:
-            out.write(f"{r['log']}: {r['error']}\n")
+            lines.append([r["log"], "MISSING", "", "", "", "", "", ""])
             continue
-        span = (f"{when(r['min_timestamp'])} .. {when(r['max_timestamp'])}"
-                if r["min_timestamp"] is not None else "-")
-        ratio = (f"{r['lz4_stored'] / r['lz4_raw']:.2f}x over {r['lz4_batches']} lz4 batches"
-                 if r["lz4_raw"] else "none")
-        out.write(f"{r['log']}: {plural(r['segments'], 'segment')}, "
-                  f"{bytes_text(r['bytes'], r['reserved_bytes'])}, "
-                  f"{plural(r['messages'], 'message')} in {plural(r['batches'], 'batch')}, "
-                  f"{span_text(r['start_offset'], r['end_offset'])}, time {span}, compression "
-                  f"{ratio}, distinct keys {r['distinct_keys']}\n")
+        lo, hi = r["min_timestamp"], r["max_timestamp"]
+        msgs = "?" if r["messages"] is None else num(r["messages"])
+        lines.append([r["log"] + (" !" if "damaged" in r else ""), msgs, size(r["bytes"]),
+                      _span(r["start_offset"], r["end_offset"]), str(r["segments"]),
+                      "-" if lo is None else f"{fmt[0](lo)}..{fmt[0](hi)}",
+                      _ratio(r), str(r["distinct_keys"]) if r["distinct_keys"] else "-"])
+    out.write("\n".join(table(cols, lines, room)) + "\n")
+    lo_all = min((r["min_timestamp"] for r in good if r["min_timestamp"] is not None),
+                 default=None)
+    hi_all = max((r["max_timestamp"] for r in good if r["max_timestamp"] is not None),
+                 default=None)
     if len(rows) > 1:
-        stored, reserved = (sum(r[k] for r in good) for k in ("bytes", "reserved_bytes"))
-        out.write(f"total: {plural(sum(r['segments'] for r in good), 'segment')}, "
-                  f"{bytes_text(stored, reserved)}, "
-                  f"{plural(sum(r['messages'] for r in good), 'message')}"
-                  + (f"; {len(rows) - len(good)} log(s) unreadable" if len(good) < len(rows)
-                     else "") + "\n")
+        known = [r["messages"] for r in good if r["messages"] is not None]
+        out.write(f"total: {plural(len(rows), 'log')}, {num(sum(known))} messages, "
+                  f"{size(sum(r['bytes'] for r in good))} in "
+                  f"{plural(sum(r['segments'] for r in good), 'segment')}\n")
+    if lo_all is not None and hi_all is not None:
+        out.write(f"time: {when(lo_all)} .. {when(hi_all)} ({duration(hi_all - lo_all)})\n")
+    reserved = sum(r["reserved_bytes"] for r in good)
+    if reserved:
+        out.write(f"reserved: {size(reserved)} of zeros a writer preallocated past its data "
+                  f"(not counted)\n")
+    if any(r["lz4_raw"] for r in good):
+        out.write("LZ4: the size of lz4 batches against their keys and values "
+                  "(-51% = about half)\n")
+    for r in rows:
+        if "damaged" in r:
+            out.write("\n".join(textwrap.wrap(
+                f"{r['log']} !: DAMAGED: its numbers are what the batch headers say, up to "
+                f"and after the damage; TIME, LZ4 and KEYS only up to it", room,
+                subsequent_indent="    ")) + "\n")
+            out.write("\n".join(_verdict.report_lines(r["report"], r["log"], room)[1:]) + "\n")
+        elif "error" in r:
+            out.write("\n".join(textwrap.wrap(f"{r['log']}: {r['error']}", room,
+                                             subsequent_indent="    ")) + "\n")
+    _skipped(out, a.path, found, room)
     return code
 
 
+def _time_format(times: list[int]) -> tuple[Callable[[int], str], str]:
+    """How to show times in the TIME column, and its header's note: to the minute,
+    less what every time shares (``14:05`` when all fall on one day; that day in
+    the header)."""
+    if not times:
+        return (lambda ms: when(ms)[:16] + "Z"), "UTC"
+    lo, hi = when(min(times)), when(max(times))
+    if lo[:10] == hi[:10]:
+        return (lambda ms: when(ms)[11:16]), f"UTC, {lo[:10]}"
+    if lo[:4] == hi[:4]:
+        return (lambda ms: when(ms)[5:16]), f"UTC, {lo[:4]}"
+    return (lambda ms: when(ms)[:16] + "Z"), "UTC"
+
+
+def _span(start: int | None, end: int | None) -> str:
+    if start is None or end is None:
+        return "-"
+    return f"{start}..{end - 1}" if end > start else f"empty ({end})"
+
+
+# -- tail --------------------------------------------------------------------------------
 def cmd_tail(a: argparse.Namespace, out: Any) -> int:
     if is_log(a.path):
         if a.topic is not None:
@@ -346,48 +451,7 @@ def _print_message(out: Any, a: argparse.Namespace, t: str | None, p: int | None
         out.write(json.dumps(d) + "\n")
     else:
         where = "" if t is None else f"{t}-{p} "
+        hs = headers_text(m[4], min(a.max_bytes, 40))
         out.write(f"{where}{m[0]} {when(m[1])} key={show_value(m[2], a.max_bytes)} "
-                  f"{show_value(m[3], a.max_bytes)}\n")
-
-
-def cmd_groups(a: argparse.Namespace, out: Any) -> int:
-    require_root(a.root)
-    if a.group is None:
-        descs = [describe_group(a.root, g) for g in list_groups(a.root)]
-        if a.json:
-            json.dump({"groups": descs}, out, indent=1)
-            out.write("\n")
-        else:
-            for d in descs:
-                lags = [v["lag"] for v in d["partitions"].values()]
-                known = [x for x in lags if x is not None]
-                # a partition without a commit has no lag: counting it as 0 would call a
-                # group that never committed caught up
-                lag = str(sum(known)) if known else "-"
-                if len(known) < len(lags):
-                    lag += f" ({len(lags) - len(known)} partition(s) never committed)"
-                down = sum(1 for v in d["members"].values() if v["status"] != "alive")
-                out.write(f"{d['group']}: generation {d['generation']}, "
-                          f"{len(d['members'])} member(s)"
-                          f"{f' ({down} dead or silent)' if down else ''}, lag {lag}\n")
-            if not descs:
-                out.write(f"no consumer groups under {a.root}\n")
-        return EXIT_OK
-    d = describe_group(a.root, a.group)
-    if a.json:
-        json.dump(d, out, indent=1)
-        out.write("\n")
-        return EXIT_OK
-    out.write(f"group {d['group']}: generation {d['generation']}, assignor {d['assignor']}, "
-              f"{len(d['members'])} member(s)\n")
-    for m, v in d["members"].items():
-        out.write(f"  member {m}: {v['status']}, "
-                  f"{', '.join(f'{t}-{p}' for t, p in v['assignment']) or 'no partitions'}\n")
-    out.write(f"{'TOPIC-PARTITION':<24} {'OWNER':<32} {'COMMITTED':>12} {'END':>12} "
-              f"{'LAG':>10}\n")
-    for tp, v in d["partitions"].items():
-        out.write(f"{tp:<24} {str(v['owner'] or '-'):<32} "
-                  f"{str(v['committed'] if v['committed'] is not None else '-'):>12} "
-                  f"{str(v['end'] if v['end'] is not None else '-'):>12} "
-                  f"{str(v['lag'] if v['lag'] is not None else '-'):>10}\n")
-    return EXIT_OK
+                  f"{show_value(m[3], a.max_bytes)}" + (f" headers: {hs}" if hs else "")
+                  + "\n")

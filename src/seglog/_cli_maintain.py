@@ -7,13 +7,15 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import time
 from typing import Any
 
-from . import recovery, repair
-from ._cli_output import EXIT_DAMAGE, EXIT_DECLINED, EXIT_OK, offset_fields, span_text
+from . import _verdict, recovery, repair
+from ._cli_output import (EXIT_DAMAGE, EXIT_DECLINED, EXIT_OK, offset_fields, problem_dicts,
+                          span_text, stake_dict, width)
 from ._cli_paths import require_log
-from ._html import when
+from ._html import num, size, when
 from .errors import CorruptRecordError, InvalidConfigError
 from .log import Log
 from .retention import expired_prefix
@@ -22,17 +24,37 @@ from .retention import expired_prefix
 def _plan_text(plan: repair.CutPlan) -> str:
     keeps = (f"the log then ends at offset {plan.offset}" if plan.start_offset is None
              else f"the log keeps {span_text(plan.start_offset, plan.offset)}")
-    lost = f"{plan.lost_messages} message(s) in batches with a good checksum"
+    lost = f"{num(plan.lost_messages)} message(s) in batches with a good checksum"
     if plan.lost_end_offset is not None:
         lost += f" (offsets up to {plan.lost_end_offset - 1})"
     if plan.damaged_unread:
-        lost += ", and whatever the damaged bytes held"
-    return (f"first damage: {plan.path} position {plan.position} (offset {plan.offset}): "
-            f"{plan.reason}: {plan.message}\n"
-            f"cutting there: {keeps}; it loses {lost}: {plan.lost_bytes} bytes of data in "
-            f"{1 + len(plan.later_segments)} segment file(s) ({len(plan.later_segments)} "
-            f"later segment(s) deleted), and {plan.reserved_bytes} bytes of reserved space "
-            f"(zeros); {plan.valid_after} batch(es) with a good checksum after the damage\n")
+        lost += ", and whatever the damaged bytes held" + (
+            f" ({num(plan.damaged_count)} message(s), as the damaged batch's header says)"
+            if plan.damaged_count is not None else "")
+    lines = [f"the cut at the first damage, before anything is changed:"]
+    lines += _verdict.wrap("damage", f"{os.path.basename(plan.path)}, position {plan.position} (offset "
+                           f"{plan.offset}): {_verdict.reason_text(plan.reason, plan.message)}")
+    lines += _verdict.wrap("keeps", keeps)
+    lines += _verdict.wrap("loses", f"{lost}: {size(plan.lost_bytes)} of data in "
+                           f"{plan.lost_segments} segment file(s) ({len(plan.later_segments)} "
+                           f"later segment(s) deleted), and {size(plan.reserved_bytes)} of "
+                           f"reserved space (zeros)")
+    lines += _verdict.wrap("after it", f"{num(plan.valid_after)} batch(es) with a good "
+                           f"checksum (data a torn write would not have left)")
+    return "\n".join(lines) + "\n"
+
+
+def _plan_dict(plan: repair.CutPlan) -> dict[str, Any]:
+    return {"path": plan.path, "position": plan.position, "offset": plan.offset,
+            "reason": plan.reason, "message": plan.message,
+            "keeps": offset_fields(plan.start_offset, plan.offset),
+            "lost_messages": plan.lost_messages,
+            "lost_last_offset": None if plan.lost_end_offset is None
+            else plan.lost_end_offset - 1,
+            "damaged_bytes_unread": plan.damaged_unread,
+            "damaged_batch_messages": plan.damaged_count if plan.damaged_unread else None,
+            "lost_bytes": plan.lost_bytes, "reserved_bytes": plan.reserved_bytes,
+            "later_segments": plan.later_segments, "valid_batches_after": plan.valid_after}
 
 
 def _cut_text(c: recovery.Cut) -> str:
@@ -49,35 +71,32 @@ def _cut_text(c: recovery.Cut) -> str:
             f"{c.reserved_bytes} bytes of reserved space (zeros)\n")
 
 
+def _emit(a: argparse.Namespace, out: Any, result: dict[str, Any]) -> None:
+    if a.json:
+        json.dump(result, out, indent=1)
+        out.write("\n")
+
+
 def cmd_recover(a: argparse.Namespace, out: Any, stdin: Any) -> int:
     path = a.path
     require_log(path)
     result: dict[str, Any] = {"path": path}
     if a.truncate_at_damage:
         plan = repair.plan_cut(path)
-        if plan is None:
-            result["cut"] = None
-        else:
-            result["cut"] = {"path": plan.path, "position": plan.position,
-                             "offset": plan.offset, "reason": plan.reason,
-                             "message": plan.message,
-                             "keeps": offset_fields(plan.start_offset, plan.offset),
-                             "lost_messages": plan.lost_messages,
-                             "lost_last_offset": None if plan.lost_end_offset is None
-                             else plan.lost_end_offset - 1,
-                             "damaged_bytes_unread": plan.damaged_unread,
-                             "lost_bytes": plan.lost_bytes,
-                             "reserved_bytes": plan.reserved_bytes,
-                             "later_segments": plan.later_segments,
-                             "valid_batches_after": plan.valid_after}
-            if not a.json:
-                out.write(_plan_text(plan))
+        result["cut"] = None if plan is None else _plan_dict(plan)
+        if plan is not None:
+            # the plan first, in both modes: with --json a person answering the
+            # question reads it on stderr, the JSON document comes after
+            if not a.json or not a.yes:
+                (sys.stderr if a.json else out).write(_plan_text(plan))
             if not a.yes:
                 out.flush()
                 sys.stderr.write("type 'yes' to cut the log there: ")
                 sys.stderr.flush()
                 if stdin.readline().strip() != "yes":
-                    sys.stderr.write("not cut\n")
+                    sys.stderr.write("not cut: nothing was changed\n")
+                    result["declined"] = True
+                    _emit(a, out, result)
                     return EXIT_DECLINED
             repair.cut(plan)
     try:
@@ -86,13 +105,12 @@ def cmd_recover(a: argparse.Namespace, out: Any, stdin: Any) -> int:
             result.update(offset_fields(log.start_offset, log.end_offset))
     except CorruptRecordError as e:
         result["refused"] = str(e)
-        if a.json:
-            json.dump(result, out, indent=1)
-            out.write("\n")
-        else:
-            out.write(f"recovery refused: {e}\nthe log holds damage that a crash does not "
-                      f"explain; `seglog recover --truncate-at-damage {path}` cuts it at the "
-                      f"first bad batch after showing what is lost\n")
+        rep = repair.check(path)
+        result["verify"] = _check_dict(rep, path)
+        if not a.json:
+            out.write(f"{path}: recovery refused: {e}\n")
+            out.write("\n".join(_verdict.report_lines(rep, path, width(out))) + "\n")
+        _emit(a, out, result)
         return EXIT_DAMAGE
     result["recovery"] = None if rec is None else {
         "recovery_point": rec.recovery_point, "same_boot": rec.same_boot,
@@ -104,24 +122,36 @@ def cmd_recover(a: argparse.Namespace, out: Any, stdin: Any) -> int:
                        "reserved_bytes": c.reserved_bytes, "messages": c.messages}
                       for c in rec.cuts if c.reason != "deleted"],
         "deleted_segments": rec.deleted_segments}
-    if a.json:
-        json.dump(result, out, indent=1)
-        out.write("\n")
-    else:
+    # recovery reads only what a crash can have torn (nothing of a cleanly closed
+    # log): every batch is read next, so that nothing is called clean unread
+    rep = repair.check(path)
+    result["verify"] = _check_dict(rep, path)
+    if not a.json:
+        room = width(out)
         if rec is None:
-            out.write(f"{path}: clean (closed cleanly; nothing to recover: recovery reads "
-                      f"no batch of a cleanly closed log, `seglog verify` reads them all)\n")
+            head = (f"{path}: recovery: closed cleanly, nothing to recover (recovery reads "
+                    f"no batch of a cleanly closed log)")
         else:
-            out.write(f"{path}: recovered from the recovery point {rec.recovery_point}: "
-                      f"scanned {rec.segments_scanned} segment(s), {rec.scanned_bytes} bytes\n")
-            for c in rec.cuts:
-                out.write(_cut_text(c))
-            if rec.cuts:
-                out.write(f"  in all: {rec.cut_messages} message(s) and {rec.cut_data_bytes} "
-                          f"bytes of data cut, {rec.reserved_bytes} bytes of reserved space "
-                          f"dropped\n")
-        out.write(f"{span_text(result['start_offset'], result['end_offset'])}\n")
-    return EXIT_OK
+            head = (f"{path}: recovery: from the recovery point {rec.recovery_point}, "
+                    f"scanned {rec.segments_scanned} segment(s), {size(rec.scanned_bytes)}")
+        out.write("\n".join(textwrap.wrap(head, room, subsequent_indent="    ")) + "\n")
+        for c in rec.cuts if rec is not None else ():
+            out.write(_cut_text(c))
+        if rec is not None and rec.cuts:
+            out.write(f"  in all: {rec.cut_messages} message(s) and {rec.cut_data_bytes} "
+                      f"bytes of data cut, {rec.reserved_bytes} bytes of reserved space "
+                      f"dropped\n")
+        out.write("then every batch read:\n" + "\n".join(
+            _verdict.report_lines(rep, os.path.basename(os.path.abspath(path)), room)) + "\n")
+    _emit(a, out, result)
+    return EXIT_OK if rep.ok else EXIT_DAMAGE
+
+
+def _check_dict(rep: repair.CheckReport, path: str) -> dict[str, Any]:
+    return {"ok": rep.ok, "messages": rep.messages, "bytes": rep.bytes,
+            **offset_fields(rep.start_offset, rep.end_offset),
+            "problems": problem_dicts(rep, True), "at_stake": stake_dict(rep.cut),
+            "next": None if rep.ok else _verdict.next_step(rep, path)}
 
 
 def cmd_compact(a: argparse.Namespace, out: Any) -> int:

@@ -29,11 +29,22 @@ SWAP = PREFIX + "swap."          # + a 20-digit base offset (compaction manifest
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")   # a segment's three files
 WRITER_SESSION = "writer-session"   # the exclusive writer's session record
 TOPICS_DIR = "__topics"             # under a topic root: <name>.json per topic
+GROUPS_DIR = "__groups"             # under a topic root: one directory per consumer group
 _MAX_BASE = (1 << 63) - 1
 _SEGMENT_FILE = re.compile(r"(\d{20})\.(log|index|timeindex)")
 _LEFTOVER = re.compile(
     r"\.seglog-(?:(?:tmp|deleted|cleaned)\.(\d{20})\.(?:log|index|timeindex)"
     r"|tmp\.[A-Za-z0-9_.-]+|swap\.(\d{20}))")
+
+
+def abs_dir(path: str | os.PathLike[str], what: str) -> str:
+    """``path`` made absolute; ``ValueError`` for an empty one, which would name the
+    current directory (a ``what`` is never made of it by accident)."""
+    given = os.fspath(path)
+    if not given:
+        raise ValueError(f"the {what} path is empty; name a directory (\".\" for the "
+                         f"current one)")
+    return os.path.abspath(given)
 
 
 def require_dir(path: str, what: str, create: bool) -> bool:

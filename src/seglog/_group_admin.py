@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any, Mapping
 
-from . import _html
+from . import _group_view
 from ._assignors import TP
 from ._files import require_dir
 from ._group_files import GROUPS_DIR, GroupFiles, is_name, key, parse_key
@@ -39,23 +39,12 @@ def check_ms(name: str, v: object, lo: int) -> None:
 
 class GroupDescription(dict[str, Any]):
     """``describe_group``'s answer: a plain dict (JSON-ready) that a notebook shows
-    as tables."""
+    as tables (state, lag in messages and time, a chart of lag per partition)."""
+
+    root = ""         # the root of topics described: the view reads its logs' times
 
     def _repr_html_(self) -> str:
-        members = _html.grid(
-            f"group {self['group']!r}: generation {self['generation']}, assignor "
-            f"{self['assignor']}", ("member", "status", "topics", "assignment"),
-            [(m, v["status"], ", ".join(v["topics"]),
-              ", ".join(f"{t}-{p}" for t, p in v["assignment"]))
-             for m, v in self["members"].items()])
-        parts = _html.grid("partitions", ("partition", "owner", "committed", "end", "lag"),
-                           [(tp, v["owner"] or "-", _dash(v["committed"]), _dash(v["end"]),
-                             _dash(v["lag"])) for tp, v in self["partitions"].items()])
-        return members + parts
-
-
-def _dash(v: object) -> object:
-    return "-" if v is None else v
+        return _group_view.group_html(self, self.root)
 
 
 def list_groups(root: str | os.PathLike[str]) -> list[str]:
@@ -112,12 +101,14 @@ def describe_group(root: str | os.PathLike[str], group: str) -> GroupDescription
             parts[f"{t}-{p}"] = {"owner": owner,
                                  "committed": c[0] if c else None, "end": end,
                                  "lag": (end - c[0]) if (c and end is not None) else None}
-    return GroupDescription(
+    desc = GroupDescription(
         group=group, generation=st.generation, assignor=st.assignor,
         members={m: {"topics": ts, "assignment": sorted(st.assignment.get(m, [])),
                      "status": probe(m)}
                  for m, ts in st.members.items()},
         partitions=parts)
+    desc.root = root
+    return desc
 
 
 def commit_offsets(root: str | os.PathLike[str], group: str,

@@ -3,20 +3,179 @@ the reader, new segments appear, retention and compaction remove or replace file
 
 Readers never map segment files and never write; they scan forward from what they
 have seen, checking checksums, and re-list the directory when it changed.
+``LiveLog`` is a readonly reader's list of segments (a ``readonly=True`` ``Log``'s,
+and what one of several writers reads through: a read never waits for the append
+lock); the functions below are its re-listing and the live segment's refresh.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Callable
 
 from . import codec
-from ._files import LOG_START, list_segments, read_checkpoint, superseded_segments
+from ._files import (LOG_START, RECOVERY_POINT, list_segments, read_checkpoint,
+                     superseded_segments)
+from ._inflight import InFlight
+from ._metrics import Metrics
 from ._scan import ScanResult, scan
-from .errors import CorruptRecordError
+from .config import LogConfig
+from .errors import CorruptRecordError, LogClosedError, SeglogError
 from .recovery import continuing_batch_after, read_marker
 from .segment import Segment
+
+_RACY_NS = 3_000_000_000  # a directory listing this close to its mtime is not trusted
+
+
+class LiveLog:
+    """A readonly reader's segments of the log in ``path``: empty until ``refresh``,
+    which picks up what writers in any process appended, rolled, deleted or replaced.
+    Its state changes only through ``refresh`` (and closing)."""
+
+    def __init__(self, path: str, config: LogConfig, metrics: Metrics | None = None) -> None:
+        self.path = path
+        self.config = config
+        self.metrics = metrics if metrics is not None else Metrics()
+        self._segs: tuple[Segment, ...] = ()
+        self._start = 0
+        self._end = 0
+        self._closed = False
+        self._pid = os.getpid()
+        self._reads = InFlight(self.closed_error, lambda: self._segs)
+        self._lock = threading.Lock()       # one re-listing at a time
+        self._dir_mtime = 0
+        self._listed_at = 0
+        self._reported_damage: BaseException | None = None
+
+    # what the read path asks of a list of segments (``_log_reads``)
+    readonly = True
+    follows = True        # others change the files: look again before reading
+
+    @property
+    def start(self) -> int:
+        """The first offset as this reader last saw it."""
+        return self._start
+
+    @property
+    def end(self) -> int:
+        """The end offset as this reader last saw it."""
+        return self._end
+
+    @property
+    def segs(self) -> tuple[Segment, ...]:
+        """The segments as this reader last saw them (a tuple, replaced whole)."""
+        return self._segs
+
+    @property
+    def start_offset(self) -> int:
+        """The first offset still in the log (looked at again first)."""
+        self.refresh()
+        return self._start
+
+    @property
+    def end_offset(self) -> int:
+        """The next offset a writer assigns (looked at again first)."""
+        self.refresh()
+        return self._end
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The segments, oldest first (looked at again first)."""
+        self.refresh()
+        return self._segs
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every offset below this survives power loss: the writers' recovery point."""
+        return read_checkpoint(self.path, RECOVERY_POINT) or 0
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def closed_error(self) -> SeglogError:
+        return LogClosedError(f"log {self.path} is closed")
+
+    def check_readable(self) -> None:
+        """``LogClosedError`` once closed."""
+        if self._closed:
+            raise self.closed_error()
+
+    def enter(self) -> None:
+        """Count a read in flight (``LogClosedError`` once closing); ``leave`` after."""
+        self._reads.enter()
+
+    def leave(self) -> None:
+        self._reads.leave()
+
+    def close(self) -> None:
+        """Refuse new reads, wait for those in flight, close every file. Idempotent."""
+        if self._closed:
+            return
+        self._reads.stop()
+        with self._lock:
+            self._closed = True
+            for seg in self._segs:
+                try:
+                    seg.close(seal=False)
+                except OSError:
+                    pass
+            self._reads.bury()
+
+    def after_fork(self) -> None:
+        """In a forked child: new locks, no reads in flight (a reader goes on reading)."""
+        self._lock = threading.Lock()
+        self._reads.after_fork()
+        for seg in self._segs:
+            seg.reset_locks()
+
+    def raise_damage(self) -> None:
+        """At the visible end: raise damage found there, if any (counted once)."""
+        if self._segs and self._segs[-1].corruption is not None:
+            damage = self._segs[-1].corruption
+            if damage is not self._reported_damage:
+                self._reported_damage = damage
+                self.metrics.corrupt_batch()
+            raise damage
+
+    def refresh(self, force: bool = False) -> None:
+        """Pick up new data and new or deleted segments written by another process
+        (``force``: list the directory even if it seems unchanged)."""
+        if self._closed:
+            return
+        with self._lock:
+            self._refresh(force)
+
+    def _refresh(self, force: bool) -> None:
+        try:
+            mtime = os.stat(self.path).st_mtime_ns
+        except FileNotFoundError:
+            raise LogClosedError(f"log directory {self.path} is gone") from None
+        segs = self._segs
+        # an unchanged mtime proves nothing while the listing is within the clock's
+        # granularity of it (coarse on some file systems: 1 s on HFS+, 2 s on FAT):
+        # a change in the same tick leaves the same mtime, so look again
+        if (force or mtime != self._dir_mtime or not segs
+                or self._listed_at - mtime < _RACY_NS):
+            self._dir_mtime = mtime
+            self._listed_at = time.time_ns()
+            new, gone, closers = relist(self.path, segs, self.config.max_index_bytes)
+            for close in closers:
+                self._reads.dispose(close)
+            self._segs = tuple(new)
+            self._reads.watch(self._segs)
+            self._reads.retire(gone, "replaced by compaction or deleted by retention")
+            start = read_checkpoint(self.path, LOG_START)
+            self._start = max(start or 0, new[0].base_offset if new else 0)
+        if self._segs:
+            last = self._segs[-1]
+            try:
+                refresh_live(last)
+            except FileNotFoundError:
+                return
+            self._end = last.next_offset if last.next_offset is not None else last.base_offset
 
 
 def relist(directory: str, segs: tuple[Segment, ...], max_index_bytes: int
@@ -117,7 +276,7 @@ def refresh_live(seg: Segment) -> None:
                max_timestamp=seg.max_timestamp)
     if res.end > start:
         seg.set_measured(res.end, res.next_offset, res.max_timestamp)
-        seg.corruption = None
+        seg.mark_damage(None)
     elif seg.corruption is not None:
         return
     # "partial": a batch claiming bytes past the end of the file (a live file is
@@ -137,4 +296,4 @@ def refresh_live(seg: Segment) -> None:
                 if again.end > res.end:
                     seg.set_measured(again.end, again.next_offset, again.max_timestamp)
                     return
-            seg.corruption = _corruption_error(seg, res)
+            seg.mark_damage(_corruption_error(seg, res))

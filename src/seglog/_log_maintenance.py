@@ -11,16 +11,15 @@ import logging
 import os
 import threading
 from contextlib import contextmanager
-from typing import Callable, ContextManager, Iterator
+from typing import Callable, ContextManager, Iterator, Sequence
 
 from . import _platform
 from ._files import CLEANED, LOG_START, MAINTENANCE_LOCK, SWAP, fsync_dir, remove, write_checkpoint
-from ._log_open import storage_error
 from .cleaner import CompactionStats, compact, resolve_interrupted
-from .errors import SeglogError, StorageError
+from .errors import SeglogError, StorageError, storage_error
 from .local_log import LocalLog
-from .retention import DelayedDeletes, expired_prefix
-from .segment import Segment
+from .retention import DelayedDeletes, expired_prefix, remove_orphans
+from .segment import Segment, SegmentGoneError
 
 _log = logging.getLogger("seglog")
 
@@ -57,8 +56,9 @@ class Maintenance:
     the log after an I/O error, returning the ``StorageError`` to raise): passed
     per call, never kept, so nothing here keeps the ``Log`` alive."""
 
-    def __init__(self, local: LocalLog) -> None:
+    def __init__(self, local: LocalLog, shared: bool) -> None:
         self._local = local
+        self._shared = shared       # one of several writer processes
         # retention and compaction, one at a time, never holding the append lock long
         # (lock 1: close() takes it too, to wait for a running pass)
         self.lock = threading.RLock()
@@ -98,40 +98,45 @@ class Maintenance:
         local = self._local
         cfg = local.config
         self._deletes.purge()
-        segs = local.segs
-        m = local.metrics
-        m.retention_runs += 1
-        n = expired_prefix([_Measured(s, self._reading) for s in segs], now_ms,
-                           cfg.retention_ms, cfg.retention_bytes)
-        if not n:
-            return []
-        new_start = segs[n].base_offset
-        write_checkpoint(local.path, LOG_START, new_start)
-        doomed = local.drop_prefix(n, new_start)
+        def due(segs: Sequence[Segment]) -> int:
+            return expired_prefix([_Measured(s, self._reading) for s in segs], now_ms,
+                                  cfg.retention_ms, cfg.retention_bytes)
+        # decided once outside the append lock, on the list this writer has, which
+        # measures (and caches) what the decision needs; then for real under it, on
+        # the list as it is then (other writers may have changed it), reading few files
+        try:
+            due(local.segs)
+        except (SegmentGoneError, FileNotFoundError):
+            pass        # another writer removed one: the list under the lock lacks it
+        doomed = local.expire(due)
         self._deletes.delete(doomed, cfg.file_delete_delay_ms)
-        m.retention_deleted_segments += len(doomed)
-        m.retention_deleted_bytes += sum(s.size for s in doomed)
+        local.metrics.retention_ran(len(doomed), sum(s.size for s in doomed))
+        if self._shared:
+            remove_orphans(local.path, local.start, local.active_base,
+                           cfg.file_delete_delay_ms)
         return [s.base_offset for s in doomed]
 
     def compact(self, now_ms: int | None, check: _Check, fail: _Fail) -> CompactionStats:
-        """One compaction pass over the sealed segments (``cleaner.compact``), swapping
-        each rewritten group in with ``LocalLog.replace``."""
+        """One compaction pass over the sealed segments (``cleaner.compact``) as they are
+        when it starts (taken under the append lock: ``LogLockedError`` when another
+        writer held it for ``lock_timeout_ms``, nothing done), swapping each rewritten
+        group in with ``LocalLog.replace``."""
         local = self._local
         with self.lock, self._poisoning(fail), self._one_process() as mine:
             check()
             if not mine:
                 return CompactionStats(skipped="another writer process runs a maintenance pass")
+            segs, start = local.sealed_now()
             try:
                 # each segment read counts as a read in flight on its own (not the
                 # whole pass: idle files close between segments)
-                st = compact(local.path, local.segs[:-1], local.start, local.config,
-                             local.replace, now_ms, self._compacting)
+                st = compact(local.path, segs, start, local.config, local.replace, now_ms,
+                             self._compacting)
             except BaseException:
-                local.open_segs.freeze()
+                local.freeze_open_files()
                 raise
             if st.skipped is None:
-                local.metrics.compaction_runs += 1
-                local.metrics.compaction_bytes_saved += st.bytes_before - st.bytes_after
+                local.metrics.compaction_ran(st.bytes_before - st.bytes_after)
             return st
 
     @contextmanager
@@ -153,7 +158,7 @@ class Maintenance:
         try:
             yield
         except BaseException:
-            self._local.open_segs.freeze()
+            self._local.freeze_open_files()
             raise
         finally:
             self._local.leave()
@@ -162,10 +167,10 @@ class Maintenance:
     def _one_process(self) -> Iterator[bool]:
         """With several writer processes, one maintenance pass at a time among them (a
         flock on ``.maintenance``; False: another runs one, this pass is skipped).
-        What a dead writer's compaction left is finished first; the segment list is
-        brought up to date."""
+        What a dead writer's compaction left is finished first, under the append
+        lock, and the segment list follows the files."""
         local = self._local
-        if local.shared is None:
+        if not self._shared:
             yield True
             return
         fd = os.open(os.path.join(local.path, MAINTENANCE_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
@@ -175,18 +180,8 @@ class Maintenance:
             except BlockingIOError:
                 yield False
                 return
-            names = os.listdir(local.path)
-            if any(n.startswith((SWAP, CLEANED)) for n in names):
-                with local.lock:
-                    resolve_interrupted(local.path)     # committed swaps finished
-                    for n in os.listdir(local.path):
-                        if n.startswith(CLEANED):       # uncommitted output
-                            remove(os.path.join(local.path, n))
-                    fsync_dir(local.path)
-                    local.files_changed()
-                local.refresh(force=True)
-            else:
-                local.refresh()
+            if any(n.startswith((SWAP, CLEANED)) for n in os.listdir(local.path)):
+                local.files_swapped(lambda: _finish_swaps(local.path))
             yield True
         finally:
             os.close(fd)
@@ -225,3 +220,12 @@ class Maintenance:
                 self._deletes.purge(everything=True)
             except OSError:
                 pass
+
+
+def _finish_swaps(directory: str) -> None:
+    """Committed compaction swaps rolled forward, uncommitted output removed."""
+    resolve_interrupted(directory)
+    for n in os.listdir(directory):
+        if n.startswith(CLEANED):
+            remove(os.path.join(directory, n))
+    fsync_dir(directory)

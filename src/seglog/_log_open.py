@@ -12,10 +12,12 @@ from typing import Any
 
 from . import _marker, _platform, _writers, recovery
 from ._files import LOCK_FILE, list_dir, make_dirs, path_error, require_dir
-from ._shared_log import SharedLock
+from ._metrics import Metrics
 from .config import LogConfig
-from .errors import InvalidConfigError, LogLockedError, SeglogError, StorageError
+from .errors import InvalidConfigError, LogLockedError, SeglogError, storage_error
+from ._live import LiveLog
 from .local_log import LocalLog, active_capacity
+from .retention import remove_orphans
 
 
 def check_open_options(readonly: bool, multi_writer: bool, lock_timeout_ms: int) -> None:
@@ -31,21 +33,22 @@ def check_open_options(readonly: bool, multi_writer: bool, lock_timeout_ms: int)
         raise InvalidConfigError("readonly and multi_writer exclude each other")
 
 
-def open_reader(path: str, options: dict[str, Any]) -> LocalLog:
+def open_reader(path: str, options: dict[str, Any], metrics: Metrics | None = None
+                ) -> LiveLog:
     """A readonly reader's segments, listed: settings stored in the marker with
-    ``options`` applied for this reader only."""
+    ``options`` applied for this reader only (``metrics``: counters it shares with a
+    writer of the same ``Log``)."""
     require_dir(path, "log", create=False)
     marker = None
     if _marker.ownership(path, list_dir(path)) == "marked":
         marker = _marker.read(path)
     cfg = (_marker.stored_config(marker, options, strict=False) if marker is not None
            else LogConfig.from_kwargs(options))
-    local = LocalLog(path, cfg, True)
+    local = LiveLog(path, cfg, metrics)
     try:
         local.refresh(force=True)
     except BaseException as e:
-        with local.lock:
-            local.close()
+        local.close()
         if isinstance(e, OSError) and not isinstance(e, SeglogError):
             raise path_error(e, f"reading {path} failed") from e
         raise
@@ -101,7 +104,7 @@ def open_writer(path: str, options: dict[str, Any]) -> tuple[LocalLog, DirLock, 
             # a readonly open still works; retry once the cause is fixed
             raise storage_error(e, f"opening {path} failed: {e}") from e
         raise
-    return (LocalLog(path, cfg, False, loaded.segments, loaded.start_offset, loaded.end_offset,
+    return (LocalLog(path, cfg, loaded.segments, loaded.start_offset, loaded.end_offset,
                      loaded.recovery_point), DirLock(lock_fd), loaded)
 
 
@@ -110,17 +113,30 @@ def open_shared(path: str, options: dict[str, Any], timeout_ms: int
     """One of several writers (``multi_writer=True``): the mode lock taken shared, then,
     under the writers' append lock (openers one at a time), either recovery from the
     files (the first writer of a log all writers had left: it finds the mode lock
-    free) or the header's view of the log the others write. (the LocalLog, the mode
-    lock, what the loader found or None)."""
+    free) or the header's view of the log the others write. A joining writer removes
+    what writers killed before left on disk (``retention.remove_orphans``). (the
+    LocalLog, the mode lock, what the loader found or None)."""
     lock_fd = _open_lock_file(path)
     try:
+        # refusals before the writers' file is made: a log of another format, a
+        # foreign directory, an exclusive writer holding the log
+        _writer_config(path, options, write=False)
+        if _try_flock(lock_fd, _platform.LOCK_SH_NB):
+            _platform.flock(lock_fd, _platform.LOCK_UN)
+        elif not _writers.exists(path):
+            # held exclusively, and no multi-writer ever made the writers' file (the
+            # first one makes it before it takes the mode lock to recover): an
+            # exclusive writer holds the log
+            raise LogLockedError(f"a writer without multi_writer=True holds {path}")
         w = _writers.WritersFile(path, timeout_ms)
-    except OSError as e:
+    except BaseException as e:
         os.close(lock_fd)
-        raise path_error(e, f"cannot open the writers' file of {path}") from e
+        if isinstance(e, OSError) and not isinstance(e, SeglogError):
+            raise path_error(e, f"cannot open the writers' file of {path}") from e
+        raise
     local: LocalLog | None = None
     try:
-        w.lock()
+        w.lock(what="the log was not opened")
         try:
             first = _try_flock(lock_fd, _platform.LOCK_EX_NB)
             if not first and not _try_flock(lock_fd, _platform.LOCK_SH_NB):
@@ -130,17 +146,19 @@ def open_shared(path: str, options: dict[str, Any], timeout_ms: int
                 cfg = _writer_config(path, options)
                 loaded = recovery.load_for_writer(path, active_capacity(cfg),
                                                   cfg.index_interval_bytes, cfg.max_index_bytes)
-                local = LocalLog(path, cfg, False, loaded.segments, loaded.start_offset,
-                                 loaded.end_offset, loaded.recovery_point)
+                local = LocalLog(path, cfg, loaded.segments, loaded.start_offset,
+                                 loaded.end_offset, loaded.recovery_point, writers=w)
             else:
-                local = LocalLog(path, _joining_config(path, options), False)
-            lock = SharedLock(local, w)
-            local.lock, local.shared, local.follows = lock, lock, True
-            lock.attach(loaded is not None)
+                cfg = _joining_config(path, options)
+                local = LocalLog(path, cfg, writers=w)
+            local.attach(loaded is not None)
+            if loaded is None:
+                remove_orphans(path, local.start, local.active_base, cfg.file_delete_delay_ms)
             if first and not _try_flock(lock_fd, _platform.LOCK_SH_NB):
                 raise LogLockedError(f"a writer without multi_writer=True took {path}")
         finally:
-            w.unlock()
+            if not w.closed:
+                w.unlock()
     except BaseException as e:
         if local is not None:
             local.abandon()
@@ -203,25 +221,22 @@ def _lock_and_configure(path: str, options: dict[str, Any]) -> tuple[int, LogCon
         raise
 
 
-def _writer_config(path: str, options: dict[str, Any]) -> LogConfig:
+def _writer_config(path: str, options: dict[str, Any], write: bool = True) -> LogConfig:
     """The writer's settings (lock held): stored ones with ``options`` applied; the
-    marker is written when the log is new or a setting changed."""
+    marker is written when the log is new or a setting changed (unless not
+    ``write``: then only the refusals, ``NotALogError`` or an old format's error)."""
     state = _marker.ownership(path, list_dir(path))
     marker = _marker.read(path) if state == "marked" else None
     if marker is not None:
         cfg = _marker.stored_config(marker, options, strict=True)
-        if asdict(cfg) == marker["config"]:
+        if asdict(cfg) == marker["config"] or not write:
             return cfg
     else:
         cfg = LogConfig.from_kwargs(options)
+        if not write:
+            return cfg
     try:
         _marker.write(path, cfg, marker)
     except OSError as e:
         raise storage_error(e, f"writing the settings of {path} failed: {e}") from e
     return cfg
-
-
-def storage_error(cause: BaseException, message: str) -> StorageError:
-    """A StorageError that keeps its cause's errno (``e.errno == errno.ENOSPC``)."""
-    code = getattr(cause, "errno", None)
-    return StorageError(code, message) if code is not None else StorageError(message)

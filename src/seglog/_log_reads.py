@@ -13,14 +13,19 @@ from __future__ import annotations
 import os
 from bisect import bisect_right
 from contextlib import contextmanager
+from functools import partial
 from itertools import chain
 from operator import attrgetter
 from typing import Any, Callable, Iterator, TypeVar
 
-from . import _notebook, codec
+from . import _notebook, _verdict, codec
 from ._arrow_batches import arrow_columns
 from .errors import CorruptRecordError, OffsetOutOfRangeError, SeglogError
+from ._live import LiveLog
 from .local_log import LocalLog
+
+# what the read path reads: a writer's list, or a readonly reader's
+View = LocalLog | LiveLog
 from .message import (Message, MessageSet, arrow_modules, arrow_schema, as_ms,
                       check_timestamp)
 from .segment import Segment, SegmentGoneError
@@ -34,12 +39,12 @@ _ITER_CHUNK = 1 << 20
 _ARROW_CHUNK = 4 << 20
 
 
-def _locate(local: LocalLog, offset: int) -> tuple[tuple[Segment, ...], int]:
+def _locate(local: View, offset: int) -> tuple[tuple[Segment, ...], int]:
     segs = local.segs
     return segs, max(0, bisect_right(segs, offset, key=_BASE) - 1)
 
 
-def _look_again(local: LocalLog, offset: int, err: Exception) -> None:
+def _look_again(local: View, offset: int, err: Exception) -> None:
     """A segment left the list (retired), or vanished before this reader opened
     it (retention or compaction in the writer's process): find the current list.
     Raises ``OffsetOutOfRangeError`` if ``offset`` was deleted meanwhile."""
@@ -53,7 +58,7 @@ def _look_again(local: LocalLog, offset: int, err: Exception) -> None:
             f"offset {offset} was deleted (log start is now {local.start})") from None
 
 
-def read(local: LocalLog, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
+def read(local: View, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
     """``Log.read`` (whose docstring states the contract)."""
     local.check_readable()
     if type(offset) is not int or type(max_bytes) is not int:
@@ -83,12 +88,12 @@ def read(local: LocalLog, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
         local.leave()
 
 
-def _unsettled(local: LocalLog) -> SeglogError:
+def _unsettled(local: View) -> SeglogError:
     return SeglogError(f"the segments of {local.path} changed {_RELOCATIONS} times "
                        f"under one read; try again")
 
 
-def _read_from(local: LocalLog, offset: int, max_bytes: int, end: int) -> MessageSet:
+def _read_from(local: View, offset: int, max_bytes: int, end: int) -> MessageSet:
     segs, i = _locate(local, offset)
     for j in range(i, len(segs)):
         seg = segs[j]
@@ -101,7 +106,7 @@ def _read_from(local: LocalLog, offset: int, max_bytes: int, end: int) -> Messag
     return MessageSet(b"", min_offset=offset, next_offset=end)
 
 
-def read_arrow(local: LocalLog, start: int | None = None, end: int | None = None,
+def read_arrow(local: View, start: int | None = None, end: int | None = None,
                views: bool = False) -> Any:
     """``Log.read_arrow`` (whose docstring states the contract)."""
     pa = arrow_modules()[0]
@@ -112,7 +117,7 @@ def read_arrow(local: LocalLog, start: int | None = None, end: int | None = None
     return pa.Table.from_batches(batches, schema=arrow_schema(large, views=views and not large))
 
 
-def iter_arrow(local: LocalLog, start: int | None = None, end: int | None = None,
+def iter_arrow(local: View, start: int | None = None, end: int | None = None,
                views: bool = False) -> Iterator[Any]:
     """``Log.iter_arrow`` (whose docstring states the contract); the arguments are
     checked at the call, not at the first batch."""
@@ -130,7 +135,7 @@ def iter_arrow(local: LocalLog, start: int | None = None, end: int | None = None
     return _arrow_batches(local, lo, hi, views, end is None)
 
 
-def _arrow_batches(local: LocalLog, lo: int, hi: int, views: bool, to_end: bool
+def _arrow_batches(local: View, lo: int, hi: int, views: bool, to_end: bool
                    ) -> Iterator[Any]:
     for cols in _batch_iters(local, lo, hi, arrow=True, views=views):
         yield cols.to_arrow()
@@ -140,7 +145,7 @@ def _arrow_batches(local: LocalLog, lo: int, hi: int, views: bool, to_end: bool
         local.raise_damage()
 
 
-def iterate(local: LocalLog, start: int | None = None, end: int | None = None,
+def iterate(local: View, start: int | None = None, end: int | None = None,
             owner: object = None) -> Iterator[Message]:
     """``Log.iter`` (whose docstring states the contract). The iterator keeps
     ``owner`` alive (a ``Log`` that nothing else references is closed when it is
@@ -159,7 +164,7 @@ def iterate(local: LocalLog, start: int | None = None, end: int | None = None,
 
 
 # -- for people: notebooks and operators ----------------------------------------------
-def count(local: LocalLog) -> int:
+def count(local: View) -> int:
     """``len(log)`` (whose docstring states the contract)."""
     local.check_readable()
     if local.follows:
@@ -169,7 +174,7 @@ def count(local: LocalLog) -> int:
     return _count(local)[2]
 
 
-def _from_start(local: LocalLog, read: Callable[[int], _T], relist: bool = False) -> _T:
+def _from_start(local: View, read: Callable[[int], _T], relist: bool = False) -> _T:
     """``read(start)`` from the log's start offset, done again from the new start if
     retention deletes what it reads meanwhile (a writer in another process);
     ``relist``: a readonly reader looks for new segments first."""
@@ -187,7 +192,7 @@ def _from_start(local: LocalLog, read: Callable[[int], _T], relist: bool = False
     raise _unsettled(local)
 
 
-def _count(local: LocalLog) -> tuple[int, int, int]:
+def _count(local: View) -> tuple[int, int, int]:
     """(start, end, the records from start to end), counted again from the new
     start if retention deletes some under the count."""
     def count(start: int) -> tuple[int, int, int]:
@@ -196,13 +201,14 @@ def _count(local: LocalLog) -> tuple[int, int, int]:
     return _from_start(local, count)
 
 
-def stats(local: LocalLog) -> dict[str, Any]:
-    """``Log.stats`` (whose docstring states the contract)."""
+def stats(local: View, readonly: bool) -> dict[str, Any]:
+    """``Log.stats`` (whose docstring states the contract); ``readonly``: the ``Log``'s
+    (one of several writers reads through a readonly reader's list)."""
     local.check_readable()
-    return _settled(local, lambda: _stats(local))
+    return _settled(local, lambda: _stats(local, readonly))
 
 
-def _settled(local: LocalLog, look: Callable[[], _T]) -> _T:
+def _settled(local: View, look: Callable[[], _T]) -> _T:
     """``look()`` over the current segments, again over the new list when
     retention or compaction retired a segment under it (a bounded number of
     times: ``_unsettled`` past that). ``look`` counts its reads in flight itself,
@@ -221,7 +227,7 @@ def _settled(local: LocalLog, look: Callable[[], _T]) -> _T:
 
 
 @contextmanager
-def _reading(local: LocalLog) -> Iterator[None]:
+def _reading(local: View) -> Iterator[None]:
     """One read in flight: of one segment (or two neighbours) of a look over many,
     never of all of them at once, so that the log closes idle files in between
     (a log of thousands of segments would otherwise hold all their files)."""
@@ -232,7 +238,7 @@ def _reading(local: LocalLog) -> Iterator[None]:
         local.leave()
 
 
-def _stats(local: LocalLog, count: bool = True) -> dict[str, Any]:
+def _stats(local: View, readonly: bool, count: bool = True) -> dict[str, Any]:
     if count and "compact" in local.config.cleanup_policy:
         start, end, n = _count(local)
     else:
@@ -244,10 +250,10 @@ def _stats(local: LocalLog, count: bool = True) -> dict[str, Any]:
             if seg.size:
                 seg.max_timestamp
     return _notebook.log_stats(local.path, start, end, n if count else None, segs,
-                               local.readonly)
+                               readonly, partial(_reading, local))
 
 
-def window(local: LocalLog, start: int | None, end: int | None, since: object,
+def window(local: View, start: int | None, end: int | None, since: object,
             until: object) -> tuple[int, int, int | None, int | None]:
     """Offsets [lo, hi) and the time bounds in ms of a to_pandas-style window."""
     local.check_readable()
@@ -266,8 +272,9 @@ def window(local: LocalLog, start: int | None, end: int | None, since: object,
     return lo, max(lo, hi), t0, t1
 
 
-def to_pandas(local: LocalLog, start: int | None = None, end: int | None = None, *,
-              since: object = None, until: object = None) -> Any:
+def to_pandas(local: View, start: int | None = None, end: int | None = None, *,
+              since: object = None, until: object = None, decode: str | None = None
+              ) -> Any:
     """``Log.to_pandas`` (whose docstring states the contract)."""
     for _ in range(_RELOCATIONS):
         lo, hi, t0, t1 = window(local, start, end, since, until)
@@ -275,29 +282,43 @@ def to_pandas(local: LocalLog, start: int | None = None, end: int | None = None,
             # to the visible end (no end, no until): read_arrow's own end, which
             # tells of damage there
             to_end = end is None and until is None
-            return _notebook.frame(read_arrow(local, lo, None if to_end else hi), t0, t1)
+            return _notebook.frame(read_arrow(local, lo, None if to_end else hi), t0, t1,
+                                   decode)
         except OffsetOutOfRangeError:
             if start is not None or local.start <= lo:
                 raise
+        except CorruptRecordError as e:
+            # raised from here, not from the read path's frames (a notebook shows the
+            # user's call and this), with what to do next
+            err = e.at(e.path, e.position, e.offset)
+            err.add_note(f"log.verify() (or `seglog verify {local.path}`) says what is at "
+                         f"stake and what to do")
+            raise err from None
     raise _unsettled(local)
 
 
-def html_stats(local: LocalLog) -> dict[str, Any]:
-    """``stats()`` without the message count, which the view does not show (in a
-    compacted log it would read every record)."""
-    local.check_readable()
-    return _settled(local, lambda: _stats(local, count=False))
-
-
-def repr_html(local: LocalLog) -> str:
+def repr_html(local: View, readonly: bool) -> str:
     if local.closed:
         return _notebook.closed_html("seglog.Log", [("path", local.path)])
-    st = html_stats(local)
-    last = _last(local, 5, st["end_offset"])
-    return _notebook.log_html(st, local.segs, local.config, last)
+    local.check_readable()
+
+    def view() -> str:
+        # built whole over one list of segments: done again over the new list when
+        # retention or compaction removed a file the view measures (``_settled``)
+        st = _stats(local, readonly, count=False)
+        last: list[Message] = []
+        last_error = None
+        try:
+            last = last_messages(local, 5, st["end_offset"])
+        except CorruptRecordError as e:      # the view says so, and what to do
+            last_error = str(e)
+        return _notebook.log_html(_notebook.LogView(
+            st, local.segs, local.config, partial(_reading, local), last, last_error,
+            verified=_verdict.latest(local.path)))
+    return _settled(local, view)
 
 
-def _last(local: LocalLog, n: int, end: int) -> list[Message]:
+def last_messages(local: View, n: int, end: int) -> list[Message]:
     """The messages of the ``n`` offsets before ``end``; if retention deletes
     them meanwhile (a writer in another process), those from the new start."""
     def last(start: int) -> list[Message]:
@@ -306,7 +327,7 @@ def _last(local: LocalLog, n: int, end: int) -> list[Message]:
     return _from_start(local, last, relist=True)
 
 
-def _batch_iters(local: LocalLog, offset: int, end: int | None, columns: bool = False,
+def _batch_iters(local: View, offset: int, end: int | None, columns: bool = False,
                  owner: object = None, arrow: bool = False, views: bool = False
                  ) -> Iterator[Any]:
     # ``owner`` lives as long as this generator's frame (see ``iterate``);
@@ -347,7 +368,7 @@ def _batch_iters(local: LocalLog, offset: int, end: int | None, columns: bool = 
                         step, 0, len(step), offset, end, expect=st[2], partial=True,
                         message_type=Message)
             except CorruptRecordError as e:
-                local.metrics.corrupt_batches += 1
+                local.metrics.corrupt_batch()
                 raise e.at(seg.path, pos + (e.position or 0), e.offset) from None
             if done.position:
                 st[1] = pos + done.position
@@ -376,7 +397,7 @@ def _pool_pread(seg: Segment, n: int, pos: int) -> Any:
     return buf if got == n else buf.slice(0, got)
 
 
-def _iter_step(local: LocalLog, st: list[Any], offset: int, end: int | None,
+def _iter_step(local: View, st: list[Any], offset: int, end: int | None,
                careful: bool, chunk: int = _ITER_CHUNK,
                pread: Callable[[Segment, int, int], Any] | None = None
                ) -> bytes | MessageSet | None:
@@ -432,14 +453,14 @@ def _iter_step(local: LocalLog, st: list[Any], offset: int, end: int | None,
     raise _unsettled(local)
 
 
-def offset_for_time(local: LocalLog, timestamp: int) -> int | None:
+def offset_for_time(local: View, timestamp: int) -> int | None:
     """``Log.offset_for_time`` (whose docstring states the contract)."""
     local.check_readable()
     ts = check_timestamp(timestamp)
     return _settled(local, lambda: _offset_for_time(local, ts))
 
 
-def _offset_for_time(local: LocalLog, ts: int) -> int | None:
+def _offset_for_time(local: View, ts: int) -> int | None:
     lo = local.start
     segs = local.segs
     for j, seg in enumerate(segs):

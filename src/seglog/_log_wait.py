@@ -13,36 +13,48 @@ import weakref
 
 from . import _aio
 from .errors import LogClosedError
+from ._live import LiveLog
 from .local_log import LocalLog
 
+# what the read path reads: a writer's list, or a readonly reader's
+View = LocalLog | LiveLog
 
-def _deadline(timeout: float | None) -> float | None:
-    """``Log.wait``'s timeout checked, as a ``time.monotonic()`` deadline (None: none)."""
+
+def _checked(local: View, offset: int, timeout: float | None) -> float | None:
+    """``Log.wait``'s arguments checked (``TypeError``, ``ValueError``) and the log open
+    (``closed_error()``, even if its end passed ``offset``): the timeout as a
+    ``time.monotonic()`` deadline (None: none)."""
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be an int, not {type(offset).__name__}")
+    if offset < 0:
+        raise ValueError(f"offset must be 0 or more, not {offset}")
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
-        if math.isnan(timeout):
-            raise ValueError("timeout must be a number of seconds or None, not NaN")
+        if math.isnan(timeout) or timeout < 0:
+            raise ValueError(f"timeout must be 0 or more seconds (0: look once) or None, "
+                             f"not {timeout}")
         if math.isinf(timeout):
             timeout = None
-    return None if timeout is None else time.monotonic() + max(0.0, timeout)
+    local.check_readable()
+    return None if timeout is None else time.monotonic() + timeout
 
 
-def wait(local: LocalLog, offset: int, timeout: float | None) -> bool:
-    """``Log.wait``: the timeout checked, then a writer's ``LocalLog.wait_for`` or a
+def wait(local: View, offset: int, timeout: float | None) -> bool:
+    """``Log.wait``: the arguments checked, then a writer's ``LocalLog.wait_for`` or a
     readonly reader's polling."""
-    deadline = _deadline(timeout)
-    if local.follows:
+    deadline = _checked(local, offset, timeout)
+    if isinstance(local, LiveLog):
         return _wait_polling(local, offset, deadline)
     return local.wait_for(offset, deadline)
 
 
 # per log, its async waiters and the worker that serves them (``_aio.Waiters``)
-_waiters: "weakref.WeakKeyDictionary[LocalLog, _aio.Waiters]" = weakref.WeakKeyDictionary()
+_waiters: "weakref.WeakKeyDictionary[View, _aio.Waiters]" = weakref.WeakKeyDictionary()
 _waiters_lock = threading.Lock()
 
 
-def _waiters_of(local: LocalLog) -> _aio.Waiters:
+def _waiters_of(local: View) -> _aio.Waiters:
     with _waiters_lock:
         w = _waiters.get(local)
         if w is None:
@@ -50,7 +62,7 @@ def _waiters_of(local: LocalLog) -> _aio.Waiters:
             # (every waiter's coroutine holds the log while it waits)
             ref = weakref.ref(local)
 
-            def alive() -> LocalLog:
+            def alive() -> View:
                 lg = ref()
                 if lg is None:
                     raise LogClosedError("the log was dropped while waited for")
@@ -61,17 +73,14 @@ def _waiters_of(local: LocalLog) -> _aio.Waiters:
         return w
 
 
-async def wait_async(local: LocalLog, offset: int, timeout: float | None) -> bool:
+async def wait_async(local: View, offset: int, timeout: float | None) -> bool:
     """``Log.wait_async``: ``wait``'s contract, awaited. The blocking wait runs in a
     worker thread (one per log, however many wait: ``_aio.Waiters``), each step of it
     bounded, so the event loop never blocks and a cancelled wait leaves no thread
     behind for longer than a step; the timeout is the loop's own timer."""
-    deadline = _deadline(timeout)
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be an int, not {type(offset).__name__}")
+    deadline = _checked(local, offset, timeout)
     loop = asyncio.get_running_loop()
     if local.follows:
-        local.check_readable()     # as the polling wait looks first (its end may be old)
         if deadline is not None and deadline <= time.monotonic():
             # look once: a re-listing of the files, in a worker
             return await loop.run_in_executor(_aio.pool(), wait, local, offset, 0)
@@ -106,7 +115,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _wait_polling(local: LocalLog, offset: int, deadline: float | None) -> bool:
+def _wait_polling(local: View, offset: int, deadline: float | None) -> bool:
     """A readonly reader polls the files (sub-millisecond at first, backing off to
     20 ms) until ``end_offset > offset`` or ``deadline``."""
     delay = 0.0005
@@ -116,7 +125,7 @@ def _wait_polling(local: LocalLog, offset: int, deadline: float | None) -> bool:
         local.refresh()
         if local.end > offset:
             if waited:
-                local.metrics.wait_wakeups += 1
+                local.metrics.woke()
             return True
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:

@@ -16,8 +16,9 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from . import codec
-from ._files import (CHECKPOINT_MAGIC, LOCK_FILES, LOG_START, MARKER, RECOVERY_POINT, WRITER_SESSION,
-                     atomic_write, is_leftover, list_segments, segment_path)
+from ._files import (CHECKPOINT_MAGIC, GROUPS_DIR, LOCK_FILES, LOG_START, MARKER, RECOVERY_POINT,
+                     TOPICS_DIR, WRITER_SESSION, atomic_write, is_leftover, list_dir,
+                     list_segments, require_dir, segment_path)
 from .config import LogConfig
 from .errors import CorruptRecordError, InvalidConfigError, NotALogError
 
@@ -99,6 +100,27 @@ def ownership(directory: str, names: list[str]) -> str:
         f"Use an empty or new directory")
 
 
+def check_root(root: str, what: str = "topic root") -> bool:
+    """Check, before anything is made or read there, that ``root`` (absolute) may hold
+    topics and consumer groups: True if it is a directory that is seglog's (it holds
+    ``__topics/`` or ``__groups/``, or nothing but logs) or empty, False if nothing
+    is at ``root`` (the caller makes it). ``NotALogError`` for a file, a link to
+    nothing, or a directory holding anything else: nothing there is changed."""
+    if not require_dir(root, what, create=True):
+        return False
+    names = list_dir(root)
+    if any(n in names and os.path.isdir(os.path.join(root, n)) for n in (TOPICS_DIR, GROUPS_DIR)):
+        return True
+    others = [n for n in names if not os.path.isfile(os.path.join(root, n, MARKER))]
+    if others:
+        shown = ", ".join(sorted(others)[:5]) + (" ..." if len(others) > 5 else "")
+        raise NotALogError(
+            f"{root} holds files ({shown}) but no {TOPICS_DIR} or {GROUPS_DIR}: it is not a "
+            f"{what} seglog made, and seglog never writes beside files it cannot prove "
+            f"are its own; nothing was changed. Use an empty or new directory")
+    return True
+
+
 def _refuse_old_batches(directory: str, names: list[str]) -> None:
     """A log from before markers has no stored format: its first batch says it. Its
     writer's open must not take batches of an older format for a torn tail."""
@@ -130,4 +152,4 @@ def _proves_seglog(path: str) -> bool:
     return isinstance(data, dict) and data.get("version") == 1 and "boot_id" in data
 
 
-__all__ = ["read", "write", "stored_config", "ownership"]
+__all__ = ["read", "write", "stored_config", "ownership", "check_root"]

@@ -251,6 +251,9 @@ class MessageSet:
         return f"<MessageSet {self.size_in_bytes} bytes from offset {self._min}>"
 
     def _repr_html_(self) -> str:
-        return messages_html(f"MessageSet: {_html.size(self.size_in_bytes)} of whole batches",
-                             iter(self))
+        ms = list(self)
+        what = (f"offsets {_html.offsets(ms[0][0], ms[-1][0] + 1)}, "
+                f"{_html.num(len(ms))} message(s)" if ms else "no messages")
+        return messages_html(f"MessageSet: {what} in {_html.size(self.size_in_bytes)} of "
+                             f"whole batches", iter(ms))
 

@@ -59,6 +59,29 @@ class Metrics:
         self.compaction_bytes_saved = 0
         self.wait_wakeups = 0
 
+    # what happened, told by the layer that did it (the counters are this object's)
+    def flushed(self, seconds: float) -> None:
+        self.flushes += 1
+        self.fsync.observe(seconds)
+
+    def rolled(self) -> None:
+        self.rolls += 1
+
+    def corrupt_batch(self) -> None:
+        self.corrupt_batches += 1
+
+    def retention_ran(self, deleted_segments: int, deleted_bytes: int) -> None:
+        self.retention_runs += 1
+        self.retention_deleted_segments += deleted_segments
+        self.retention_deleted_bytes += deleted_bytes
+
+    def compaction_ran(self, bytes_saved: int) -> None:
+        self.compaction_runs += 1
+        self.compaction_bytes_saved += bytes_saved
+
+    def woke(self) -> None:
+        self.wait_wakeups += 1
+
     def snapshot(self) -> dict[str, Any]:
         return {"flushes": self.flushes, "fsync_latency": self.fsync.snapshot(),
                 "rolls": self.rolls, "corrupt_batches_seen": self.corrupt_batches,
@@ -68,3 +91,29 @@ class Metrics:
                 "compaction_runs": self.compaction_runs,
                 "compaction_bytes_saved": self.compaction_bytes_saved,
                 "wait_wakeups": self.wait_wakeups}
+
+
+class AppendCounts:
+    """What one writer appended since it opened, at no cost to the append path: the
+    end offset and the active segment's size, measured against where they were."""
+
+    __slots__ = ("_end", "_active", "_rolled")
+
+    def __init__(self, end: int) -> None:
+        self._end = end          # the end offset counted from
+        self._active = 0         # the active segment's size counted from
+        self._rolled = 0         # bytes appended to segments that were active since
+
+    def restart(self, end: int, active_size: int) -> None:
+        """Count from here (a writer opening, or joining others)."""
+        self._end, self._active, self._rolled = end, active_size, 0
+
+    def rolled(self, sealed_size: int) -> None:
+        """The active segment was sealed at ``sealed_size``; the next one is counted
+        from empty."""
+        self._rolled += max(0, sealed_size - self._active)
+        self._active = 0
+
+    def since_open(self, end: int, active_size: int) -> tuple[int, int]:
+        """(messages, bytes) appended, given the end offset and active size now."""
+        return max(0, end - self._end), self._rolled + active_size - self._active

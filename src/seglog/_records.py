@@ -71,17 +71,8 @@ def short_repr(b: bytes | None, n: int = 40) -> str:
 
 def messages_html(title: str, messages: Iterator[codec.MessageTuple],
                   limit: int = 20) -> str:
-    """A table of up to ``limit`` messages, values previewed safely."""
-    rows: list[tuple[Any, ...]] = []
-    more = False
-    for m in messages:
-        if len(rows) == limit:
-            more = True
-            break
-        rows.append((m[0], _html.when(m[1]), _html.preview(m[2]), _html.preview(m[3]),
-                     len(m[4])))
-    return _html.grid(title, ("offset", "timestamp", "key", "value", "headers"), rows,
-                      f"first {limit} messages shown" if more else "")
+    """A table of up to ``limit`` messages, values shown safely (``_html.messages``)."""
+    return _html.messages(title, messages, limit)
 
 
 # -- input validation: every check before anything is written ---------------------

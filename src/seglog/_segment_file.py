@@ -95,6 +95,12 @@ class SegmentFile:
         assert self.identity is not None
         return self.identity[1]
 
+    def watch(self, on_open: Callable[[], None]) -> None:
+        """Call ``on_open()`` (holding ``lock``) after each lazy open; the first watcher
+        stays."""
+        if self.on_open is None:
+            self.on_open = on_open
+
     def opened(self) -> None:
         """Files of the segment were opened on use: tell ``on_open``."""
         if self.on_open is not None:

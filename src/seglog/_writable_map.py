@@ -1,10 +1,13 @@
 """``WritableMap``: the active segment's file mapped read-write, and the disk blocks
 reserved ahead of its write position.
 
-The file is extended to its capacity as a sparse file and mapped whole. Blocks are
-reserved with ``posix_fallocate`` ahead of the writer, so that a full disk is an
-``OSError`` on a system call, never a SIGBUS on a page fault; the reserved pages are
-faulted in ahead (by the process's prefaulter thread when it can work, else here).
+The file is mapped whole to its capacity, but its length follows its reservation, as
+Kafka's log file follows its data: blocks are reserved with ``posix_fallocate``
+ahead of the writer (which extends the file to them), so that a full disk is an
+``OSError`` on a system call, never a SIGBUS on a page fault, and nothing past the
+file's end is ever touched; copies and backups of a log move its data and a chunk
+of reserved zeros, not a gigabyte. The reserved pages are faulted in ahead (by the
+process's prefaulter thread when it can work, else here).
 The segment holds one while it is active and does the copies into ``mm`` itself;
 the map lock keeps the prefaulter's work and unmapping apart (rule R8).
 """
@@ -37,9 +40,24 @@ def _disable_populate() -> None:
     _POPULATE = None
 
 
+def _map_whole(fd: int, capacity: int, length: int) -> mmap.mmap:
+    """Map ``capacity`` bytes of the file ``fd`` of ``length`` bytes. CPython maps no
+    further than a file's end, so a shorter file is extended (sparse) for the mapping
+    and cut back to ``length`` at once: the pages past its end are never touched (the
+    writer reserves, which extends the file, before writing). The caller holds the
+    append lock: nobody reserves (extends the file) in between."""
+    if length >= capacity:
+        return mmap.mmap(fd, capacity)
+    os.ftruncate(fd, capacity)
+    try:
+        return mmap.mmap(fd, capacity)
+    finally:
+        os.ftruncate(fd, length)
+
+
 class WritableMap:
-    """The writable map of file ``fd`` (extended to ``capacity``, at least ``size``)
-    with data up to ``size``. ``reserve_more(end)`` is called when blocks up to
+    """The writable map of file ``fd`` (mapped to ``capacity``, at least ``size``; the
+    file is as long as what was reserved) with data up to ``size``. ``reserve_more(end)`` is called when blocks up to
     ``end`` have just been reserved, before any byte below it is written: the
     segment reserves index room for them there."""
 
@@ -51,14 +69,16 @@ class WritableMap:
         self._fd = fd
         self._reserve_more = reserve_more
         self.capacity = max(capacity, size)
-        if os.fstat(fd).st_size != self.capacity:
-            os.ftruncate(fd, self.capacity)
+        length = os.fstat(fd).st_size
+        if length < size:
+            os.ftruncate(fd, size)      # never shorter than its data
+            length = size
         # blocks are reserved up to ``reserved`` and pages faulted in up to ``populated``
         self.reserved = size
         self.populated = size - size % mmap.PAGESIZE
         self.address = 0
         self.lock = threading.Lock()   # the prefaulter works only while mapped
-        self.mm: mmap.mmap | None = mmap.mmap(fd, self.capacity)
+        self.mm: mmap.mmap | None = _map_whole(fd, self.capacity, length)
 
     def grow(self, end: int) -> int:
         """Reserve disk blocks up to ``end`` and a chunk beyond (as much again as is
@@ -111,10 +131,11 @@ class WritableMap:
         return reserved
 
     def zero(self, start: int, end: int) -> None:
-        """Zero ``[start, end)`` (within the capacity), writing only pages not zero."""
+        """Zero ``[start, end)`` (within the file: past its end nothing was written, and
+        touching the map there would fault), writing only pages not zero."""
         mm = self.mm
         assert mm is not None
-        end = min(end, self.capacity)
+        end = min(end, self.capacity, os.fstat(self._fd).st_size)
         while start < end:
             stop = min(end, start + len(_ZEROS))
             if mm[start:stop] != _ZEROS[:stop - start]:

@@ -5,16 +5,21 @@ Modelled on SQLite's WAL index and LMDB's lock file: the writers map one small f
 ``WriterState`` of ``segment.py``), the log start, the shared recovery point and two
 change counters; its ``flock`` is the append lock across processes. A writer reads
 the header under that lock and reloads its view only when the counter moved, so an
-uncontended append pays one lock round trip and one compare. A writer that dies
-holding the lock leaves its token in ``holder``: the next one repairs the tail
-(``LocalLog`` does, with ``follow`` and ``Segment.adopt``). The mode lock (the
+uncontended append pays one lock round trip and one compare. ``WritersFile`` (one per
+writer) is the only code that touches the header's words, and keeps that writer's
+copy of where the header stood (as SQLite's ``wal.c`` alone touches the WAL index
+header, and each connection's ``Wal`` its copy of it); ``LocalLog`` applies what it
+reports to its own state. The functions at the end repair what a writer that died
+holding the lock left (``rolling_cut``, ``adopt``, ``remove_unwritten``). A writer that dies holding the lock leaves
+its token in the holder word: the next one repairs the tail. The mode lock (the
 exclusive writer's ``.lock``, taken shared by multi-writers) is ``_log_open``'s.
 
-Header (little-endian, from byte 0): magic, boot hash; counter, holder, size,
-next offset (what every append publishes); version, session, list generation,
-log start, flushed offset, the rest of the ``WriterState`` (what a roll, a new
-index entry or timestamp, or a change of the segment list publishes); reserved
-(the end of the disk blocks any writer reserved in the active segment).
+Header (from byte 0): magic, boot hash; then single words: the counter word (change
+counter and which of two state slots is current), holder, session, reserved (the end
+of the disk blocks any writer reserved in the active segment), rolling (the segment
+its holder is sealing); then two slots, each: version, list generation, log start,
+flushed offset, the ``WriterState``. A writer fills the slot not current and flips
+the counter word, so a kill at any instant leaves the last published state whole.
 """
 
 from __future__ import annotations
@@ -27,32 +32,47 @@ from typing import NamedTuple
 
 import xxhash
 
-from . import _platform
-from ._files import WRITERS_FILE, list_segments, superseded_segments
-from .errors import LogLockedError
+from . import _platform, codec
+from ._files import (SEGMENT_SUFFIXES, WRITERS_FILE, fsync_dir, list_segments, remove,
+                     segment_path, superseded_segments)
+from ._platform import LOCK_EX_NB as _EX_NB, LOCK_UN as _UN, flock as _flock
+from ._scan import Damage, walk
+from .errors import CorruptRecordError, LogClosedError, LogLockedError
 from .segment import Segment, WriterState
 
-MAGIC = b"SEGLOGW1"
+# the header's layout; a writer of another layout refuses the file (``live`` is False
+# for it, and the first writer of a session rewrites it whole)
+MAGIC = b"SEGLOGW2"
 _SIZE = 4096
 _HEAD = Struct("<8sQ")              # magic, boot hash (at 0)
 # single words, each written by one 8-byte store (a memoryview item: struct's pack
 # zero-fills its whole span before writing fields, which a kill could leave torn);
-# CURRENT: the change counter and the slot holding the state, counter << 1 | slot
-CURRENT, HOLDER, _SESSION, _RESERVED = 2, 3, 4, 5
-# the state, in two slots: a writer fills the one not current, then flips CURRENT,
+# _CURRENT: the change counter and the slot holding the state, counter << 1 | slot;
+# _ROLLING: the base offset of the active segment its holder is sealing (-1: none),
+# so a writer that died inside a roll is told from one that died inside an append
+_CURRENT, _HOLDER, _SESSION, _RESERVED, _ROLLING = 2, 3, 4, 5, 6
+# the state, in two slots: a writer fills the one not current, then flips _CURRENT,
 # so a writer killed at any instant leaves the last published state whole
 # (SQLite's two header copies). version, list generation, start, flushed, then the
 # WriterState (base, size, next offset, index entries, time entries, next index
 # position, largest timestamp and its offset, first timestamp)
-SLOT = Struct("<13q")
-SLOT_AT = (64, 64 + SLOT.size)
-SIZE_NEXT = Struct("<qq")           # the WriterState's size and next offset
-SIZE_NEXT_AT = 40                   # their place in a slot
-VERSION = Struct("<q")              # a slot's first field
+_SLOT = Struct("<13q")
+_SLOT_AT = (64, 64 + _SLOT.size)
+_SIZE_NEXT = Struct("<qq")          # the WriterState's size and next offset
+_SIZE_NEXT_AT = 40                  # their place in a slot
+_VERSION = Struct("<q")             # a slot's first field
+_FLUSHED_AT = 24                    # a slot's flushed offset
 
 
 class Shared(NamedTuple):
-    """A snapshot of the header (read under the append lock)."""
+    """A snapshot of the header (read under the append lock).
+
+    ``current``: the change counter word; ``holder``: the token of a writer that held
+    the lock and did not let go of it (it died, or failed inside a write: the taker
+    repairs); ``version``: bumped when more than size and next offset changed;
+    ``list_gen``: bumped by every change of the segment list; ``rolling``: the base
+    offset its holder was sealing (-1: none); ``reserved``: the end of the disk blocks
+    reserved in the active segment; ``state``: the active segment's ``WriterState``."""
 
     current: int
     holder: int
@@ -61,7 +81,17 @@ class Shared(NamedTuple):
     start: int
     flushed: int
     reserved: int
+    rolling: int
     state: WriterState
+
+
+class Tail(NamedTuple):
+    """What moved when only appends happened since a writer last looked: the active
+    segment's size and next offset, and the header's counter word."""
+
+    current: int
+    size: int
+    next_offset: int
 
 
 def _boot_hash() -> int:
@@ -69,141 +99,257 @@ def _boot_hash() -> int:
 
 
 class WritersFile:
-    """The mapped ``.writers`` file of a log: the header and the append lock.
+    """One writer's handle on the mapped ``.writers`` file of a log: the header, the
+    append lock across processes, and this writer's copy of where the header stood
+    when it last looked or published (as SQLite's per-connection ``Wal`` object keeps
+    its copy of the WAL index header). The only code that reads or writes the
+    header's words.
 
-    ``lock`` waits at most ``timeout`` seconds (``LogLockedError``); the other
-    methods are called with the lock held. One object per ``Log``: its descriptor
-    is its own open file description, so two ``Log`` objects of one process
-    exclude each other as two processes do."""
+    The lock: ``enter`` takes it if it is free now (``BlockingIOError`` else),
+    ``lock`` waits at most ``timeout`` seconds (``LogLockedError``). Under it:
+    ``look`` / ``read`` say what moved, ``followed`` records that the writer took it,
+    ``publish`` / ``leave_tail`` publish, ``leave`` / ``leave_for_repair`` let go;
+    ``reserve``, the rolling mark, ``begin`` / ``end`` of a session. ``flushed_now``
+    reads without it. One object per writer ``Log``: its descriptor is its own open
+    file description, so two ``Log`` objects of one process exclude each other as two
+    processes do."""
 
-    __slots__ = ("path", "fd", "mm", "words", "timeout", "token")
+    __slots__ = ("_path", "_fd", "_mm", "_words", "_timeout", "_token", "_cur", "_version",
+                 "_gen")
 
     def __init__(self, directory: str, timeout_ms: int) -> None:
-        self.path = os.path.join(directory, WRITERS_FILE)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._path = os.path.join(directory, WRITERS_FILE)
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size < _SIZE:
                 os.ftruncate(fd, _SIZE)      # two openers extending it at once agree
-            self.mm = mmap.mmap(fd, _SIZE)
+            self._mm = mmap.mmap(fd, _SIZE)
         except BaseException:
             os.close(fd)
             raise
-        self.fd = fd
-        self.words = memoryview(self.mm).cast("Q")     # the single words, native order
-        self.timeout = timeout_ms / 1000.0
-        # nonzero: what ``holder`` says while this writer holds the lock
-        self.token = random.getrandbits(62) | 1
+        self._fd = fd
+        self._words = memoryview(self._mm).cast("Q")     # the single words, native order
+        self._timeout = timeout_ms / 1000.0
+        # nonzero: what the holder word says while this writer holds the lock
+        self._token = random.getrandbits(62) | 1
+        # where the header stood when this writer last looked or published: the
+        # counter word, the version, the list generation
+        self._cur = -1
+        self._version = 0
+        self._gen = 0
+
+    @property
+    def timeout(self) -> float:
+        """``lock_timeout_ms`` in seconds: how long ``lock`` waits by default."""
+        return self._timeout
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
 
     # -- the append lock across processes ---------------------------------------------
-    def lock(self, timeout: float | None = None, raising: bool = True) -> bool:
+    def enter(self) -> Tail | Shared | None:
+        """The append path's way in: take the lock if it is free now
+        (``BlockingIOError`` if another holds it; ``LogClosedError`` once closed), then
+        ``look``; when nothing moved, say this writer holds the lock."""
+        fd = self._fd
+        if fd < 0:
+            raise LogClosedError("the writers' file is closed")
+        _flock(fd, _EX_NB)
+        try:
+            words = self._words
+            if words[_CURRENT] == self._cur and not words[_HOLDER]:
+                words[_HOLDER] = self._token
+                return None
+            return self.look()
+        except BaseException:
+            _flock(fd, _UN)
+            raise
+
+    def lock(self, timeout: float | None = None, what: str = "nothing was written") -> None:
         """Take the append lock, waiting at most ``timeout`` (default: this log's
         ``lock_timeout_ms``); else ``LogLockedError`` (a stopped or slow writer holds
-        it), or False if not ``raising``."""
-        if _platform.lock_within(self.fd, self.timeout if timeout is None else timeout):
-            return True
-        if raising:
-            raise self.timed_out()
-        return False
+        it) whose message ends with ``what`` (what the caller did not do)."""
+        if self._fd < 0:
+            raise LogClosedError("the writers' file is closed")
+        if not _platform.lock_within(self._fd, self._timeout if timeout is None else timeout):
+            raise self.timed_out(what)
 
-    def timed_out(self) -> LogLockedError:
+    def timed_out(self, what: str = "nothing was written") -> LogLockedError:
         return LogLockedError(
-            f"another writer held the append lock of {os.path.dirname(self.path)} for "
-            f"lock_timeout_ms={round(self.timeout * 1000)} (stopped or slow); nothing "
-            f"was written")
+            f"another writer held the append lock of {os.path.dirname(self._path)} for "
+            f"lock_timeout_ms={round(self._timeout * 1000)} (stopped or slow); {what}")
 
     def unlock(self) -> None:
-        _platform.flock(self.fd, _platform.LOCK_UN)
+        _flock(self._fd, _UN)
+
+    def leave(self) -> None:
+        """Say no writer holds the lock, and let go of it."""
+        self._words[_HOLDER] = 0
+        _flock(self._fd, _UN)
+
+    def leave_tail(self, size: int, next_offset: int) -> None:
+        """The append path's way out when only appends happened: the active segment's
+        size and next offset published (the current slot copied with them), then
+        ``leave``."""
+        cur = self._cur
+        slot = (cur & 1) ^ 1
+        mm = self._mm
+        dst, src = _SLOT_AT[slot], _SLOT_AT[slot ^ 1]
+        mm[dst:dst + _SLOT.size] = mm[src:src + _SLOT.size]
+        _SIZE_NEXT.pack_into(mm, dst + _SIZE_NEXT_AT, size, next_offset)
+        self._cur = new = ((cur >> 1) + 1) << 1 | slot
+        words = self._words
+        words[_CURRENT] = new
+        words[_HOLDER] = 0
+        _flock(self._fd, _UN)
+
+    def leave_for_repair(self) -> None:
+        """Let go of the lock after a failure inside a write or a roll: nothing is
+        published and the holder word stays, as after a death, so the next writer to
+        take the lock repairs (this one too: it forgets where the header stood)."""
+        self._cur = self._gen = -1
+        if self._fd >= 0:
+            _flock(self._fd, _UN)
 
     # -- the header (lock held) ----------------------------------------------------------
     def live(self) -> bool:
         """True if the header is a live session's: written in this boot, not ended."""
-        magic, boot = _HEAD.unpack_from(self.mm, 0)
-        return magic == MAGIC and boot == _boot_hash() and self.words[_SESSION] != 0
+        magic, boot = _HEAD.unpack_from(self._mm, 0)
+        return magic == MAGIC and boot == _boot_hash() and self._words[_SESSION] != 0
+
+    def look(self) -> Tail | Shared | None:
+        """What moved since this writer last looked: None (nothing, and no writer died
+        holding the lock: this one says it holds it), a ``Tail`` (appends only), or
+        the whole ``Shared`` state. The writer follows, then calls ``followed``."""
+        words = self._words
+        cur = words[_CURRENT]
+        holder = words[_HOLDER]
+        if cur == self._cur and not holder:
+            words[_HOLDER] = self._token
+            return None
+        if not holder:
+            at = _SLOT_AT[cur & 1]
+            if _VERSION.unpack_from(self._mm, at)[0] == self._version:
+                size, nxt = _SIZE_NEXT.unpack_from(self._mm, at + _SIZE_NEXT_AT)
+                return Tail(int(cur), size, nxt)
+        return self.read()
 
     def read(self) -> Shared:
-        """The current state (whole: the slot CURRENT names)."""
-        cur = int(self.words[CURRENT])
+        """The current state (whole: the slot the counter word names)."""
+        words = self._words
+        cur = int(words[_CURRENT])
         (version, gen, start, flushed, base, size, nxt, ie, te, nip, mts, mto,
-         first) = SLOT.unpack_from(self.mm, SLOT_AT[cur & 1])
-        return Shared(cur, int(self.words[HOLDER]), version, gen, start,
-                      flushed, int(self.words[_RESERVED]),
+         first) = _SLOT.unpack_from(self._mm, _SLOT_AT[cur & 1])
+        rolling = int(words[_ROLLING])
+        return Shared(cur, int(words[_HOLDER]), version, gen, start, flushed,
+                      int(words[_RESERVED]), rolling - 1 if rolling else -1,
                       WriterState(base, size, nxt, ie, te, nip, mts, mto, first))
 
-    def fast(self, cur: int) -> tuple[int, int, int]:
-        """(version, size, next offset) of the state ``cur`` names."""
-        at = SLOT_AT[cur & 1]
-        size, nxt = SIZE_NEXT.unpack_from(self.mm, at + SIZE_NEXT_AT)
-        return VERSION.unpack_from(self.mm, at)[0], size, nxt
+    def list_moved(self, sh: Shared) -> bool:
+        """True if ``sh``'s segment list is not the one this writer last followed."""
+        return sh.list_gen != self._gen
+
+    def followed(self, moved: Tail | Shared) -> None:
+        """The writer took what ``look`` or ``read`` reported: it holds the lock now."""
+        self._cur = moved.current
+        if isinstance(moved, Shared):
+            self._version, self._gen = moved.version, moved.list_gen
+        self._words[_HOLDER] = self._token
+
+    def flushed_now(self) -> int:
+        """The published flushed offset, read without the lock (SQLite's readers of the
+        WAL index header): the slot the counter word names, taken again until the
+        word did not move while it was read; -1 if the header is not a live
+        session's."""
+        words, mm = self._words, self._mm
+        if self._fd < 0 or not self.live():
+            return -1
+        for _ in range(1000):
+            cur = words[_CURRENT]
+            flushed = _VERSION.unpack_from(mm, _SLOT_AT[cur & 1] + _FLUSHED_AT)[0]
+            if words[_CURRENT] == cur:
+                return int(flushed)
+        return -1
 
     def unhold(self) -> None:
-        self.words[HOLDER] = 0
+        self._words[_HOLDER] = 0
 
-    def publish(self, cur: int, version: int, list_gen: int, start: int, flushed: int,
-                st: WriterState) -> int:
-        """Everything, into the slot ``cur`` does not name, then the flip (one store);
-        returns the new current word. The holder is left to the caller."""
+    def publish(self, start: int, flushed: int, list_changed: bool, st: WriterState) -> None:
+        """Everything: the log start, the flushed offset, the active segment's state,
+        and a new list generation when ``list_changed``; into the slot the counter
+        word does not name, then the flip (one store). The holder is left as it is."""
+        self._version += 1
+        if list_changed:
+            self._gen += 1
+        cur = self._cur
         slot = (cur & 1) ^ 1
-        SLOT.pack_into(self.mm, SLOT_AT[slot], version, list_gen, start, flushed, *st)
-        new = ((cur >> 1) + 1) << 1 | slot
-        self.words[CURRENT] = new
-        return new
+        _SLOT.pack_into(self._mm, _SLOT_AT[slot], self._version, self._gen, start, flushed,
+                        *st)
+        self._cur = new = ((cur >> 1) + 1) << 1 | slot
+        self._words[_CURRENT] = new
 
-    def publish_tail(self, cur: int, size: int, next_offset: int) -> int:
-        """Only size and next offset moved: the current slot copied with them."""
-        slot = (cur & 1) ^ 1
-        mm = self.mm
-        dst, src = SLOT_AT[slot], SLOT_AT[slot ^ 1]
-        mm[dst:dst + SLOT.size] = mm[src:src + SLOT.size]
-        SIZE_NEXT.pack_into(mm, dst + SIZE_NEXT_AT, size, next_offset)
-        new = ((cur >> 1) + 1) << 1 | slot
-        self.words[CURRENT] = new
-        return new
-
-    def begin(self) -> int:
-        """Start a session (the first writer, after recovery): this boot, a new
-        session id; returns it. ``publish`` follows."""
+    def begin(self) -> None:
+        """Start a session (the first writer, after recovery): this boot, a new session
+        id, no reservation, no roll, no holder (one of the last session's is nobody's
+        now). ``publish`` follows; the counter goes on from the last session's (a
+        writer of that one may still hold its value)."""
         session = random.getrandbits(62) | 1
-        _HEAD.pack_into(self.mm, 0, MAGIC, _boot_hash())
-        self.words[_RESERVED] = 0
-        self.words[_SESSION] = session
-        return session
+        _HEAD.pack_into(self._mm, 0, MAGIC, _boot_hash())
+        words = self._words
+        words[_RESERVED] = 0
+        words[_ROLLING] = 0
+        words[_HOLDER] = 0
+        words[_SESSION] = session
+        self._cur = int(words[_CURRENT])
+        self._version = self._gen = 0
 
     def end(self) -> None:
         """End the session (the last writer's clean close): the next multi-writer
         recovers from the files."""
-        self.words[_SESSION] = 0
-
-    def reserved(self) -> int:
-        return int(self.words[_RESERVED])
+        self._words[_SESSION] = 0
 
     def reserve(self, end: int) -> None:
         """A writer reserved disk blocks up to ``end`` in the active segment (before
         writing below it): the bound of what a dead writer may have left there."""
-        if end > self.words[_RESERVED]:
-            self.words[_RESERVED] = end
+        if end > self._words[_RESERVED]:
+            self._words[_RESERVED] = end
 
-    def clear_reserved(self) -> None:
-        self.words[_RESERVED] = 0
+    def rolling(self, base: int) -> None:
+        """The holder starts sealing the active segment ``base`` (a roll)."""
+        self._words[_ROLLING] = base + 1
+
+    def rolled(self) -> None:
+        """The roll is done (``publish`` follows): the new active segment has reserved
+        nothing yet."""
+        words = self._words
+        words[_RESERVED] = 0
+        words[_ROLLING] = 0
 
     # -- lifetime -------------------------------------------------------------------
     def close(self) -> None:
         """Unmap and close (which releases the append lock if held)."""
-        if self.fd >= 0:
-            self.words.release()
-            self.mm.close()
-            os.close(self.fd)
-            self.fd = -1
+        if self._fd >= 0:
+            self._words.release()
+            self._mm.close()
+            os.close(self._fd)
+            self._fd = -1
 
     def drop_copy(self) -> None:
         """In a forked child: close this process's copies (never the parent's lock)."""
-        if self.fd >= 0:
+        if self._fd >= 0:
             try:
-                self.words.release()
-                self.mm.close()
-                os.close(self.fd)
+                self._words.release()
+                self._mm.close()
+                os.close(self._fd)
             except (OSError, ValueError):
                 pass
-            self.fd = -1
+            self._fd = -1
+
+
+def exists(directory: str) -> bool:
+    """True if a multi-writer ever made the writers' file of ``directory``."""
+    return os.path.exists(os.path.join(directory, WRITERS_FILE))
 
 
 def invalidate(directory: str) -> None:
@@ -241,13 +387,14 @@ def follow(directory: str, segs: tuple[Segment, ...], shared: Shared, capacity: 
         raise FileNotFoundError(f"the active segment {active} of {directory} is missing")
     known = {s.base_offset: s for s in segs}
     new: list[Segment] = []
-    for b in bases[:-1]:
+    for b, nxt in zip(bases, bases[1:]):
         s = known.get(b)
-        if s is not None and (s.retired or s.is_active or _replaced(s)):
+        if s is not None and (s.retired or s.is_active or _replaced(s)
+                              or s.next_offset != nxt):
             s = None
         new.append(s if s is not None else
-                   Segment(directory, b, max_index_bytes=max_index_bytes, writer=True,
-                           index_interval_bytes=interval))
+                   Segment(directory, b, next_offset=nxt, max_index_bytes=max_index_bytes,
+                           writer=True, index_interval_bytes=interval))
     s = known.get(active)
     if s is not None and s.is_active and not s.retired:
         s.reload(shared.state)
@@ -256,8 +403,6 @@ def follow(directory: str, segs: tuple[Segment, ...], shared: Shared, capacity: 
                     index_interval_bytes=interval)
         s.activate(capacity, shared.state)
     new.append(s)
-    for prev, nxt in zip(new, new[1:]):
-        prev.next_offset = nxt.base_offset
     kept = set(map(id, new))
     return new, [s for s in segs if id(s) not in kept]
 
@@ -271,3 +416,59 @@ def stray_segments(directory: str, active: int) -> list[int]:
     """Segments after the active one: a writer died inside a roll, after creating the
     next segment and before publishing it. Nothing was written to them."""
     return [b for b in list_segments(directory) if b > active]
+
+
+# -- after a writer that died holding the lock ---------------------------------------
+def rolling_cut(directory: str, sh: Shared) -> int | None:
+    """If the dead holder died inside a roll (it marked the header, or the next
+    segment exists already), the size of the header's active segment's file (which it
+    may have cut back), measured before anything maps it; else None."""
+    base = sh.state.base_offset
+    try:
+        size = os.stat(segment_path(directory, base, ".log")).st_size
+    except FileNotFoundError:
+        return None             # ``follow`` says the active segment is missing
+    if sh.rolling == base or stray_segments(directory, base):
+        return size
+    return None
+
+
+def adopt(seg: Segment, limit: int) -> int:
+    """After a writer of the active ``seg`` died inside an append: keep the whole
+    batches it wrote past ``seg.size`` that continue the log (readers may have seen
+    them), appended again over themselves (the same bytes), and zero what follows up
+    to ``limit`` (a torn batch). Returns the batches kept."""
+    kept = 0
+    try:
+        for buf, p, _, hdr in walk(seg.fileno(), seg.size, limit, expect=seg.next_offset,
+                                   check=True):
+            n = codec.LENGTH_END + hdr[codec.H_LENGTH]
+            if seg.append(buf[p:p + n], hdr[codec.H_BASE], codec.last_offset(hdr) + 1,
+                          hdr[codec.H_MAX_TS]) < 0:
+                break
+            kept += 1
+    except Damage:
+        pass
+    seg.erase_after(limit)
+    return kept
+
+
+def remove_unwritten(directory: str, base: int) -> None:
+    """Remove a segment a dead writer created inside a roll, once shown to hold no
+    batch; anything else after the active segment is damage, never deleted."""
+    path = segment_path(directory, base, ".log")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        fd = -1
+    if fd >= 0:
+        try:
+            if any(os.pread(fd, codec.HEADER_SIZE, 0)):
+                raise CorruptRecordError(f"segment {base} after the active segment holds data",
+                                         path, 0, base)
+        finally:
+            os.close(fd)
+    for ext in SEGMENT_SUFFIXES:
+        remove(segment_path(directory, base, ext))
+    fsync_dir(directory)
+

@@ -405,10 +405,13 @@ def _commit(directory: str, cfg: LogConfig, group: list[Segment], w: _Writer,
         _withdraw(directory, manifest, w)
         raise
     swap_in(directory, w.base, end)
-    # the writer's object for the sealed segment just swapped in
+    # the writer's object for the sealed segment just swapped in, its file opened now:
+    # its identity is what tells it apart from a copy another writer's compaction
+    # swaps in later (an object that never opened its file takes any file for its own)
     new = Segment(directory, w.base, max_index_bytes=cfg.max_index_bytes, writer=True,
                   index_interval_bytes=cfg.index_interval_bytes)
     new.set_measured(w.pos, end, w.res.max_timestamp)
+    new.fileno()
     replace(group, new)
     stats.bytes_after += w.pos
     stats.replaced.append((w.base, end))

@@ -15,13 +15,14 @@ partition logs). Reading commands take no lock and work beside a live writer.
 
 Offsets are printed as Kafka prints them: a range is first..last, both included
 (``offsets 0..962``); an end offset (one past the last, the next to assign) is
-called one. JSON has ``start_offset``, ``last_offset`` and ``end_offset``. Bytes
-are the bytes of stored batches; a writer's preallocated space is reported apart,
-as reserved.
+called one. JSON has ``start_offset``, ``last_offset`` and ``end_offset``. Counts
+carry separators (``30,021``), sizes units, times are ISO with a Z. Bytes are the
+bytes of stored batches; a writer's preallocated space is reported apart, as
+reserved. Tables fit the terminal (80 columns when piped).
 
-Exit codes: 0 done (verify: no damage); 1 damage found, or recovery refused; 2 bad
-usage; 3 not a seglog log or topic root; 4 a writer holds the log (recover,
-compact, retention need it); 5 cut not confirmed.
+Exit codes: 0 done (verify, recover: no damage); 1 damage found, or recovery
+refused; 2 bad usage; 3 not a seglog log or topic root; 4 a writer holds the log
+(recover, compact, retention need it); 5 cut not confirmed.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ import importlib.metadata
 import sys
 from typing import Any, Sequence
 
-from ._cli_inspect import cmd_dump, cmd_groups, cmd_stats, cmd_tail, cmd_verify
+from ._cli_groups import cmd_groups
+from ._cli_inspect import cmd_dump, cmd_stats, cmd_tail, cmd_verify
 from ._cli_maintain import cmd_compact, cmd_recover, cmd_retention
 from ._cli_output import EXIT_DAMAGE, EXIT_LOCKED, EXIT_NOT_A_LOG, EXIT_OK, EXIT_USAGE
 from .errors import (CorruptRecordError, InvalidConfigError, LogLockedError, NotALogError,
@@ -76,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
             "every topic\n  seglog verify data --json")
     p.add_argument("path", metavar="PATH|ROOT")
 
-    p = add("recover", "Run recovery and report what it did; cut at damage on request",
+    p = add("recover", "Run recovery, report what it did, then read every batch; cut at "
+                       "damage on request",
             "  seglog recover data/events\n"
             "  seglog recover data/events --truncate-at-damage        # shows, then asks\n"
             "  seglog recover data/events --truncate-at-damage --yes")

@@ -58,6 +58,12 @@ class StorageError(SeglogError, OSError):
     """A write or fsync failed; the log refuses further writes until reopened."""
 
 
+def storage_error(cause: BaseException, message: str) -> StorageError:
+    """A StorageError that keeps its cause's errno (``e.errno == errno.ENOSPC``)."""
+    code = getattr(cause, "errno", None)
+    return StorageError(code, message) if code is not None else StorageError(message)
+
+
 class NotALogError(SeglogError):
     """The directory holds files but no seglog marker: seglog did not create it, and
     refuses to open it (it never truncates or deletes files it cannot prove are its
@@ -90,3 +96,17 @@ class ProducerTimeoutError(SeglogError, TimeoutError):
 class ProducerClosedError(SeglogError):
     """The ``Producer`` was closed, or belongs to the process it was forked from;
     nothing was queued."""
+
+
+class NotDurableError(SeglogError):
+    """A durable ``Producer``'s records were written at ``offsets`` (of ``partition`` on
+    a ``Topic``; None on a ``Log``) but could not be made durable: no fsync covering
+    them succeeded before the producer closed (the log was closed, or its flush kept
+    failing: ``__cause__`` says why). They are in the log and readable; they survive
+    a crash of the process, not necessarily a power loss. Never sent again by seglog:
+    sending them again would duplicate them."""
+
+    def __init__(self, message: str, offsets: range, partition: int | None = None) -> None:
+        super().__init__(message)
+        self.offsets = offsets
+        self.partition = partition

@@ -274,10 +274,13 @@ class _Index:
             self._fd = -1
 
     def close(self) -> None:
-        """Release the file. A writable index is trimmed first."""
-        if self._writable and self._fd >= 0:
-            self.trim()
-        self.release()
+        """Release the file, whatever happens. A writable index is trimmed first (an
+        ``OSError`` of the trim propagates, the descriptor closed all the same)."""
+        try:
+            if self._writable and self._fd >= 0:
+                self.trim()
+        finally:
+            self.release()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path} entries={self._entries}>"

@@ -1,18 +1,24 @@
 """``LocalLog``: a log's segment list and its state, as Kafka's ``LocalLog`` is under
 ``UnifiedLog``.
 
-It owns the tuple of segments, the start and end offsets, the append lock, rolling,
-a readonly reader's re-listing of the directory, and the lifetime of segments that
-leave the list (reads in flight are counted; a retired segment's descriptors close
-once none is). The read path over it is ``_log_reads``; policy (flushing,
+A writer's: it owns the tuple of segments, the start and end offsets, the recovery
+point, the append lock, rolling, the changes retention and compaction make to the
+list, and (through its ``_inflight.InFlight``) the lifetime of segments that leave
+the list. Its fields are private: they change only through its own methods. A
+readonly reader's list is ``_live.LiveLog``. The read path over it is ``_log_reads``; policy (flushing,
 poisoning, locking the directory, retention and compaction, tailing) is the
 ``Log``'s, which holds a ``LocalLog``.
 
-The writer's interface (``Log``'s, nothing else): under ``lock``, the writer appends
-to ``active`` (a plain attribute: the append hot path reads it with one lookup),
-then moves ``end`` past what it wrote; ``roll`` when the active segment refuses a
-batch. Readers take a snapshot of ``segs`` (a tuple, replaced whole) and re-find
-their place when a segment they hold is retired.
+A writer's mode is chosen once, at construction: one writer process (a
+``threading.Lock``), or one of several (the lock, then the other processes' through
+``_writers.WritersFile``, this writer's handle on the shared header). Every change
+goes through the same three steps: ``_begin`` takes the append lock and brings the
+view up to date (with several writers: what the others published, following the
+header, repairing after a writer that died holding the lock), ``_commit`` publishes
+what changed and lets go, ``_abort`` lets go after a failure inside a write (with
+several writers the holder stays in the header, so the next writer repairs). No
+decision is taken on a view that was not refreshed under the lock: when the lock
+cannot be had in ``lock_timeout_ms``, ``LogLockedError``, and nothing changed.
 """
 
 from __future__ import annotations
@@ -20,217 +26,188 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
-from . import _live, recovery
+from . import recovery
 from ._files import LOG_START, RECOVERY_POINT, read_checkpoint, write_checkpoint
-from ._metrics import Metrics
+from ._inflight import InFlight
+from ._metrics import AppendCounts, Metrics
+from ._writers import (Shared, Tail, WritersFile, adopt, follow, remove_unwritten, rolling_cut,
+                       stray_segments)
 from .config import LogConfig
 from .codec import NEVER
-from .errors import LogClosedError, SeglogError
+from .errors import LogClosedError, SeglogError, StorageError, storage_error
 from .segment import Segment
 
-_RACY_NS = 3_000_000_000  # a directory listing this close to its mtime is not trusted
-
-
-class AppendLock(Protocol):
-    """A ``threading.Lock`` (one writer process), or a ``_shared_log.SharedLock``."""
-
-    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
-    def release(self) -> None: ...
-    def __enter__(self) -> bool: ...
-    def __exit__(self, *exc: Any) -> Any: ...
+# what a refused call did not do, said by its LogLockedError
+_NOT_FLUSHED = ("the flush did not happen: what was appended is written (readable, safe "
+                "from a crash of this process), not yet safe from power loss; flush again")
+_NOT_CLOSED = "the log is still open"
+_NOT_DELETED = "nothing was deleted"
+_NOT_COMPACTED = "nothing was compacted"
+_NOT_SWAPPED = ("the compacted files are in place on disk; this writer's list follows "
+                "them at its next append")
 
 
 def active_capacity(config: LogConfig) -> int:
-    """The size an active segment's file is made: a full segment plus the largest batch
-    (and room for its framing), so an append that fits the roll check always fits."""
+    """The size an active segment's file may reach: a full segment plus the largest
+    batch (and room for its framing), so an append that fits the roll check always
+    fits. The file grows to it as blocks are reserved, never further."""
     return config.segment_bytes + config.max_message_bytes + 65536
 
 
-# sealed segments a log keeps open besides its last two (the active one, and the one
-# it rolled from, which a writer's repair may still walk): three descriptors each
-OPEN_SEALED = 4
+class ModeLock(Protocol):
+    """The directory's mode lock a writer holds (``_log_open.DirLock``): ``alone`` is
+    True if no other writer holds it (one of several then holds it alone, else it
+    has let go of it), ``release`` lets go of it."""
 
-
-class OpenSegments:
-    """The sealed segments of one log whose files are open, oldest opened first. Past
-    ``OPEN_SEALED`` of them (not counting the ones to ``keep``), the oldest are
-    closed once no read is in flight; their next use opens them again."""
-
-    __slots__ = ("_lock", "_order", "_frozen")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()       # innermost: nothing is called holding it
-        self._order: dict[Segment, None] = {}
-        self._frozen = False
-
-    def opened(self, seg: Segment) -> None:
-        """``seg``'s files were opened (on use, or it was sealed holding them)."""
-        with self._lock:
-            self._order.pop(seg, None)
-            self._order[seg] = None
-
-    def forget(self, seg: Segment) -> None:
-        with self._lock:
-            self._order.pop(seg, None)
-
-    def over(self) -> bool:
-        return len(self._order) > OPEN_SEALED + 2 and not self._frozen
-
-    def freeze(self) -> None:
-        """Close nothing from now on: a compaction pass failed after swapping files
-        on disk that the list still names as they were (their descriptors hold the
-        data the list describes; the next open finishes the swap)."""
-        self._frozen = True
-
-    def idle(self, keep: Sequence[Segment]) -> list[Segment]:
-        """The oldest opened past the budget, ``keep`` aside: forgotten, to close."""
-        with self._lock:
-            order = self._order
-            n = sum(1 for s in order if s not in keep)
-            out = []
-            for s in list(order):
-                if n <= OPEN_SEALED:
-                    break
-                if s not in keep:
-                    del order[s]
-                    out.append(s)
-                    n -= 1
-            return out
-
-    def watch(self, segs: Sequence[Segment]) -> None:
-        """Be told when the files of ``segs`` are opened on use."""
-        for seg in segs:
-            seg.watch(self.opened)
-
-    def found(self, segs: Sequence[Segment]) -> None:
-        """Of ``segs``, those whose files are open already (the loader's)."""
-        for seg in segs:
-            if seg.opened:
-                self.opened(seg)
-
-    def close_idle(self, keep: Sequence[Segment]) -> None:
-        """Close the files of the oldest opened past the budget, ``keep`` aside (the
-        caller made sure no read is in flight): a log holds a bounded number of
-        descriptors however much of it is read. The next use opens them again."""
-        for seg in self.idle(keep):
-            try:
-                if not seg.close_if_unused():
-                    # a thread uses its files now (a sendfile to a slow reader): never
-                    # wait for it here, under the read count's lock; a later pass does
-                    self.opened(seg)
-            except OSError:
-                pass        # closing a read-only descriptor: nothing was lost
-
-    def after_fork(self) -> None:
-        self._lock = threading.Lock()
+    def alone(self) -> bool: ...
+    def release(self) -> None: ...
 
 
 class LocalLog:
-    """The segments of one log directory and their state (see the module docstring).
-    A writer's is built from the loader's result (``segments`` not empty, the last
-    one active); a readonly reader's starts empty and fills at ``refresh``."""
+    """A writer's segments of one log directory and their state (see the module
+    docstring), built from the loader's result (``segments``, the last one active),
+    with ``tail`` when it is one of several writers (then ``attach`` follows the
+    others before first use, and an empty ``segments`` is filled from the header).
+    A readonly reader's list is ``_live.LiveLog``."""
 
-    # segs[-1], kept beside the tuple for the append hot path: set whenever the list
-    # is not empty (a writer's never is; a readonly reader does not use it)
-    active: Segment
+    # what the read path asks of a list of segments (``_log_reads``)
+    readonly = False
+    follows = False       # nobody else changes this writer's files (several writers
+    #                       read through a LiveLog)
 
-    def __init__(self, path: str, config: LogConfig, readonly: bool,
-                 segments: Sequence[Segment] = (), start: int = 0, end: int = 0,
-                 recovery_point: int = -1) -> None:
+    def __init__(self, path: str, config: LogConfig, segments: Sequence[Segment] = (),
+                 start: int = 0, end: int = 0, recovery_point: int = -1, *,
+                 writers: WritersFile | None = None) -> None:
         self.path = path
         self.config = config
-        self.readonly = readonly
-        # the append lock: appends, rolls and every change of the segment list; with
-        # several writer processes, a SharedLock (``shared``), which also follows them
-        self.lock: AppendLock = threading.Lock()
-        self.shared: Any = None
-        # a readonly reader or one of several writers: others change the files
-        self.follows = readonly
-        # bumped by every change of the segment list (``list_gen``) and of the start
-        # or flushed offset (``changes``): what other writers must learn
-        self.list_gen = 0
-        self.changes = 0
-        self.segs: tuple[Segment, ...] = ()
-        self.open_segs = OpenSegments()
-        self._set(tuple(segments))
-        self.open_segs.found(self.segs[:-1])
-        self.start = start
-        self.end = end
-        self.closed = False
-        self._closing = False
-        self.capacity = active_capacity(config)
-        # reads in flight (every pread, index lookup and fsync of a segment happens inside
-        # one): a retired segment's descriptors close only when none is, so no number
-        # is closed (and reused by another open) under a reader
-        self._rlock = threading.Lock()
-        self._idle = threading.Condition(self._rlock)
-        self._inflight = 0
-        self._graveyard: list[Callable[[], None]] = []
-        self._refresh_lock = threading.Lock()
-        self._dir_mtime = 0
-        self._listed_at = 0
-        self._pid = os.getpid()
-        self._forked_from: int | None = None
         # counters every layer of this log adds to (``Log.metrics()`` shows them)
         self.metrics = Metrics()
-        self._reported_damage: BaseException | None = None
-        # every offset below ``flushed`` was fsynced; the recovery-point checkpoint says
-        # so up to ``_checkpointed``; past ``flush_at`` an append flushes
-        self.flushed = end
+        self._capacity = active_capacity(config)
+        self._segs: tuple[Segment, ...] = ()
+        self._reads = InFlight(self.closed_error, lambda: self._segs)
+        self._start = start
+        self._end = end
+        self._closed = False
+        self._failed: BaseException | None = None     # an I/O error poisoned the writer
+        self._writable = True                          # False once closed or poisoned
+        # the append lock: appends, rolls and every change of the segment list; with
+        # several writers, this process's threads', then the other processes' (the
+        # writers' file's flock, through ``_w``, this writer's handle on the header)
+        self._lock = threading.Lock()
+        self._w = writers
+        self._bind_mode()
+        # bumped by every change of the segment list (``_list_gen``) and of the start
+        # or flushed offset (``_changes``); with several writers, what this writer
+        # published last of them (``_pub_*``), and whether it must follow the files
+        # afresh at its next lock (``_relist``)
+        self._list_gen = 0
+        self._changes = 0
+        self._pub_gen = self._pub_changes = self._pub_marks = self._pub_end = -1
+        self._relist = False
+        self._pid = os.getpid()
+        self._forked_from: int | None = None
+        # every offset below ``_flushed`` was fsynced; the recovery-point checkpoint
+        # says so up to ``_checkpointed``; past ``_flush_at`` an append flushes
+        self._flushed = end
         self._checkpointed = recovery_point
         self._ckpt_lock = threading.Lock()
-        self.flush_at = NEVER
+        self._flush_at = NEVER
         self._update_flush_at()
         # tailing: ``Log.wait`` callers of this process (the append path notifies them)
-        self.waiters = 0
+        self._waiters = 0
         self._cond = threading.Condition(threading.Lock())
-        # metrics that cost the append path nothing: messages and bytes appended come
-        # from the end offset and the segments' sizes against these
-        self._end_at_open = end
-        self._active_bytes_at_open = 0
-        self._rolled_bytes = 0
-        if segments and not readonly:
-            self._active_bytes_at_open = self.active.size
-            self.active.set_roll_policy(config.segment_bytes, config.segment_ms)
+        self._counts = AppendCounts(end)
+        if segments:
+            self._set(tuple(segments))
+            self._reads.found(self._segs[:-1])
+            self._counts.restart(end, self._active.size)
+            self._arm(self._active)
+
+    def _bind_mode(self) -> None:
+        """The three steps of every change, chosen once for the writer's mode."""
+        if self._w is None:
+            lock = self._lock
+            self._begin: Callable[[], object] = lock.acquire
+            self._commit: Callable[[], None] = lock.release
+            self._abort: Callable[[], None] = lock.release
+        else:
+            self._begin = self._begin_shared
+            self._commit = self._commit_shared
+            self._abort = self._abort_shared
+
+    # segs[-1], kept beside the tuple for the append hot path: set whenever the list
+    # is not empty (it is never empty once the writer is attached)
+    _active: Segment
 
     def _set(self, segs: tuple[Segment, ...]) -> None:
-        self.segs = segs
+        self._segs = segs
         if segs:
-            self.active = segs[-1]
-        self.open_segs.watch(segs)
+            self._active = segs[-1]
+        self._reads.watch(segs)
+
+    def _arm(self, seg: Segment) -> None:
+        """Give the active segment its roll policy and, with several writers, the
+        header's reservation hook."""
+        cfg = self.config
+        seg.set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
+        if self._w is not None:
+            seg.watch_reservations(self._w.reserve)
 
     # -- what a reader sees -------------------------------------------------------------
     @property
-    def start_offset(self) -> int:
-        """The first offset still in the log (a readonly reader looks again first)."""
-        if self.follows:
-            self.refresh()
-        return self.start
+    def start(self) -> int:
+        """The first offset in the log as this object last saw it."""
+        return self._start
 
     @property
-    def end_offset(self) -> int:
-        """The next offset to assign (a readonly reader looks again first)."""
-        if self.follows:
-            self.refresh()
-        return self.end
+    def end(self) -> int:
+        """The next offset to assign as this object last saw it."""
+        return self._end
 
     @property
-    def segments(self) -> tuple[Segment, ...]:
-        """The segments, oldest first (a readonly reader looks again first)."""
-        if self.follows:
-            self.refresh()
-        return self.segs
+    def segs(self) -> tuple[Segment, ...]:
+        """The segments as this object last saw them (a tuple, replaced whole)."""
+        return self._segs
+
+    @property
+    def active_base(self) -> int:
+        """The active (last) segment's base offset; -1 with no segment."""
+        return self._segs[-1].base_offset if self._segs else -1
+
+    # a writer's own list is current: what it last saw is what is there (a readonly
+    # reader's ``LiveLog`` looks again for these)
+    start_offset, end_offset, segments = start, end, segs
 
     @property
     def flushed_offset(self) -> int:
-        """Every offset below this survives power loss (the writers' shared one)."""
-        if self.shared is not None:
-            self.refresh()
-        return self.flushed
+        """Every offset below this survives power loss (the writers' shared one, read
+        from the header without the append lock)."""
+        if self._w is not None and not self._closed:
+            return max(self._flushed, self._w.flushed_now())
+        return self._flushed
 
-    # -- open, closed, forked ---------------------------------------------------------
+    @property
+    def flush_at(self) -> int:
+        """An append at or past this offset flushes (``flush_messages``)."""
+        return self._flush_at
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def closing(self) -> bool:
+        """True once ``close`` had the append lock and refuses new reads."""
+        return self._reads.stopped
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The I/O error that poisoned the writer, if any."""
+        return self._failed
+
+    # -- open, closed, poisoned, forked -----------------------------------------------
     def closed_error(self) -> SeglogError:
         """What using a closed log raises (a forked child's copy of a writer says so)."""
         if self._forked_from is not None:
@@ -242,220 +219,496 @@ class LocalLog:
 
     def check_readable(self) -> None:
         """``closed_error()`` once closed."""
-        if self.closed:
+        if self._closed:
             raise self.closed_error()
 
-    def begin_close(self) -> bool:
-        """Refuse new reads and wait for those in flight; False if already closed."""
-        with self._rlock:
-            if self.closed:
-                return False
-            self._closing = True
-            while self._inflight:
-                self._idle.wait()
-        return True
-
-    @property
-    def closing(self) -> bool:
-        """True from ``begin_close`` on."""
-        return self._closing
-
-    def close(self, clean: bool = False, alone: Callable[[], bool] | None = None) -> None:
-        """Close (append lock held). ``clean``: the writer's clean shutdown first (seal
-        the active segment, checkpoint, write the clean-shutdown marker; an
-        ``OSError`` propagates), then every segment's files and retired segments'
-        files, whatever happened. One of several writers does that only if it is the
-        last (``alone()``); else it lets go of its files as they are."""
-        if self.shared is not None and not self.shared.close(clean, alone):
-            self.abandon()
+    def check_writable(self) -> None:
+        """Raise what an append would raise now: ``LogClosedError``, ``ReadOnlyError``,
+        or ``StorageError`` after an I/O error poisoned the log."""
+        if self._writable:
             return
-        self.closed = True
+        if self._closed:
+            raise self.closed_error()
+        failed = self._failed
+        assert failed is not None
+        raise storage_error(failed, f"log {self.path} refuses writes after an I/O error: "
+                                    f"{failed}; reopen it") from failed
+
+    def poison(self, e: BaseException) -> None:
+        """An I/O error of a write: every later write is refused (``check_writable``)."""
+        self._failed = e
+        self._writable = False
+
+    def _begin_writing(self, what: str) -> None:
+        """Take the append lock for a change other than an append, on a refreshed view
+        (``LogLockedError`` naming ``what`` was not done, after ``lock_timeout_ms``
+        with several writers); refused (lock released) if the log is not writable."""
+        if self._w is None:
+            self._lock.acquire()
+        else:
+            self._begin_shared(what)
+        if not self._writable:
+            self._commit()
+            self.check_writable()
+
+    # -- appending (the hot path: one call each from ``Log``) ---------------------------
+    def append_one(self, ts: int, check: int, value: bytes, size: int) -> int:
+        """Append one short keyless record (``Segment.append_one``'s arguments, the
+        offset aside), rolling when the active segment refuses it; its offset. An
+        ``OSError`` propagates (the caller poisons the log)."""
+        self._begin()
+        if not self._writable:
+            self._commit()
+            self.check_writable()
         try:
-            if clean:
-                self.active.seal()
-                write_checkpoint(self.path, RECOVERY_POINT, self.end)
-                recovery.write_marker(self.path, self.active, self.end)
-                self.flushed = self.end
-        finally:
-            for seg in self.segs:
-                try:
-                    seg.close(seal=False)    # sealed above, unless it failed
-                except OSError:
-                    pass
-            self._bury()
+            off = self._end
+            seg = self._active
+            if seg.append_one(off, ts, check, value, size) < 0:
+                self._roll(seg).append_one(off, ts, check, value, size)
+            self._end = off + 1
+        except BaseException:
+            self._abort()
+            raise
+        self._commit()
+        if self._waiters:
+            self.notify()
+        return off
 
-    def abandon(self) -> None:
-        """Drop every segment as a killed process would (append lock held): no seal."""
-        self.closed = True
-        for seg in self.segs:
-            seg.abandon()
-        self._bury()
-
-    def _bury(self) -> None:
-        for close in self._graveyard:      # retired segments' descriptors
-            close()
-        self._graveyard.clear()
-
-    def after_fork(self) -> None:
-        """In a forked child: new locks (another thread of the parent may have held
-        one at the fork), no reads in flight; a writer's copy is closed for good."""
-        self.lock = threading.Lock()
-        self._rlock = threading.Lock()
-        self._idle = threading.Condition(self._rlock)
-        self._refresh_lock = threading.Lock()
-        self._ckpt_lock = threading.Lock()
-        self._cond = threading.Condition(threading.Lock())
-        self._inflight = 0
-        self.waiters = 0
-        self.open_segs.after_fork()
-        if self.shared is not None:
-            self.shared.after_fork()
-        for seg in self.segs:
-            seg.reset_locks()
-        if self.readonly:
-            return
-        self._forked_from = self._pid
-        self._pid = os.getpid()
-        self.closed = True
-
-    # -- reads in flight and retired segments ------------------------------------------
-    def enter(self) -> None:
-        """Count a read in flight (``closed_error()`` once closing); ``leave`` after."""
-        with self._rlock:
-            if self._closing or self.closed:
-                raise self.closed_error()
-            self._inflight += 1
-
-    def leave(self) -> None:
-        """The end of a read counted by ``enter``: the last one out closes retired files."""
-        with self._rlock:
-            self._inflight -= 1
-            if not self._inflight:
-                if self._graveyard:
-                    self._bury()
-                if self.open_segs.over():
-                    self.open_segs.close_idle(self.segs[-2:])
-                self._idle.notify_all()
-
-    def _dispose(self, close: Callable[[], None]) -> None:
-        """Run ``close`` (which closes descriptors) once no read is in flight."""
-        with self._rlock:
-            if self._inflight:
-                self._graveyard.append(close)
+    def append_encoded(self, batches: list[tuple[Any, int, int, int]], atomic: bool = False
+                       ) -> range:
+        """Append encoded batches (``(data, records, largest timestamp, bytes)``), each
+        atomically, rolling as needed; the range of their offsets. An ``OSError``
+        propagates (the caller poisons the log); batches copied before it stay.
+        ``atomic``: all of them as one unit (``Segment.append_group``; the caller
+        checked that they fit one segment)."""
+        self._begin()
+        if not self._writable:
+            self._commit()
+            self.check_writable()
+        try:
+            first = off = self._end
+            if atomic:
+                if batches:
+                    seg = self._active
+                    if seg.append_group(batches, off) < 0:
+                        self._roll(seg).append_group(batches, off)
+                    self._end = off = off + sum(b[1] for b in batches)
             else:
-                close()
+                for data, n, max_ts, size in batches:
+                    seg = self._active
+                    if seg.append(data, off, off + n, max_ts, size) < 0:
+                        self._roll(seg).append(data, off, off + n, max_ts, size)
+                    off += n
+                    self._end = off
+        except BaseException:
+            self._abort()
+            raise
+        self._commit()
+        if self._waiters:
+            self.notify()
+        return range(first, off)
 
-    def _retire(self, segs: Iterable[Segment], why: str) -> None:
-        """Segments that left the list (retention, compaction, a reader's re-listing):
-        readers that meet them re-find their place; their files close once no read
-        is in flight (one this writer had active and another sealed: as they are)."""
-        for seg in segs:
-            # marked at once (a reader between steps re-finds), closed once no read is
-            self.open_segs.forget(seg)
-            self._dispose(seg.retire(why, keep_files=seg.is_active))
+    def next_offset(self) -> int:
+        """The offset the next append gets, on a refreshed view (``append_batch([])``);
+        what an append would raise if the log is not writable."""
+        self._begin_writing("nothing was written")
+        end = self._end
+        self._commit()
+        return end
 
-    # -- changes of the list -----------------------------------------------------------
-    def roll(self, old: Segment) -> Segment:
+    def _roll(self, old: Segment) -> Segment:
         """Seal the active segment ``old`` and start a new one at the end offset (append
         lock held; an empty segment never rolls: ``old`` again). The sealed segment
         was fsynced, so everything before the new base offset is durable: it becomes
-        the recovery point. An ``OSError`` propagates (the caller poisons the log)."""
+        the recovery point. With several writers the new list is published at once,
+        so the header always names the active segment. An ``OSError`` propagates."""
         if not old.size:
             return old
-        end = self.end
-        old.next_offset = end
+        end = self._end
+        assert old.next_offset == end
+        w = self._w
+        if w is not None:
+            w.rolling(old.base_offset)
         old.seal()
-        self.open_segs.opened(old)       # sealed, its files open: closed when idle
-        if self.open_segs.over():
-            with self._rlock:            # else the last read in flight closes them
-                if not self._inflight:
-                    self.open_segs.close_idle(self.segs[-2:])
+        self._reads.sealed(old)           # sealed, its files open: closed when idle
         cfg = self.config
-        new = Segment.create(self.path, end, self.capacity, cfg.index_interval_bytes,
+        new = Segment.create(self.path, end, self._capacity, cfg.index_interval_bytes,
                              cfg.max_index_bytes)
-        new.set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
-        self._set(self.segs + (new,))
+        self._arm(new)
+        self._set(self._segs + (new,))
         self._list_changed()
-        if self.shared is not None:
-            self.shared.rolled(new)
-        self.metrics.rolls += 1
-        self._rolled_bytes += old.size - self._active_bytes_at_open
-        self._active_bytes_at_open = 0
-        if self.flushed < end:
-            self.flushed = end
+        self._counts.rolled(old.size)
+        if self._flushed < end:
+            self._flushed = end
             self._update_flush_at()
+        if w is not None:
+            w.rolled()
+            self._publish()
+        self.metrics.rolled()
         self.write_recovery_point(end)
         return new
 
-    # -- flushing and the recovery point --------------------------------------------------
-    def flush(self, seg: Segment, target: int) -> int:
-        """fsync ``seg`` (the active segment when the end offset was ``target``) with its
-        indexes, then move the recovery point to ``target``; the flushed offset.
-        ``OSError`` or ``ValueError`` propagate (the caller poisons the log)."""
-        if target > self.flushed:
-            # in flight: a compaction that retires this (rolled meanwhile) segment
-            # must not close its descriptors under the fsync
-            self.enter()
-            t0 = time.perf_counter()
-            try:
-                seg.flush()
-            finally:
-                self.leave()
-            m = self.metrics
-            m.fsync.observe(time.perf_counter() - t0)
-            m.flushes += 1
-            # the checkpoint is what lets recovery tell flushed data (whose damage
-            # is corruption) from a torn tail: it moves with every flush (R6); with
-            # several writers it is theirs, moved under their lock
-            if self.shared is not None:
-                with self.lock:
-                    self._flushed_to(target)
+    # -- several writers: following the others, publishing ------------------------------
+    def _begin_shared(self, what: str = "nothing was written") -> None:
+        """Step 1 with several writers: this process's lock, then the other writers'
+        (together within ``lock_timeout_ms``, else ``LogLockedError`` ending with
+        ``what``), then follow what they published since this writer last looked."""
+        lock, w = self._lock, self._w
+        assert w is not None
+        if not lock.acquire(False):
+            self._begin_waiting(what)
+            return
+        try:
+            moved = w.enter()
+        except BlockingIOError:
+            lock.release()
+            self._begin_waiting(what)
+            return
+        except LogClosedError:
+            lock.release()
+            raise self.closed_error() from None
+        except BaseException:
+            lock.release()
+            raise
+        if moved is not None:
+            self._follow(moved)
+
+    def _begin_waiting(self, what: str) -> None:
+        """``_begin_shared`` when another thread or writer holds the lock."""
+        lock, w = self._lock, self._w
+        assert w is not None
+        start = time.monotonic()
+        if not lock.acquire(timeout=w.timeout):
+            raise w.timed_out(what)
+        try:
+            if w.closed:
+                raise self.closed_error()
+            w.lock(max(0.0, w.timeout - (time.monotonic() - start)), what)
+        except BaseException:
+            lock.release()
+            raise
+        try:
+            moved = w.look()
+        except BaseException:
+            w.unlock()
+            lock.release()
+            raise
+        if moved is not None:
+            self._follow(moved)
+
+    def _follow(self, moved: Tail | Shared) -> None:
+        """(lock held) Take what the other writers published since this writer last
+        looked; after a writer that died holding the lock, repair what it left. A
+        failure lets go of the lock for the next writer's repair and makes this writer
+        follow the files afresh at its next lock (an ``OSError`` is a
+        ``StorageError`` naming the log)."""
+        w = self._w
+        assert w is not None
+        if type(moved) is Tail:          # only appends: two ints
+            self._active.set_measured(moved.size, moved.next_offset)
+            self._end = self._pub_end = moved.next_offset
+            w.followed(moved)
+            return
+        try:
+            self._follow_state(moved)    # type: ignore[arg-type]
+        except BaseException as e:
+            self._abort_shared()
+            if isinstance(e, OSError) and not isinstance(e, SeglogError):
+                raise StorageError(e.errno, f"following the other writers of {self.path} "
+                                            f"failed: {e}") from e
+            raise
+
+    def _follow_state(self, sh: Shared) -> None:
+        w = self._w
+        assert w is not None
+        # measured before anything maps the active segment (a dead roller cut it back)
+        cut = rolling_cut(self.path, sh) if sh.holder else None
+        if self._relist or w.list_moved(sh) or not self._segs:
+            new, gone = follow(self.path, self._segs, sh,
+                               self._capacity if cut is None else cut,
+                               self.config.index_interval_bytes, self.config.max_index_bytes)
+            self._take_list(new, gone)
+            self._relist = False
+        else:
+            self._active.reload(sh.state)
+        self._start = max(self._start, sh.start)
+        self._end = sh.state.next_offset
+        self._follow_flushed(sh.flushed)
+        w.followed(sh)
+        self._mark_published()
+        if sh.holder:
+            self._repair(sh, cut)
+
+    def _take_list(self, segs: list[Segment], gone: list[Segment]) -> None:
+        """The segment list another writer made (``_writers.follow``), lock held."""
+        old = self._active if self._segs else None
+        if old is not None and segs[-1] is not old:
+            self._counts.rolled(old.size)
+        self._set(tuple(segs))
+        self._arm(segs[-1])
+        self._reads.retire(gone, "replaced by compaction, deleted by retention or sealed "
+                                 "by another writer")
+
+    def _repair(self, sh: Shared, cut: int | None) -> None:
+        """A writer died holding the lock (it never published what it did last), or
+        failed inside a write; ``cut``: it died inside a roll (``rolling_cut``)."""
+        seg = self._active
+        if cut is not None:
+            # it died inside a roll, after cutting the segment (and maybe its indexes)
+            # back: this writer's maps of them are never touched again; the file is
+            # mapped anew at the size it was cut to, the batches it had appended kept,
+            # the roll finished. Never extended: a reader may have seen the segment
+            # sealed with the next one after it (which is empty), and trusts its size
+            # from then on; so no writer may append to it again, whenever this
+            # repair dies (the file stays cut back, or the next segment stays made)
+            cfg = self.config
+            fresh = Segment(self.path, seg.base_offset, max_index_bytes=cfg.max_index_bytes,
+                            writer=True, index_interval_bytes=cfg.index_interval_bytes)
+            fresh.activate(cut, sh.state)
+            self._take_list(list(self._segs[:-1]) + [fresh], [seg])
+            seg = fresh
+            adopt(seg, cut)
+        else:
+            adopt(seg, min(max(sh.reserved, seg.size), self._capacity))
+        if seg.next_offset is not None:
+            self._end = seg.next_offset
+        for base in stray_segments(self.path, seg.base_offset):
+            remove_unwritten(self.path, base)
+        if cut is not None:
+            self._roll(seg)
+        # a retention pass that died between its checkpoint and its swap
+        self._start = max(self._start, read_checkpoint(self.path, LOG_START) or 0)
+        self._changes += 1
+
+    def _commit_shared(self) -> None:
+        """Step 2 with several writers: publish what this writer changed (everything
+        when more than size and next offset moved), then let go of the lock."""
+        w = self._w
+        assert w is not None
+        seg = self._active
+        try:
+            if seg.marks != self._pub_marks or self._changes != self._pub_changes:
+                self._publish()
+                w.leave()
+            elif self._end != self._pub_end:
+                self._pub_end = self._end
+                w.leave_tail(seg.size, self._end)
             else:
-                self._flushed_to(target)
-        return self.flushed
+                w.leave()
+        finally:
+            self._lock.release()
+
+    def _abort_shared(self) -> None:
+        """Step 3 with several writers, after a failure inside a write or a roll: as
+        after a death, nothing is published, the holder stays for the next writer's
+        repair, and this writer follows the files afresh at its next lock."""
+        w = self._w
+        assert w is not None
+        self._relist = True
+        try:
+            w.leave_for_repair()
+        finally:
+            self._lock.release()
+
+    def _publish(self) -> None:
+        w = self._w
+        assert w is not None
+        w.publish(self._start, self._flushed, self._list_gen != self._pub_gen,
+                  self._active.writer_state())
+        self._mark_published()
+
+    def _mark_published(self) -> None:
+        self._pub_gen = self._list_gen
+        self._pub_end = self._end
+        self._pub_marks = self._active.marks
+        self._pub_changes = self._changes
+
+    def attach(self, first: bool) -> None:
+        """Opening one of several writers (the opener holds the append lock across
+        processes): ``first``, the writer that recovered the files, starts a session
+        and publishes; any other takes the header's view, repairing after a writer
+        that died holding the lock."""
+        w = self._w
+        assert w is not None
+        if first:
+            w.begin()
+            self._list_changed()
+            self._publish()
+            return
+        self._follow_state(w.read())
+        self._counts.restart(self._end, self._active.size)   # counted from the log found
+        if self._changes != self._pub_changes:
+            self._publish()
+        w.unhold()
+
+
+    def _relist_now(self) -> None:
+        """(lock held, several writers) The segment list as the files and the header
+        say it is, after files changed on disk behind it."""
+        w = self._w
+        assert w is not None
+        sh = w.read()
+        new, gone = follow(self.path, self._segs, sh, self._capacity,
+                           self.config.index_interval_bytes, self.config.max_index_bytes)
+        self._take_list(new, gone)
+        self._list_changed()
+
+    # -- maintenance: retention and compaction swap the list here ----------------------
+    def expire(self, due: Callable[[Sequence[Segment]], int]) -> list[Segment]:
+        """Retention's swap (Kafka's ``deleteOldSegments``), decided on the list as it
+        is now: under the append lock (with several writers after following the
+        others; ``LogLockedError`` after ``lock_timeout_ms``, nothing changed),
+        ``due(segments)`` says how many of the oldest are due; segments wholly below
+        the log start go with them; never the active one. The new log start is
+        checkpointed durably, then the list drops everything through the last due
+        segment's base offset. Returns the dropped segments, retired (their files are
+        the caller's to delete)."""
+        self._begin_writing(_NOT_DELETED)
+        try:
+            segs = self._segs
+            n = due(segs)
+            below = sum(1 for nxt in segs[1:] if nxt.base_offset <= self._start)
+            n = min(max(n, below), len(segs) - 1)
+            doomed: tuple[Segment, ...] = ()
+            if n > 0:
+                through, new_start = segs[n - 1].base_offset, segs[n].base_offset
+                if new_start > self._start:
+                    # durable before any file goes: a crash in between leaves segments
+                    # below the start, which the next writer removes, never a start
+                    # pointing at deleted data
+                    write_checkpoint(self.path, LOG_START, new_start)
+                    self._start = new_start
+                doomed = tuple(s for s in segs if s.base_offset <= through)
+                self._set(tuple(s for s in segs if s.base_offset > through))
+                self._list_changed()
+        except BaseException:
+            self._abort()
+            raise
+        self._commit()
+        # readers of this process re-find their place; the files close once no read
+        # is in flight (readers in other processes are what a delayed delete is for)
+        self._reads.retire(doomed, "deleted by retention")
+        return list(doomed)
+
+    def sealed_now(self) -> tuple[tuple[Segment, ...], int]:
+        """The sealed segments and the log start as they are now (compaction's input),
+        taken under the append lock (``LogLockedError`` after ``lock_timeout_ms``)."""
+        self._begin_writing(_NOT_COMPACTED)
+        segs, start = self._segs[:-1], self._start
+        self._commit()
+        return segs, start
+
+    def replace(self, old: list[Segment], new: Segment) -> None:
+        """Swap compaction's ``new`` segment in for the consecutive ``old`` ones
+        (Kafka's ``replaceSegments``), matched by base offset; the files were swapped
+        on disk already. If the list no longer holds them as they were (another
+        writer's list changed meanwhile), it follows the files instead."""
+        bases = [s.base_offset for s in old]
+        if self._w is None:
+            self._lock.acquire()
+        else:
+            try:
+                self._begin_shared(_NOT_SWAPPED)
+            except BaseException:
+                self._relist = True
+                raise
+        gone: list[Segment] = []
+        try:
+            cur = self._segs
+            at = [s.base_offset for s in cur]
+            i = at.index(bases[0]) if bases[0] in at else -1
+            if i >= 0 and at[i:i + len(bases)] == bases and i + len(bases) < len(cur):
+                gone = list(cur[i:i + len(bases)])
+                self._set(cur[:i] + (new,) + cur[i + len(bases):])
+                self._list_changed()
+            elif self._w is not None:
+                self._relist_now()
+            else:
+                raise StorageError(f"compaction of {self.path} replaced segments "
+                                   f"{bases[0]}..{bases[-1]}, which the log no longer lists")
+        except BaseException:
+            self._abort()
+            raise
+        self._commit()
+        self._reads.retire(gone + [s for s in old if s not in gone], "replaced by compaction")
+
+    def files_swapped(self, resolve: Callable[[], None]) -> None:
+        """(several writers) ``resolve()`` finishes on disk what a dead writer's
+        compaction left, under the append lock; the list then follows the files."""
+        self._begin_writing(_NOT_COMPACTED)
+        try:
+            resolve()
+            if self._w is not None:
+                self._relist_now()
+        except BaseException:
+            self._abort()
+            raise
+        self._commit()
+
+    def freeze_open_files(self) -> None:
+        """A compaction pass failed after swapping files on disk that the list still
+        names as they were: close no idle file from now on (their descriptors hold the
+        data the list describes; the next open finishes the swap)."""
+        self._reads.freeze()
+
+    # -- flushing and the recovery point --------------------------------------------------
+    def flush(self) -> int:
+        """fsync the active segment (as it is now: with several writers, every writer's
+        appends are in it) with its indexes, then move the recovery point; the flushed
+        offset. ``LogLockedError`` when another writer held the append lock for
+        ``lock_timeout_ms``; ``OSError`` or ``ValueError`` propagate (the caller
+        poisons the log)."""
+        self._begin_writing(_NOT_FLUSHED)
+        target, seg = self._end, self._active
+        self._commit()
+        if target <= self._flushed:
+            return self._flushed
+        # in flight: a compaction or another writer's roll that retires this segment
+        # must not close its descriptors under the fsync
+        self.enter()
+        t0 = time.perf_counter()
+        try:
+            seg.flush()
+        finally:
+            self.leave()
+        self.metrics.flushed(time.perf_counter() - t0)
+        # the checkpoint is what lets recovery tell flushed data (whose damage is
+        # corruption) from a torn tail: it moves with every flush; with several
+        # writers it is theirs, moved and published under their lock
+        if self._w is None:
+            self._flushed_to(target)
+            return self._flushed
+        self._begin_writing(_NOT_FLUSHED)
+        try:
+            self._flushed_to(target)
+        except BaseException:
+            self._abort()
+            raise
+        self._commit()
+        return self._flushed
 
     def _flushed_to(self, target: int) -> None:
         self.write_recovery_point(target)
-        if target > self.flushed:
-            self.flushed = target
-            self.changes += 1
+        if target > self._flushed:
+            self._flushed = target
+            self._changes += 1
             self._update_flush_at()
 
     def _list_changed(self) -> None:
-        self.list_gen += 1
-        self.changes += 1
+        self._list_gen += 1
+        self._changes += 1
 
-    def files_changed(self) -> None:
-        """Segment files changed on disk behind the list (lock held): the writers
-        re-list them."""
-        self._list_changed()
-
-    def follow_flushed(self, flushed: int) -> None:
+    def _follow_flushed(self, flushed: int) -> None:
         """Another writer fsynced up to ``flushed`` and checkpointed it."""
         self._checkpointed = max(self._checkpointed, flushed)
-        if flushed > self.flushed:
-            self.flushed = flushed
+        if flushed > self._flushed:
+            self._flushed = flushed
             self._update_flush_at()
-
-    def count_from_here(self) -> None:
-        """A writer joining others: its counters start at the log as it found it."""
-        self._end_at_open = self.end
-        self._active_bytes_at_open = self.active.size
-        self._rolled_bytes = 0
-
-    def follow_list(self, segs: list[Segment], gone: list[Segment]) -> None:
-        """The segment list another writer made (``_writers.follow``), lock held."""
-        if self.segs and segs[-1] is not self.segs[-1]:
-            self._rolled_bytes += max(0, self.segs[-1].size - self._active_bytes_at_open)
-            self._active_bytes_at_open = 0
-        self._set(tuple(segs))
-        self._retire(gone, "replaced by compaction, deleted by retention or sealed by another "
-                           "writer")
 
     def _update_flush_at(self) -> None:
         every = self.config.flush_messages
         if every is not None:
-            self.flush_at = self.flushed + every - 1
+            self._flush_at = self._flushed + every - 1
 
     def write_recovery_point(self, offset: int) -> None:
         """Durably record that every offset below ``offset`` was fsynced (monotonic)."""
@@ -466,12 +719,154 @@ class LocalLog:
             self._checkpointed = offset
 
     def appended(self) -> tuple[int, int]:
-        """Messages and bytes a writer appended since it opened (a reader: 0, 0)."""
-        if self.readonly:
-            return 0, 0
-        active = self.segs[-1].size if self.segs else 0
-        return (max(0, self.end - self._end_at_open),
-                self._rolled_bytes + active - self._active_bytes_at_open)
+        """Messages and bytes this writer appended since it opened."""
+        return self._counts.since_open(self._end, self._segs[-1].size if self._segs else 0)
+
+    # -- closing ------------------------------------------------------------------------
+    def close(self, clean: bool, mode_lock: ModeLock) -> None:
+        """Close. A writer takes the append lock first (with several writers,
+        ``LogLockedError`` after ``lock_timeout_ms``, and the log stays open and
+        working), then refuses new reads and waits for those in flight. ``clean``:
+        the clean shutdown (seal the active segment, checkpoint, write the
+        clean-shutdown marker; an ``OSError`` propagates); one of several writers does
+        that only if it is the last (``mode_lock.alone()``), else it fsyncs what is
+        appended and publishes the recovery point. Then every segment's files close,
+        whatever happened, and ``mode_lock`` is released before the append lock (the
+        next opener, under the append lock, finds the mode lock as this close left
+        it). Not ``clean`` (after a failure): nothing is sealed; with several writers
+        the holder stays for the next writer's repair. Idempotent."""
+        if self._closed:
+            return
+        w = self._w
+        if w is None:
+            self._lock.acquire()
+        else:
+            self._begin_shared(_NOT_CLOSED)
+        sealed = False
+        try:
+            # reads never take the append lock: waiting for them here cannot deadlock
+            self._reads.stop()
+            self._writable = False
+            if w is None:
+                if clean:
+                    self._seal_clean()
+                    sealed = True
+            elif clean and mode_lock.alone():
+                w.end()
+                self._seal_clean()
+                sealed = True
+            elif clean:
+                # one of several: what this writer appended (and every other's, in the
+                # same file) survives power loss before it lets go
+                self._active.flush()
+                self._flushed_to(self._end)
+        except BaseException:
+            self._shut(mode_lock, keep=w is not None, release="repair")
+            raise
+        self._shut(mode_lock, keep=w is not None and not sealed,
+                   release="publish" if clean and not sealed else
+                   "plain" if clean else "repair")
+
+    def _seal_clean(self) -> None:
+        active = self._active
+        active.seal()
+        write_checkpoint(self.path, RECOVERY_POINT, self._end)
+        recovery.write_marker(self.path, active, self._end)
+        self._flushed = self._end
+
+    def _shut(self, mode_lock: ModeLock, keep: bool = False, release: str = "plain") -> None:
+        """Closed from now on (lock held): with several writers, publish what changed
+        (``release`` "publish"), or not ("plain": the session ended), or leave the
+        holder for the next writer's repair ("repair"), and close the header, which
+        lets go of the lock; close every file (``keep``: as they are, the active
+        segment unsealed: another writer goes on with it)."""
+        self._closed = True
+        self._writable = False
+        w = self._w
+        try:
+            if w is not None:
+                try:
+                    if release == "publish":
+                        self._publish_closing()
+                    if release != "repair" and not w.closed:
+                        w.unhold()
+                finally:
+                    try:
+                        mode_lock.release()
+                    finally:
+                        w.close()    # which lets go of the other processes' lock
+            else:
+                mode_lock.release()
+        finally:
+            try:
+                for seg in self._segs:
+                    try:
+                        if keep:
+                            seg.abandon()
+                        else:
+                            seg.close(seal=False)    # sealed above, unless it failed
+                    except OSError:
+                        pass
+                self._reads.bury()
+            finally:
+                self._lock.release()
+            self.notify()
+
+    def _publish_closing(self) -> None:
+        seg = self._active
+        if (seg.marks != self._pub_marks or self._end != self._pub_end
+                or self._changes != self._pub_changes):
+            self._publish()
+
+    def abandon(self) -> None:
+        """Drop every segment as a killed process would: no seal, no publish, the
+        append lock across processes released (``testing.abandon``)."""
+        if self._closed:
+            return
+        lock = self._lock if self._w is None else None
+        if lock is not None:
+            lock.acquire()
+        self._closed = True
+        self._writable = False
+        self._reads.stop(wait=False)
+        try:
+            for seg in self._segs:
+                seg.abandon()
+            self._reads.bury()
+            if self._w is not None:
+                self._w.close()    # the kernel lets go of the other processes' lock
+        finally:
+            if lock is not None:
+                lock.release()
+        self.notify()
+
+    def after_fork(self) -> None:
+        """In a forked child: new locks (another thread of the parent may have held
+        one at the fork), no reads in flight; a writer's copy is closed for good."""
+        self._lock = threading.Lock()
+        self._bind_mode()
+        self._ckpt_lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._waiters = 0
+        self._reads.after_fork()
+        self._reads.stop(wait=False)
+        if self._w is not None:
+            self._w.drop_copy()
+        for seg in self._segs:
+            seg.reset_locks()
+        self._forked_from = self._pid
+        self._pid = os.getpid()
+        self._closed = True
+        self._writable = False
+
+    # -- reads in flight ---------------------------------------------------------------
+    def enter(self) -> None:
+        """Count a read in flight (``closed_error()`` once closing); ``leave`` after."""
+        self._reads.enter()
+
+    def leave(self) -> None:
+        """The end of a read counted by ``enter``."""
+        self._reads.leave()
 
     # -- tailing ------------------------------------------------------------------------
     def notify(self) -> None:
@@ -483,10 +878,10 @@ class LocalLog:
         """A writer's ``Log.wait``: block until ``end > offset`` (True) or the
         ``time.monotonic()`` ``deadline`` (False); ``closed_error()`` once closed."""
         with self._cond:
-            self.waiters += 1
+            self._waiters += 1
             try:
                 waited = False
-                while self.end <= offset:
+                while self._end <= offset:
                     self.check_readable()
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
@@ -494,85 +889,20 @@ class LocalLog:
                     self._cond.wait(None if left is None else min(left, threading.TIMEOUT_MAX))
                     waited = True
                 if waited:
-                    self.metrics.wait_wakeups += 1
+                    self.metrics.woke()
                 return True
             finally:
-                self.waiters -= 1
+                self._waiters -= 1
 
-    def drop_prefix(self, n: int, new_start: int) -> tuple[Segment, ...]:
-        """Remove the ``n`` oldest segments (retention; the new start offset is already
-        checkpointed) and retire them; the removed segments."""
-        with self.lock:   # appends only add segments at the end: the prefix is ours
-            doomed = self.segs[:n]
-            self.start = max(self.start, new_start)
-            self._set(self.segs[n:])
-            self._list_changed()
-        # readers of this process re-find their place; the files close once no read
-        # is in flight (readers in other processes are what a delayed delete is for)
-        self._retire(doomed, "deleted by retention")
-        return doomed
-
-    def replace(self, old: list[Segment], new: Segment) -> None:
-        """Swap compaction's ``new`` segment in for the consecutive ``old`` ones
-        (Kafka's ``replaceSegments``); the files were swapped on disk already."""
-        bases = {s.base_offset for s in old}
-        with self.lock:
-            # by base offset, not identity: with several writers, taking the lock may
-            # have re-listed the files, which the swap on disk already changed
-            cur = self.segs
-            i = next(k for k, s in enumerate(cur) if s.base_offset == old[0].base_offset)
-            j = i
-            while j < len(cur) and cur[j].base_offset in bases:
-                j += 1
-            self._set(cur[:i] + (new,) + cur[j:])
-            self._list_changed()
-        self._retire(list(old) + [s for s in cur[i:j] if s not in old],
-                     "replaced by compaction")
-
-    # -- a readonly reader's view of another process's writer ---------------------------
-    def raise_damage(self) -> None:
-        """A reader at the visible end: raise damage found there, if any."""
-        if self.readonly and self.segs and self.segs[-1].corruption is not None:
-            damage = self.segs[-1].corruption
-            if damage is not self._reported_damage:     # counted once, however often raised
-                self._reported_damage = damage
-                self.metrics.corrupt_batches += 1
-            raise damage
+    @property
+    def waiters(self) -> int:
+        """``wait_for`` callers blocked now."""
+        return self._waiters
 
     def refresh(self, force: bool = False) -> None:
-        """Pick up new data and new or deleted segments written by another process."""
-        if self.closed or not self.follows:
-            return
-        if self.shared is not None:
-            self.shared.refresh(force)
-            return
-        with self._refresh_lock:
-            self._refresh_locked(force)
+        """(the read path) A writer's own list is current: nothing to look at again (a
+        readonly reader's ``LiveLog`` re-lists the files)."""
 
-    def _refresh_locked(self, force: bool) -> None:
-        try:
-            mtime = os.stat(self.path).st_mtime_ns
-        except FileNotFoundError:
-            raise LogClosedError(f"log directory {self.path} is gone") from None
-        segs = self.segs
-        # an unchanged mtime proves nothing while the listing is within the clock's
-        # granularity of it (coarse on some file systems: 1 s on HFS+, 2 s on FAT):
-        # a change in the same tick leaves the same mtime, so look again
-        if (force or mtime != self._dir_mtime or not segs
-                or self._listed_at - mtime < _RACY_NS):
-            self._dir_mtime = mtime
-            self._listed_at = time.time_ns()
-            new, gone, closers = _live.relist(self.path, segs, self.config.max_index_bytes)
-            for close in closers:
-                self._dispose(close)
-            self._set(tuple(new))
-            self._retire(gone, "replaced by compaction or deleted by retention")
-            start = read_checkpoint(self.path, LOG_START)
-            self.start = max(start or 0, new[0].base_offset if new else 0)
-        if self.segs:
-            last = self.segs[-1]
-            try:
-                _live.refresh_live(last)
-            except FileNotFoundError:
-                return
-            self.end = last.next_offset if last.next_offset is not None else last.base_offset
+    def raise_damage(self) -> None:
+        """(the read path, at the visible end) A writer's own data ends where it wrote:
+        nothing to raise (a readonly reader's ``LiveLog`` raises damage found there)."""

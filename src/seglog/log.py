@@ -20,14 +20,17 @@ import weakref
 from dataclasses import fields
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import _log_reads, _log_wait, _scheduler, codec, recovery
+from . import _log_reads, _log_wait, _notebook, _scheduler, codec, recovery, repair
 from .cleaner import CompactionStats
 from .config import LogConfig
-from .errors import MessageTooLargeError, ReadOnlyError, SeglogError, StorageError
+from .errors import (MessageTooLargeError, ReadOnlyError, SeglogError, StorageError,
+                     storage_error)
+from ._files import abs_dir
 from ._log_encode import check_window, encode
-from ._log_open import (DirLock, check_open_options, open_reader, open_shared, open_writer,
-                        storage_error)
+from ._log_open import DirLock, check_open_options, open_reader, open_shared, open_writer
 from ._log_maintenance import Maintenance
+from ._live import LiveLog
+from ._metrics import Metrics
 from .local_log import LocalLog
 from .message import Headers, Message, MessageSet, Record, check_timestamp
 from .segment import Segment
@@ -56,22 +59,28 @@ class Log:
     bound how much un-flushed data a power loss can take.
     """
 
-    def __init__(self, local: LocalLog, dir_lock: DirLock | None = None,
+    def __init__(self, view: LocalLog | LiveLog, writer: LocalLog | None = None,
+                 dir_lock: DirLock | None = None,
                  report: recovery.RecoveryReport | None = None) -> None:
-        """Built by ``open``: over a writer's ``LocalLog`` (holding ``dir_lock``, the
-        directory's flock; ``report``: what recovery did) or a readonly reader's."""
-        self._local, self.path, self.config = local, local.path, local.config
-        config, readonly = local.config, local.readonly
-        self.readonly = readonly
+        """Built by ``open``: reads go through ``view``; writes through ``writer`` (None:
+        a readonly reader), which holds ``dir_lock`` (the directory's flock;
+        ``report``: what recovery did). An exclusive writer reads its own list (``view``
+        is ``writer``); one of several reads as a readonly reader does (a
+        ``LiveLog``), never waiting for the append lock."""
+        self._view = view
+        self._local = writer
+        self.path, self.config = view.path, view.config
+        config = view.config
+        self.readonly = writer is None
         self._flush_lock = threading.Lock()
-        self._maint = Maintenance(local)
-        self._failed: BaseException | None = None
+        self._maint = (None if writer is None else
+                       Maintenance(writer, shared=view is not writer))
+        self._flush_every = config.flush_messages
         self._dir_lock = dir_lock if dir_lock is not None else DirLock(-1)
         self._jobs: list[_scheduler.Job] = []
         self._compress = codec.CODEC_LZ4 if config.compression == "lz4" else codec.CODEC_NONE
         self._max_msg = config.max_message_bytes
         self.recovery = report      # what an unclean open recovered (None: clean, a reader)
-        self._ok = not readonly   # False once closed or failed: one test on the hot path
         self._fast_max = min(self._max_msg, 0xFFFE)
         # the packed checksummed tail of a one-record batch's header, by value length,
         # for the current millisecond (the hot path then packs nothing to checksum)
@@ -100,18 +109,28 @@ class Log:
         ``NotALogError``, and nothing in it is changed. So is a ``path`` that is a
         file, a symbolic link to nothing or a path through a file, and, for a
         reader, nothing at all (a writer makes the directory and missing parents);
-        a path the process may not read or write is a ``StorageError``.
+        a path the process may not read or write is a ``StorageError``; ``""`` a ``ValueError``.
         """
         LogConfig.from_kwargs(config)      # bad options: an error before anything is made
         check_open_options(readonly, multi_writer, lock_timeout_ms)
-        path = os.path.abspath(os.fspath(path))
+        path = abs_dir(path, "log")     # "" would be the current directory: ValueError
         if readonly:
             log = cls(open_reader(path, config))
             _READERS.add(log)
             return log
-        local, dir_lock, loaded = (open_shared(path, config, lock_timeout_ms) if multi_writer
-                                   else open_writer(path, config))
-        log = cls(local, dir_lock, loaded.report if loaded is not None else None)
+        view: LocalLog | LiveLog
+        if multi_writer:
+            local, dir_lock, loaded = open_shared(path, config, lock_timeout_ms)
+            try:
+                view = open_reader(path, {}, local.metrics)
+            except BaseException:
+                local.abandon()
+                dir_lock.release()
+                raise
+        else:
+            local, dir_lock, loaded = open_writer(path, config)
+            view = local
+        log = cls(view, local, dir_lock, loaded.report if loaded is not None else None)
         cfg = local.config
         # one flusher and one maintenance thread per process serve every log; their
         # jobs hold the log weakly: a writer nobody references is closed (and its lock
@@ -137,42 +156,44 @@ class Log:
         Idempotent. Waits for a running compaction or retention pass and for reads in
         flight in other threads; those threads' next read raises ``LogClosedError``,
         as do pending ``wait`` calls. Every descriptor the log opened is closed. In a
-        process forked from the writer's, ``close`` touches no file.
+        process forked from the writer's, ``close`` touches no file. One of several
+        writers that is not the last fsyncs what was appended before it lets go;
+        ``LogLockedError`` if another writer held the append lock for
+        ``lock_timeout_ms``: the log is then still open and working (close it again).
         """
-        if self._local.closed:
+        local, maint = self._local, self._maint
+        if local is None or maint is None:
+            self._close_view()
             return
-        for job in self._jobs:
-            job.cancel()
+        if local.closed:
+            return
         # a compact() or enforce_retention() in another thread (or the maintenance
         # thread's pass) finishes first
-        with self._maint.lock:
-            self._close()
+        with maint.lock:
+            self._close(local)
+        for job in self._jobs:
+            job.cancel()
 
-    def _close(self) -> None:
-        local = self._local
-        if not local.begin_close():
-            return
-        self._maint.purge_all()
-        with self._flush_lock, local.lock:
+    def _close(self, local: LocalLog) -> None:
+        with self._flush_lock:
             if local.closed:
                 return
-            self._ok = False
             try:
-                local.close(clean=not self.readonly and self._failed is None,
-                            alone=self._dir_lock.alone)
+                local.close(not self.readonly and local.failed is None, self._dir_lock)
             except OSError as e:
                 # no clean-shutdown marker: the next open recovers what reached the disk
-                self._failed = e
+                local.poison(e)
                 raise storage_error(e, f"closing {self.path} failed: {e}") from e
             finally:
-                self._dir_lock.release()
-        local.notify()
+                if local.closed:
+                    self._close_view()
+        if self._maint is not None:
+            self._maint.purge_all()
 
     def __del__(self) -> None:
         if sys.is_finalizing():
             return   # threads frozen anywhere, maybe holding a lock: left as if killed
-        local = getattr(self, "_local", None)
-        if local is not None and not local.closed:
+        if "_view" in self.__dict__ and not self.closed:
             try:
                 self.close()
             except Exception:
@@ -183,50 +204,65 @@ class Log:
         crash tests): no flush, no seal, no marker; the lock is released."""
         for job in self._jobs:
             job.cancel()
-        with self._flush_lock, self._local.lock:
-            self._ok = False
-            if self._local.shared is not None:
-                self._local.shared.abandoned()
-            self._local.abandon()
+        with self._flush_lock:
+            if self._local is not None:
+                self._local.abandon()
             self._dir_lock.release()
+            if self._view is not self._local:
+                self._close_view()
+
+    def _close_view(self) -> None:
+        """Close the reader's list this log reads through, when it is not the writer's
+        own (a readonly reader's, one of several writers')."""
+        view = self._view
+        if isinstance(view, LiveLog):
+            view.close()
 
     def _after_fork(self) -> None:
         """In a forked child: a writer's lock, segment and checkpoints are the parent's;
         the child's copy refuses every operation (``close`` is a no-op) and drops its
         copy of the lock descriptor (closing it never releases the parent's flock)."""
-        self._local.after_fork()
         self._flush_lock = threading.Lock()   # a thread of the parent may have held it
-        self._maint.after_fork()
-        if self.readonly:
+        self._view.after_fork()
+        if self._local is None or self._maint is None:
             return
-        self._ok = False
+        self._local.after_fork()
+        self._maint.after_fork()
+        if self._view is not self._local:
+            self._close_view()                # its copies of descriptors: the parent's live
+            self._view = self._local          # the writer's copy: refuses every call
         self._dir_lock.drop_copy()
 
     # -- state ----------------------------------------------------------------------
     @property
     def flushed_offset(self) -> int:
         """Every offset below this survives power loss."""
-        return self._local.flushed_offset
+        return (self._view if self._local is None else self._local).flushed_offset
 
     @property
     def closed(self) -> bool:
         """True once closed (``close()``, garbage collection, a fork's copy of a writer)."""
-        return self._local.closed
+        return (self._view if self._local is None else self._local).closed
 
     def check_writable(self) -> None:
         """Raise what an append would raise now: ``LogClosedError``, ``ReadOnlyError``,
         or ``StorageError`` after an I/O error poisoned the log."""
-        if self._local.closed:
-            raise self._local.closed_error()
-        if self.readonly:
+        self._writer()
+
+    def _writer(self) -> LocalLog:
+        """The writer, if this log may write now; else what an append would raise."""
+        local = self._local
+        if local is None:
+            self._view.check_readable()
             raise ReadOnlyError(f"log {self.path} was opened readonly")
-        if self._failed is not None:
-            raise storage_error(self._failed, f"log {self.path} refuses writes after an I/O "
-                                 f"error: {self._failed}; reopen it") from self._failed
+        local.check_writable()
+        return local
 
     def _fail(self, e: BaseException) -> StorageError:
-        self._failed = e
-        self._ok = False
+        """An I/O error of a write poisons the log (the policy: refuse every later
+        write until reopened)."""
+        if self._local is not None:
+            self._local.poison(e)
         return storage_error(e, f"write to {self.path} failed: {e}")
 
     # -- appending ------------------------------------------------------------------
@@ -260,29 +296,16 @@ class Log:
                 check = _checksum(tail + value)
                 size = _ONE_SIZE + n
                 local = self._local
-                lock = local.lock
-                # acquire/release, not `with`: a third of the cost on this path
-                lock.acquire()
+                if local is None:
+                    local = self._writer()
                 try:
-                    if not self._ok:
-                        self.check_writable()
-                    off = local.end
-                    seg = local.active
-                    try:
-                        pos = seg.append_one(off, ts, check, value, size)
-                        if pos < 0:
-                            pos = self._roll(seg).append_one(off, ts, check, value, size)
-                    except StorageError:
-                        raise                   # a roll failed, and poisoned the log
-                    except OSError as e:
-                        raise self._fail(e) from e
-                    local.end = off + 1
-                    self._batches_appended += 1
-                finally:
-                    lock.release()
-                if local.waiters:
-                    local.notify()
-                if off >= local.flush_at:
+                    off = local.append_one(ts, check, value, size)
+                except StorageError:
+                    raise           # refused after an earlier failure, or following failed
+                except OSError as e:
+                    raise self._fail(e) from e
+                self._batches_appended += 1
+                if self._flush_every is not None and off >= local.flush_at:
                     self.flush()
                 return off
             if n > self._max_msg:
@@ -299,9 +322,8 @@ class Log:
         """
         items = items if isinstance(items, (list, tuple)) else list(items)
         if not items:
-            with self._local.lock:
-                self.check_writable()
-                return range(self._local.end, self._local.end)
+            end = self._writer().next_offset()
+            return range(end, end)
         return self.append_encoded(self.encode(items, _time_ns() // 1_000_000))
 
     def encode(self, items: Sequence[Any], now: int) -> list[tuple[Any, int, int, int]]:
@@ -318,81 +340,40 @@ class Log:
         whole or not at all (``Segment.append_group``). They must fit one segment:
         more than ``segment_bytes`` + ``max_message_bytes`` in all is a
         ``MessageTooLargeError``, and nothing is written."""
-        if atomic and batches:
-            return self._append_group(batches)
+        if atomic:
+            total = sum(b[3] for b in batches)
+            limit = self.config.segment_bytes + self.config.max_message_bytes
+            if total > limit:
+                raise MessageTooLargeError(
+                    f"an atomic append of {total} bytes does not fit one segment "
+                    f"(segment_bytes + max_message_bytes = {limit})")
         local = self._local
-        lock = local.lock
-        lock.acquire()
+        if local is None:
+            local = self._writer()
         try:
-            if not self._ok:
-                self.check_writable()
-            first = off = local.end
-            for data, n, max_ts, size in batches:
-                seg = local.active
-                try:
-                    if seg.append(data, off, off + n, max_ts, size) < 0:
-                        self._roll(seg).append(data, off, off + n, max_ts, size)
-                except StorageError:
-                    raise                       # a roll failed, and poisoned the log
-                except OSError as e:
-                    raise self._fail(e) from e
-                off += n
-                local.end = off
-            self._batches_appended += len(batches)
-        finally:
-            lock.release()
-        if local.waiters:
-            local.notify()
-        if off - 1 >= local.flush_at:
-            self.flush()
-        return range(first, off)
-
-    def _append_group(self, batches: list[tuple[Any, int, int, int]]) -> range:
-        total = sum(b[3] for b in batches)
-        limit = self.config.segment_bytes + self._max_msg
-        if total > limit:
-            raise MessageTooLargeError(
-                f"an atomic append of {total} bytes does not fit one segment "
-                f"(segment_bytes + max_message_bytes = {limit})")
-        local = self._local
-        with local.lock:
-            if not self._ok:
-                self.check_writable()
-            first = local.end
-            seg = local.active
-            try:
-                if seg.append_group(batches, first) < 0:
-                    self._roll(seg).append_group(batches, first)
-            except StorageError:
-                raise                       # a roll failed, and poisoned the log
-            except OSError as e:
-                raise self._fail(e) from e
-            local.end = off = first + sum(b[1] for b in batches)
-            self._batches_appended += len(batches)
-        if local.waiters:
-            local.notify()
-        if off - 1 >= local.flush_at:
-            self.flush()
-        return range(first, off)
-
-    def _roll(self, old: Segment) -> Segment:
-        """Roll (append lock held); a failure poisons the log."""
-        try:
-            return self._local.roll(old)
+            got = local.append_encoded(batches, atomic)
+        except StorageError:
+            raise
         except OSError as e:
             raise self._fail(e) from e
+        self._batches_appended += len(batches)
+        if self._flush_every is not None and got.stop - 1 >= local.flush_at:
+            self.flush()
+        return got
 
     # -- flushing -----------------------------------------------------------------
     def flush(self) -> int:
-        """fsync what was appended; return the offset below which all survives power loss."""
+        """fsync what was appended; return the offset below which all survives power loss.
+
+        With several writers, what every writer appended (they share the active
+        segment's file); ``LogLockedError`` if another writer held the append lock for
+        ``lock_timeout_ms`` (nothing was flushed; what was appended is written)."""
         with self._flush_lock:
-            local = self._local
-            with local.lock:
-                self.check_writable()
-                target = local.end
-                seg = local.active
+            local = self._writer()
             try:
-                return local.flush(seg, target)
+                return local.flush()
+            except StorageError:
+                raise
             except (OSError, ValueError) as e:
                 raise self._fail(e) from e
 
@@ -400,17 +381,17 @@ class Log:
     @property
     def start_offset(self) -> int:
         """The first offset still in the log."""
-        return self._local.start_offset
+        return self._view.start_offset
 
     @property
     def end_offset(self) -> int:
         """The next offset to assign (one past the last message)."""
-        return self._local.end_offset
+        return self._view.end_offset
 
     @property
     def segments(self) -> tuple[Segment, ...]:
         """The segments, oldest first; the last one is active."""
-        return self._local.segments
+        return self._view.segments
 
     def read(self, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
         """Whole batches holding messages from ``offset`` on, up to about ``max_bytes``.
@@ -421,12 +402,12 @@ class Log:
         to a segment's end, its messages may all lie below ``offset`` (read on from
         ``next_offset``, as ``iter()`` does).
         """
-        return _log_reads.read(self._local, offset, max_bytes)
+        return _log_reads.read(self._view, offset, max_bytes)
 
     def read_arrow(self, start: int | None = None, end: int | None = None, *,
                    views: bool = False) -> Any:
         """``iter_arrow``'s batches as one ``pyarrow.Table``, its arguments as there."""
-        return _log_reads.read_arrow(self._local, start, end, views)
+        return _log_reads.read_arrow(self._view, start, end, views)
 
     def iter_arrow(self, start: int | None = None, end: int | None = None, *,
                    views: bool = False) -> Iterator[Any]:
@@ -438,7 +419,7 @@ class Log:
         ``start_offset``, ``end`` to ``end_offset`` when called; ``OffsetOutOfRangeError``
         if ``start`` is outside the log or retention deletes what is being read.
         Needs pyarrow and numpy (the ``spark`` extra)."""
-        return _log_reads.iter_arrow(self._local, start, end, views)
+        return _log_reads.iter_arrow(self._view, start, end, views)
 
     def iter(self, start: int | None = None, end: int | None = None) -> Iterator[Message]:
         """Messages with ``start <= offset < end``, in order. ``start`` defaults to
@@ -446,49 +427,60 @@ class Log:
         does not wait for more: see ``wait``). Compaction and retention may run
         meanwhile: the iterator goes on in the current segments
         (``OffsetOutOfRangeError`` if retention deleted its next offset)."""
-        return _log_reads.iterate(self._local, start, end, self)
+        return _log_reads.iterate(self._view, start, end, self)
 
     def __iter__(self) -> Iterator[Message]:
-        return _log_reads.iterate(self._local, None, None, self)
+        return _log_reads.iterate(self._view, None, None, self)
 
     def offset_for_time(self, timestamp: int) -> int | None:
         """The first offset whose message timestamp is >= ``timestamp``, or None."""
-        return _log_reads.offset_for_time(self._local, timestamp)
+        return _log_reads.offset_for_time(self._view, timestamp)
 
     def __len__(self) -> int:
         """Messages between ``start_offset`` and ``end_offset``: the offsets in between,
         or after compaction (which leaves gaps) the records, counted from the batches."""
-        return _log_reads.count(self._local)
+        return _log_reads.count(self._view)
 
     def stats(self) -> dict[str, Any]:
         """A snapshot as a plain dict: offsets, messages (``len``), segments, bytes
         (of stored batches, not a writer's preallocated space), the oldest and newest
         record timestamps (ms; None when empty). Reads batch headers only; a reader
         beside a writer that deletes or replaces segments looks again."""
-        return _log_reads.stats(self._local)
+        return _log_reads.stats(self._view, self.readonly)
 
     def to_pandas(self, start: int | None = None, end: int | None = None, *,
-                  since: object = None, until: object = None) -> Any:
+                  since: object = None, until: object = None, decode: str | None = None) -> Any:
         """Messages as a ``pandas.DataFrame`` (columns offset, timestamp as UTC
-        datetimes, key, value, headers), from offset ``start`` to ``end`` and with
-        timestamps in ``[since, until)`` (datetimes, ISO 8601 strings or ms; naive
-        means UTC). Built from ``read_arrow``; needs pandas and pyarrow (the ``spark``
-        extra). Without ``start``, retention deleting the first messages meanwhile (a
-        writer in another process) makes it read again from the new start."""
-        return _log_reads.to_pandas(self._local, start, end, since=since, until=until)
+        datetimes, key, value, headers; ``decode="utf-8"``: keys and values as ``str``),
+        from offset ``start`` to ``end`` and with timestamps in ``[since, until)``
+        (datetimes, ISO 8601 strings or ms; naive means UTC). Built from
+        ``read_arrow``; needs pandas and pyarrow (the ``spark`` extra). Without
+        ``start``, retention deleting the first messages meanwhile (a writer in another
+        process) makes it read again from the new start."""
+        return _log_reads.to_pandas(self._view, start, end, since=since, until=until,
+                                    decode=decode)
+
+    def verify(self) -> repair.CheckReport:
+        """Read and check every batch and index entry of the log, as ``seglog verify``
+        does: a ``CheckReport`` that says what was read, and at damage where it is,
+        what is at stake and what to do next (a notebook shows it as a table; ``str()``
+        is the command's text). Reads only and takes no lock, beside any writer; the
+        log's notebook views then say when it was verified and what was found.
+        ``LogClosedError`` if the log is closed."""
+        return repair.verify(self)
 
     def _repr_html_(self) -> str:
-        return _log_reads.repr_html(self._local)
+        return _log_reads.repr_html(self._view, self.readonly)
 
     def wait(self, offset: int, timeout: float | None = None) -> bool:
-        """Block until ``end_offset > offset``: True, or False after ``timeout`` seconds (None
-        or ``math.inf``: for ever; 0 or less: look once; NaN: ``ValueError``). Readers in other
-        processes poll the files (0.5 ms backing off to 20 ms). ``LogClosedError`` if closed."""
-        return _log_wait.wait(self._local, offset, timeout)
+        """Block until ``end_offset > offset``: True, or False after ``timeout`` s (None or
+        ``math.inf``: for ever; 0: look once; < 0 or NaN, or ``offset`` < 0: ``ValueError``;
+        closed: ``LogClosedError``). Readers in other processes poll (0.5 ms up to 20 ms)."""
+        return _log_wait.wait(self._view, offset, timeout)
 
     async def wait_async(self, offset: int, timeout: float | None = None) -> bool:
         """``wait`` for asyncio: awaits without blocking the event loop (docs/DESIGN.md)."""
-        return await _log_wait.wait_async(self._local, offset, timeout)
+        return await _log_wait.wait_async(self._view, offset, timeout)
 
     # -- retention ---------------------------------------------------------------
     def enforce_retention(self, now_ms: int | None = None) -> list[int]:
@@ -501,10 +493,9 @@ class Log:
         the background pass is logged and raised by the next call of this method
         or of ``compact``.
         """
-        self.check_writable()
-        self._maint.raise_background_error()
-        return self._maint.enforce(_now_ms() if now_ms is None else check_timestamp(now_ms),
-                                   self.check_writable, self._fail)
+        maint = self._maintenance()
+        return maint.enforce(_now_ms() if now_ms is None else check_timestamp(now_ms),
+                             self.check_writable, self._fail)
 
     def compact(self, now_ms: int | None = None) -> CompactionStats:
         """One compaction pass (cleanup_policy "compact"): keep the latest record per key.
@@ -513,10 +504,18 @@ class Log:
         go on meanwhile. Returns ``CompactionStats`` (``skipped`` says why a pass did
         nothing). See ``seglog.cleaner``.
         """
-        self.check_writable()
-        self._maint.raise_background_error()
-        return self._maint.compact(None if now_ms is None else check_timestamp(now_ms),
-                                   self.check_writable, self._fail)
+        maint = self._maintenance()
+        return maint.compact(None if now_ms is None else check_timestamp(now_ms),
+                             self.check_writable, self._fail)
+
+    def _maintenance(self) -> Maintenance:
+        """The writer's maintenance, after raising what an append would, then (once) a
+        failure of the background pass."""
+        self._writer()
+        maint = self._maint
+        assert maint is not None
+        maint.raise_background_error()
+        return maint
 
     def metrics(self) -> dict[str, Any]:
         """Counters since this ``Log`` was opened, as a plain dict: messages, batches
@@ -525,10 +524,14 @@ class Log:
         scanned and cut; corrupt batches seen by reads; retention runs and what they
         deleted; compaction runs and the bytes they saved; wake-ups of ``wait``.
         Cheap to keep on: appends add one integer increment."""
-        return _metrics(self._local, self._batches_appended, self.recovery)
+        local = self._local
+        return _notebook.Metrics(_metrics(self._view.metrics,
+                                          (0, 0) if local is None else local.appended(),
+                                          self._batches_appended, self.recovery))
 
     def __repr__(self) -> str:
-        return _describe(self._local)
+        state = "closed" if self.closed else "readonly" if self.readonly else "writer"
+        return _describe(self._view, state)
 
 
 _WRITERS: "weakref.WeakSet[Log]" = weakref.WeakSet()
@@ -547,7 +550,9 @@ if hasattr(os, "register_at_fork"):
 def _timed_flush(log: Log) -> None:
     """The process's flusher thread, every ``flush_ms`` of a writer."""
     local = log._local
-    if local.end > local.flushed and log._failed is None and not local.closing:
+    if local is None:
+        return
+    if local.end > local.flushed_offset and local.failed is None and not local.closing:
         try:
             log.flush()
         except SeglogError as e:
@@ -557,16 +562,17 @@ def _timed_flush(log: Log) -> None:
 
 def _maintain(log: Log) -> None:
     """The process's maintenance thread, every ``retention_check_ms`` of a writer."""
-    local = log._local
-    if log._failed is not None or local.closing or local.closed:
+    local, maint = log._local, log._maint
+    if local is None or maint is None or local.failed is not None or local.closing \
+            or local.closed:
         return
-    log._maint.run(_now_ms(), log.check_writable, log._fail)
+    maint.run(_now_ms(), log.check_writable, log._fail)
 
 
-def _metrics(local: LocalLog, batches: int, rec: recovery.RecoveryReport | None
-             ) -> dict[str, Any]:
-    """``Log.metrics()``: the append counters, what recovery did, the LocalLog's counters."""
-    messages, nbytes = local.appended()
+def _metrics(metrics: Metrics, appended: tuple[int, int], batches: int,
+             rec: recovery.RecoveryReport | None) -> dict[str, Any]:
+    """``Log.metrics()``: the append counters, what recovery did, the log's counters."""
+    messages, nbytes = appended
     out: dict[str, Any] = {
         "messages_appended": messages, "batches_appended": batches, "bytes_appended": nbytes,
         "recovery": None if rec is None else {
@@ -574,14 +580,13 @@ def _metrics(local: LocalLog, batches: int, rec: recovery.RecoveryReport | None
             "cut_bytes": rec.cut_data_bytes, "cut_messages": rec.cut_messages,
             "reserved_bytes": rec.reserved_bytes,
             "deleted_segments": len(rec.deleted_segments)}}
-    out.update(local.metrics.snapshot())
+    out.update(metrics.snapshot())
     return out
 
 
-def _describe(local: LocalLog) -> str:
+def _describe(local: LocalLog | LiveLog, state: str) -> str:
     """``repr(log)``: path, offsets, segments, state and the settings that differ from
     the defaults (all of them: ``log.config``)."""
-    state = "closed" if local.closed else ("readonly" if local.readonly else "writer")
     cfg = local.config
     changed = " ".join(f"{f.name}={getattr(cfg, f.name)!r}" for f in fields(cfg)
                        if getattr(cfg, f.name) != f.default)

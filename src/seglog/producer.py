@@ -19,11 +19,12 @@ from bisect import bisect_right
 from concurrent.futures import Future
 from itertools import accumulate, compress, repeat
 from operator import add
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ._future import finish_all, new_future, start_all
-from .errors import (InvalidConfigError, MessageTooLargeError, ProducerClosedError,
-                     ProducerTimeoutError, ReadOnlyError, StorageError)
+from .errors import (InvalidConfigError, LogLockedError, MessageTooLargeError,
+                     NotDurableError, ProducerClosedError, ProducerTimeoutError, ReadOnlyError,
+                     StorageError)
 from .log import Log
 from .message import Headers, Record, prepare_batch
 from .topic import Topic
@@ -32,6 +33,9 @@ from .topic import Topic
 # encoder counts: a chunk then always encodes as one batch by the single-join path
 _CUT_OVERHEAD = 32
 _FOREVER = float("inf")
+# a durable producer whose fsync failed (another writer held the lock, say) tries
+# again this often while records wait to be made durable
+_RETRY_S = 0.05
 
 
 def _time_ms() -> int:
@@ -87,7 +91,12 @@ class Producer:
 
     Errors: bad input is refused by ``send()`` itself and nothing is queued. A
     write that fails (closed log, ``StorageError``, ``LogLockedError``...) fails
-    exactly its records' futures with that exception; the other writes go on.
+    exactly its records' futures with that exception; the other writes go on; a
+    future never fails for a record that was written. With ``durable=True``, written
+    records whose fsync failed wait (``flush`` waits for them too) while the writer
+    tries again; those a flush of the log covered meanwhile resolve; what is still
+    not durable when the producer closes fails with ``NotDurableError``, which
+    carries the records' offsets.
 
     ``max_buffer_bytes`` bounds the queued record bytes: ``send()`` on a full
     buffer waits up to ``max_block_ms``, then raises ``ProducerTimeoutError``.
@@ -143,6 +152,10 @@ class Producer:
         self._completed = 0         # of them, written (or failed) with futures resolved
         self._flush_to = 0          # flush() asks the writer to take records up to here
         self._starved = 0           # senders waiting for buffer space: write at once
+        # durable: written records whose fsync failed, (partition, futures, offsets,
+        # why), kept by the writer thread until a flush covers them; their count
+        self._owed: list[tuple[int, list[Future[Any]], range, BaseException]] = []
+        self._owed_n = 0
         self._closing = False
         self._stopped = False
         self._pid = os.getpid()
@@ -223,6 +236,9 @@ class Producer:
         """A record that is not plain bytes: every check ``Log.append_batch`` makes
         (the log's own ``encode``, so the rules are the log's), and a copy of its
         buffers (a bytearray changed after ``send`` must not change the record)."""
+        if not isinstance(headers, (tuple, list, str, bytes, dict)) and isinstance(headers, Iterable):
+            # an iterator (zip, a generator) is read once: by the checks and the copy
+            headers = tuple(headers)
         rec = Record(value, key, timestamp, headers)
         batches = self._logs[p].encode((rec,), _time_ms())
         if headers and (not isinstance(headers, tuple)
@@ -270,12 +286,16 @@ class Producer:
             if target > self._flush_to:
                 self._flush_to = target
                 self._wake.notify()
-            while self._completed < target:
+            while self._completed < target or self._owed_n:
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    if self._completed < target:
+                        raise ProducerTimeoutError(
+                            f"flush: {target - self._completed} record(s) still being "
+                            f"written after {timeout} s")
                     raise ProducerTimeoutError(
-                        f"flush: {target - self._completed} record(s) still being written "
-                        f"after {timeout} s")
+                        f"flush: {self._owed_n} record(s) written, not yet made durable "
+                        f"after {timeout} s (the writer goes on trying)")
                 self._done.wait(None if left == _FOREVER else left)
 
     def close(self, timeout: float | None = None) -> None:
@@ -332,6 +352,7 @@ class Producer:
     # -- the background thread -------------------------------------------------------
     def _run(self) -> None:
         while True:
+            stopping = False
             with self._lock:
                 while True:
                     if self._waiting:
@@ -341,9 +362,15 @@ class Producer:
                         left = self._oldest + self._linger - time.monotonic()
                         if left <= 0:
                             break
-                        self._wake.wait(left)
+                        self._wake.wait(min(left, _RETRY_S) if self._owed else left)
+                        if self._owed:
+                            break
                     elif self._stopped:
-                        return
+                        stopping = True
+                        break
+                    elif self._owed:
+                        self._wake.wait(_RETRY_S)
+                        break
                     else:
                         self._wake.wait()
                 taken = [(p, part) for p, part in enumerate(self._parts) if part.items]
@@ -362,11 +389,18 @@ class Producer:
                     self._write(p, part)
                 except BaseException as e:      # never lose the thread: fail the futures
                     _fail(part.futures, e)
+            if self._owed and not taken:
+                self._make_owed_durable()
+            if stopping:
+                self._give_up_owed()
             with self._lock:
                 self._buffered -= freed
                 self._completed = upto
+                self._owed_n = sum(len(f) for _, f, _, _ in self._owed)
                 self._space.notify_all()
                 self._done.notify_all()
+            if stopping:
+                return
 
     def _write(self, p: int, part: _Part) -> None:
         """Write one partition's records, one atomic batch per append; resolve futures."""
@@ -404,16 +438,62 @@ class Producer:
             try:
                 flushed = log.flush()
             except Exception as e:
-                for futs, _ in written:
-                    _fail(futs, e)
+                # they are written: never said not to be. What a flush already made
+                # durable (another writer's, the timed one) resolves; the rest wait
+                # for a later flush, or fail with their offsets
+                self._owe(p, written, log.flushed_offset, e)
                 return
             for futs, offsets in written:
                 if offsets.stop > flushed:      # never resolve ahead of the fsync
-                    _fail(futs, StorageError(f"{log.path}: flushed to {flushed}, not past "
-                                             f"{offsets.stop - 1}"))
+                    self._owe(p, [(futs, offsets)], flushed, StorageError(
+                        f"{log.path}: flushed to {flushed}, not past {offsets.stop - 1}"))
             written = [w for w in written if w[1].stop <= flushed]
+        self._resolve(p, written)
+
+    def _owe(self, p: int, written: list[tuple[list[Future[Any]], range]], flushed: int,
+             why: BaseException) -> None:
+        """Written records a flush did not make durable: those ``flushed`` covers
+        resolve; while only the lock stood in the way (another writer held it) and the
+        producer is not closing, the rest wait for the next try; else they fail with
+        ``NotDurableError`` (the log is closed or poisoned: it flushes no more)."""
+        log = self._logs[p]
+        for futs, offsets in written:
+            if offsets.stop <= flushed:
+                self._resolve(p, [(futs, offsets)])
+            elif isinstance(why, LogLockedError) and not self._closing and not log.closed:
+                self._owed.append((p, futs, offsets, why))
+            else:
+                _fail(futs, _not_durable(log, p if self._topic is not None else None,
+                                         offsets, why))
+
+    def _resolve(self, p: int, written: list[tuple[list[Future[Any]], range]]) -> None:
         for futs, offsets in written:
             finish_all(futs, offsets if self._topic is None else zip(repeat(p), offsets))
+
+    def _make_owed_durable(self) -> None:
+        """(the writer thread) Try again to make the written records whose fsync failed
+        durable: one flush per log (``_owe`` says what becomes of them)."""
+        owed, self._owed = self._owed, []
+        for p in sorted({p for p, _, _, _ in owed}):
+            log = self._logs[p]
+            mine = [(futs, offsets) for q, futs, offsets, _ in owed if q == p]
+            why: BaseException
+            try:
+                flushed = log.flush()
+                why = StorageError(f"{log.path}: flushed to {flushed}")
+            except Exception as e:
+                flushed, why = log.flushed_offset, e
+            self._owe(p, mine, flushed, why)
+
+    def _give_up_owed(self) -> None:
+        """(the writer thread, stopping) A last try (the producer is closing: what it
+        does not cover fails with its offsets)."""
+        if self._owed:
+            self._make_owed_durable()
+        for p, futs, offsets, why in self._owed:
+            _fail(futs, _not_durable(self._logs[p], p if self._topic is not None else None,
+                                     offsets, why))
+        self._owed = []
 
     def _encode_each(self, log: Log, chunk: Sequence[bytes | Record],
                      futures: list[Future[Any]]) -> list[tuple[Any, int, int, int]]:
@@ -448,6 +528,16 @@ class Producer:
             base = ends[b - 1]
             a = b
         return out
+
+
+def _not_durable(log: Log, partition: int | None, offsets: range,
+                 why: BaseException) -> NotDurableError:
+    try:
+        raise NotDurableError(
+            f"{log.path}: offsets {offsets.start}..{offsets.stop - 1} were written but not "
+            f"made durable ({why}); they are in the log", offsets, partition) from why
+    except NotDurableError as e:
+        return e
 
 
 def _fail(futures: list[Future[Any]], e: BaseException) -> None:

@@ -12,7 +12,7 @@ import json
 import os
 import time
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import _platform, codec
@@ -84,11 +84,11 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
     if below:
         fsync_dir(directory)
         bases = bases[len(below):]
-    segs = [Segment(directory, b, max_index_bytes=max_index_bytes, writer=True,
-                    index_interval_bytes=interval) for b in bases]
+    # a sealed segment covers up to the next one's base offset
+    segs = [Segment(directory, b, next_offset=nxt, max_index_bytes=max_index_bytes,
+                    writer=True, index_interval_bytes=interval)
+            for b, nxt in zip(bases, [*bases[1:], None])]
     opened.extend(segs)
-    for prev, nxt in zip(segs, segs[1:]):
-        prev.next_offset = nxt.base_offset     # a sealed segment covers up to the next
     active = segs[-1]
     if marker is not None and _marker_matches(marker, active):
         _remove_marker(directory, marker)
@@ -129,7 +129,7 @@ def _recover_tail(seg: Segment, rp: int, same_boot: bool, capacity: int, interva
     res = scan(seg, start_pos, file_size, start_off, interval, max_timestamp=tmax)
     report.scan_seconds += time.perf_counter() - t0
     if res.max_timestamp == tmax:
-        res.max_ts_offset = tmax_off
+        res = replace(res, max_ts_offset=tmax_off)
     report.scanned_bytes += res.end - start_pos
     report.segments_scanned += 1
     sv = None
@@ -146,11 +146,11 @@ def _recover_tail(seg: Segment, rp: int, same_boot: bool, capacity: int, interva
         # prefix's last timestamp repeat it (time entries strictly ascend)
         last_t = trusted[1][-1][0] if trusted[1] else -1
         res.time_index[:] = trusted[1] + [e for e in res.time_index if e[0] > last_t]
-        res.first_timestamp = _first_timestamp(seg)
+        res = replace(res, first_timestamp=_first_timestamp(seg))
     if res.end < file_size:
         # cut the torn tail (and the old preallocation) off first, which also frees
-        # its blocks for the index rebuild on a nearly full disk; activate extends
-        # the file again with fresh zeros. Nothing maps it yet (rule R8).
+        # its blocks for the index rebuild on a nearly full disk; the writer's
+        # reservations extend it again with fresh zeros. Nothing maps it yet (rule R8).
         _truncate_durably(seg.path, res.end)
     seg.write_indexes(res, final=False)
     if sv is not None:
@@ -368,7 +368,7 @@ def _clean_state(seg: Segment, marker: dict[str, Any], max_index_bytes: int,
     shutdown recorded its tail, the index entry counts come from its index files
     (rebuilt first if they fail the check)."""
     ie, te, repaired = active_entries(seg, max_index_bytes, interval)
-    seg.index_repairs += repaired
+    seg.count_index_repairs(repaired)
     first = marker.get("first_timestamp")
     return WriterState(seg.base_offset, seg.size, marker["end_offset"], ie, te, -1,
                        marker["max_timestamp"], marker["max_ts_offset"],

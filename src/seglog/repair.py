@@ -21,104 +21,17 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Generator, Iterator
+from typing import Any, Callable
 
-from . import _marker, _platform, _writers, codec
-from ._files import (CLEANED, LOCK_FILE, LOG_START, MARKER, RECOVERY_POINT, SWAP, fsync_dir,
-                     fsync_file, list_segments, read_checkpoint, remove, segment_path, write_checkpoint)
-from ._scan import Damage, survey, walk, zeros_to
-from .errors import CorruptRecordError, LogLockedError, NotALogError, SeglogError
+from . import _marker, _platform, _verdict, _writers, codec
+from ._files import (CLEANED, LOCK_FILE, RECOVERY_POINT, SWAP, fsync_dir, fsync_file,
+                     read_checkpoint, remove, write_checkpoint)
+from ._scan import survey
+from ._walk import (BatchInfo, DamageAt, Extent, Problem, Progress, RangeRead, WalkInfo,
+                    committed_swaps, data_bytes, extent, index_floor, read_range,
+                    segment_paths, walk_log)
+from .errors import LogClosedError, LogLockedError, NotALogError, SeglogError
 from .index import TimeIndex, entries_valid, offset_arrays
-from .recovery import read_marker, writer_alive
-
-Progress = Callable[[int], None]     # called with the bytes just read
-_LIVE_RETRIES = (0.002, 0.02, 0.2)   # looking again: a live writer finishing a batch or a swap
-Batch = tuple[str, int, bytes, int, codec.BatchHeader]
-
-
-class DamageAt(CorruptRecordError):
-    """Damage placed in its file, with ``reason``: ``"framing"``, ``"zeros"``,
-    ``"partial"``, ``"short"``, ``"checksum"``, ``"offsets"`` or ``"records"`` (the
-    record layout inside a batch does not add up). ``position`` is where the data
-    stops being good (the start of the first bad batch); ``next_offset`` the offset
-    that batch should have started at: where the log ends if it is cut there."""
-
-    def __init__(self, reason: str, message: str, path: str, position: int,
-                 offset: int | None, next_offset: int) -> None:
-        super().__init__(message, path, position, offset)
-        self.reason = reason
-        self.next_offset = next_offset
-
-
-@dataclass
-class Problem:
-    """One thing wrong: where (file, position, offset) and why."""
-
-    path: str
-    position: int | None
-    offset: int | None
-    reason: str
-    message: str
-
-
-@dataclass
-class BatchInfo:
-    """One batch as ``check`` saw it (``batches=True``)."""
-
-    segment: str
-    position: int
-    size: int
-    base_offset: int
-    last_offset: int
-    count: int
-    attributes: int
-    base_timestamp: int
-    max_timestamp: int
-
-
-@dataclass
-class Extent:
-    """One segment file as a walk saw it."""
-
-    path: str
-    base_offset: int
-    file_bytes: int          # the file's size when the walk opened it
-    data_bytes: int = 0      # whole good batches from its start: the bytes it stores
-    inode: int = 0           # of the file walked (compaction may replace it later)
-    ctime_ns: int = 0        # with the inode, tells the file walked from a later one
-                             # that reuses its inode number
-
-
-@dataclass
-class WalkInfo:
-    """What ``walk_log`` saw besides the batches.
-
-    ``tail`` says why the last segment's data ends before its file does:
-    ``"reserved"`` (zeros a writer preallocated), ``"appended"`` (a live writer
-    wrote on after the walk had reached the end) or ``"writing"`` (a live writer's
-    batch caught half copied in); None when the data fills the file.
-    """
-
-    listed: list[str] = field(default_factory=list)          # the log's segment files
-    segments: list[Extent] = field(default_factory=list)     # walked, in order
-    vanished: list[str] = field(default_factory=list)        # deleted under the walk
-    # segments a committed compaction swap replaced but has not deleted yet (its
-    # writer was killed or stopped in the middle): the next writer's open deletes them
-    superseded: list[str] = field(default_factory=list)
-    start_offset: int | None = None
-    end_offset: int | None = None
-    tail: str | None = None
-
-    @property
-    def stored_bytes(self) -> int:
-        """Bytes of whole batches in the walked segments."""
-        return sum(e.data_bytes for e in self.segments)
-
-    @property
-    def reserved_bytes(self) -> int:
-        """File bytes past the data: a writer's zero-filled reservation (or a batch a
-        live writer is copying in)."""
-        return sum(e.file_bytes - e.data_bytes for e in self.segments)
 
 
 @dataclass
@@ -143,229 +56,106 @@ class CheckReport:
     superseded: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     stopped_at_damage: bool = False   # the walk ended at a bad batch: the rest is unread
+    cut: CutPlan | None = None        # at damage: what lies after it (what a cut loses)
+    checked_at: int = 0               # when the check ran (ms since the epoch)
 
     @property
     def ok(self) -> bool:
         """True when the check found no problem at all."""
         return not self.problems
 
+    @property
+    def name(self) -> str:
+        """The log's directory name."""
+        return os.path.basename(os.path.abspath(self.path))
 
-def segment_paths(directory: str) -> list[tuple[int, str]]:
-    """(base offset, path) of the segment files of a log directory, in order;
-    ``NotALogError`` if it has no seglog marker."""
-    if not os.path.isfile(os.path.join(directory, MARKER)):
-        raise NotALogError(f"{directory} is not a seglog log (no {MARKER})")
-    return [(b, segment_path(directory, b)) for b in list_segments(directory)]
+    def summary(self, name: str | None = None) -> str:
+        """What was read, and at damage where it is, what is at stake and what to do
+        next: one scope per line (``seglog verify`` prints it)."""
+        return "\n".join(_verdict.report_lines(self, name or self.name))
 
+    def __str__(self) -> str:
+        return self.summary()
 
-def walk_log(directory: str, progress: Progress | None = None, decode: bool = True,
-             info: WalkInfo | None = None, live: bool | None = None) -> Iterator[Batch]:
-    """(segment path, file position, buffer, position in it, header) of every batch
-    of the log in order, each checked: framing, checksum, offsets (each segment's
-    first batch at its base offset, its file name; each batch where the one before
-    ended; each segment where the one before ended), and with ``decode`` the record
-    layout. Raises ``DamageAt`` at the first bad batch.
-
-    Segments wholly below the log start offset (retention's, which a writer deletes
-    when it opens) are not read; a segment file deleted after the listing was
-    retention's or compaction's (``info.vanished``), and the walk goes on at the
-    next. The last segment's data may end before its file (``info.tail``); it ends
-    in damage only where a writer opening the log would refuse or cut something.
-    ``info`` receives what the walk saw: segments, stored bytes, offsets. ``live``
-    says whether a writer may be appending (None: find out; False: the caller holds
-    the writer's lock).
-    """
-    info = WalkInfo() if info is None else info
-    segs = segment_paths(directory)
-    start = read_checkpoint(directory, LOG_START)
-    if start is not None:
-        bases = [b for b, _ in segs]
-        below = sum(1 for nxt in bases[1:] if nxt <= start)
-        segs = segs[below:]
-    info.listed = [p for _, p in segs]
-    swaps = committed_swaps(directory)
-    expect: int | None = None
-    for i, (base, path) in enumerate(segs):
-        if expect is not None and base < expect and any(
-                b < base < e and expect <= e for b, e in swaps):
-            # the output of a committed swap was renamed in and has been walked; this
-            # is one of the segments it replaced, which its writer (killed or
-            # stopped) has not deleted yet: the next writer's open deletes it
-            info.superseded.append(path)
-            continue
-        try:
-            f = open(path, "rb")
-        except FileNotFoundError:
-            info.vanished.append(path)
-            expect = None              # nothing to check the next segment against
-            continue
-        with f:
-            if expect is not None and base != expect and _gone(path, live, directory):
-                info.vanished.append(path)      # a compaction's swap was deleting it
-                expect = None
-                continue
-            if expect is not None and base != expect:
-                if base < expect:
-                    raise DamageAt("offsets", f"the segment starts at offset {base}, below "
-                                   f"{expect} where the one before ended", path, 0, base,
-                                   expect)
-                raise DamageAt("offsets", f"offsets {expect}..{base - 1} are missing: the "
-                               f"segments before hold offsets up to {expect - 1}, this one "
-                               f"starts at {base}", path, 0, base, expect)
-            st = os.fstat(f.fileno())
-            ext = Extent(path, base, st.st_size, inode=st.st_ino, ctime_ns=st.st_ctime_ns)
-            info.segments.append(ext)
-            if info.start_offset is None:
-                info.start_offset = max(base, start or 0)
-            expect = yield from _walk_segment(f.fileno(), ext, i + 1 == len(segs), directory,
-                                              progress, decode, info, live)
-            info.end_offset = expect
+    def _repr_html_(self) -> str:
+        return _verdict.report_html([self])
 
 
-def committed_swaps(directory: str) -> list[tuple[int, int]]:
-    """(base, end) of the compaction swaps committed in ``directory`` (their manifest
-    written) and not finished: the output replaces the segments from base to end."""
-    out = []
-    for name in os.listdir(directory):
-        if name.startswith(SWAP) and name[len(SWAP):].isdigit():
-            end = read_checkpoint(directory, name)
-            if end is not None:
-                out.append((int(name[len(SWAP):]), end))
-    return out
+class CheckReports(list[CheckReport]):
+    """The reports of several logs (a topic's partitions, ``Topic.verify()``); a
+    notebook shows them as one table."""
+
+    @property
+    def ok(self) -> bool:
+        """True when no log has a problem."""
+        return all(r.ok for r in self)
+
+    def __str__(self) -> str:
+        return "\n".join(r.summary() for r in self)
+
+    def _repr_html_(self) -> str:
+        return _verdict.report_html(list(self))
 
 
-def _gone(path: str, live: bool | None, directory: str) -> bool:
-    """True if the segment file at ``path`` is deleted within a moment by a live
-    writer: compaction renames its output over the first segment of a group, then
-    deletes the rest, so a walk can meet the output and then a segment it replaced."""
-    if not (writer_alive(directory) if live is None else live):
-        return False
-    for delay in (0.0,) + _LIVE_RETRIES:
-        time.sleep(delay)
-        if not os.path.exists(path):
-            return True
-    return False
+def latest(path: str) -> CheckReport | None:
+    """The report of this process's latest ``check`` of the log at ``path`` (the
+    notebook views say what was checked, and when), None if it was not checked."""
+    rep = _verdict.latest(path)
+    return rep if isinstance(rep, CheckReport) else None
 
 
-def _walk_segment(fd: int, ext: Extent, last: bool, directory: str,
-                  progress: Progress | None, decode: bool, info: WalkInfo,
-                  live: bool | None) -> Generator[Batch, None, int]:
-    """The batches of one segment file; returns the offset after its last."""
-    path, base, size = ext.path, ext.base_offset, ext.file_bytes
-    nxt = base
-    try:
-        for buf, p, filepos, hdr in walk(fd, 0, size, expect=base, check=True,
-                                         to_damage=True):
-            b = hdr[codec.H_BASE]
-            if decode:
-                try:
-                    for _ in codec.decode_batch(buf, p, hdr):
-                        pass
-                except CorruptRecordError as e:
-                    raise DamageAt("records", e.message, path, filepos + p, b, nxt) from None
-            nxt = codec.last_offset(hdr) + 1
-            end = filepos + p + codec.batch_size(hdr)
-            if progress is not None:
-                progress(end - ext.data_bytes)
-            ext.data_bytes = end
-            yield path, filepos + p, buf, p, hdr
-    except Damage as d:
-        message = d.message
-        if d.reason == "offsets" and not ext.data_bytes:
-            message = (f"the first batch starts at offset {d.offset}, not at the segment's "
-                       f"base offset {base} (its file name)")
-        elif d.reason == "short":
-            message = (f"the file ends at {os.fstat(fd).st_size}, inside the batch at "
-                       f"{ext.data_bytes} (cut back?)")
-        if not last:
-            raise DamageAt(d.reason, message, path, ext.data_bytes, d.offset, nxt) from None
-        info.tail = _tail(fd, ext, d.reason, message, d.offset, nxt, directory, live)
-    if progress is not None and size > ext.data_bytes:
-        progress(size - ext.data_bytes)
-    return nxt
-
-
-def _continues_at(fd: int, pos: int, nxt: int) -> bool:
-    """True if a whole batch with a good checksum that continues the log (base
-    offset ``nxt``, or above it in a compacted batch) starts at ``pos``."""
-    hdr = codec.sane_header(os.pread(fd, codec.HEADER_SIZE, pos))
-    if hdr is None or not codec.continues(nxt, hdr[codec.H_BASE], hdr[codec.H_ATTRS]):
-        return False
-    data = os.pread(fd, codec.batch_size(hdr), pos)
-    return len(data) == codec.batch_size(hdr) and codec.checksum_ok(data, 0, hdr)
-
-
-def _tail(fd: int, ext: Extent, reason: str, message: str, offset: int | None, nxt: int,
-          directory: str, live: bool | None) -> str:
-    """Why the last segment's good data ends at ``ext.data_bytes``: ``"reserved"``,
-    ``"appended"`` or ``"writing"`` (see ``WalkInfo.tail``), or ``DamageAt``.
-
-    The rules are recovery's, so that this agrees with what opening the log for
-    writing would do: damage where a clean shutdown recorded more data, below the
-    recovery point (flushed data), or followed by a good batch that continues the
-    log; a torn tail (which opening cuts) unless its writer is still running. The
-    checkpoints are read before the file is looked at again: a live writer that
-    wrote on meanwhile has put a good batch where the walk stopped.
-    """
-    at = ext.data_bytes
-    rp = read_checkpoint(directory, RECOVERY_POINT)
-    marker = read_marker(directory) or {}
-    alive = writer_alive(directory) if live is None else live
-    if _continues_at(fd, at, nxt):
-        return "appended"
-    size = os.fstat(fd).st_size       # now: a writer that closed cut the file back
-    why: str | None = None
-    clean_size = marker.get("active_size")
-    if (marker.get("active_base") == ext.base_offset and isinstance(clean_size, int)
-            and clean_size == size and clean_size > at):
-        why = f"the log was shut down cleanly with data up to position {clean_size}"
-    elif rp is not None and nxt < rp:
-        why = f"inside data flushed before (recovery point {rp})"
-    elif zeros_to(fd, at, size):
-        return "reserved"
-    elif survey(fd, at, size, nxt, first_only=True).first is not None:
-        why = "followed by valid batches"
-    elif not alive:
-        why = "a torn tail: opening the log for writing cuts it off"
-    for delay in _LIVE_RETRIES if alive else ():
-        if _continues_at(fd, at, nxt):
-            return "appended"
-        time.sleep(delay)
-    if _continues_at(fd, at, nxt):
-        return "appended"
-    if why is None:
-        return "writing"
-    raise DamageAt(reason, f"{message} ({why})", ext.path, at, offset, nxt)
+def verify(log: Any) -> CheckReport:
+    """Read and check every batch and index entry of the log, as ``seglog verify``
+    does (``check``): a ``CheckReport`` that says what was read, and at damage where
+    it is, what is at stake and what to do next (a notebook shows it as a table;
+    ``str()`` is the command's text). Reads only and takes no lock, beside any
+    writer; the log's notebook views then say when it was verified and what was
+    found. ``LogClosedError`` if the log is closed. (``Log.verify``.)"""
+    if log.closed:
+        raise LogClosedError(f"{log.path} is closed")
+    return check(log.path)
 
 
 def check(directory: str, progress: Progress | None = None,
-          batches: list[BatchInfo] | None = None) -> CheckReport:
+          batches: list[BatchInfo] | None = None, *,
+          visit: Callable[[bytes, int, codec.BatchHeader], None] | None = None,
+          decode: bool = True) -> CheckReport:
     """Read and check every batch and index entry of the log in ``directory``.
 
     Never raises for damage: the report lists it (reading stops at the first bad
-    batch; index problems are listed and reading goes on). ``batches``, if given,
-    receives every good batch. Takes no lock and changes nothing.
+    batch; index problems are listed and reading goes on), with what lies after
+    the damage (``cut``). ``batches``, if given, receives every good batch;
+    ``visit`` is called with each good batch (its buffer, position and header).
+    ``decode=False`` leaves the record layout inside batches unchecked (``stats``
+    counts from headers): such a check is not remembered as the log's ``latest``.
+    Takes no lock and changes nothing.
     """
-    rep = CheckReport(path=directory)
+    rep = CheckReport(path=directory, checked_at=int(time.time() * 1000))
     info = WalkInfo()
     starts: dict[str, dict[int, int]] = {}
     stopped: str | None = None        # the file the walk stopped in, at damage
     try:
-        for path, pos, _buf, _p, hdr in walk_log(directory, progress, info=info):
+        for path, pos, buf, p, hdr in walk_log(directory, progress, decode, info=info):
             size = codec.batch_size(hdr)
             base, last = hdr[codec.H_BASE], codec.last_offset(hdr)
             starts.setdefault(path, {})[pos] = base
             rep.batches += 1
             rep.messages += hdr[codec.H_COUNT]
+            if visit is not None:
+                visit(buf, p, hdr)
             if batches is not None:
                 batches.append(BatchInfo(path, pos, size, base, last, hdr[codec.H_COUNT],
                                          hdr[codec.H_ATTRS], hdr[codec.H_BASE_TS],
                                          hdr[codec.H_MAX_TS]))
     except DamageAt as e:
         rep.problems.append(Problem(e.path or directory, e.position, e.offset, e.reason,
-                                    e.message))
+                                    e.message, e.torn))
         info.end_offset = e.next_offset          # the good data ends there
         stopped = e.path
+        try:
+            rep.cut = _plan(directory, e, info.start_offset)
+        except FileNotFoundError:
+            pass            # a live writer's retention took the files meanwhile
     rep.segments = len(info.listed) - len(info.vanished) - len(info.superseded)
     rep.bytes, rep.reserved_bytes = info.stored_bytes, info.reserved_bytes
     for seen in info.segments:
@@ -379,6 +169,8 @@ def check(directory: str, progress: Progress | None = None,
             and rep.end_offset > rep.start_offset:
         rep.last_offset = rep.end_offset - 1
     rep.tail, rep.vanished, rep.superseded = info.tail, info.vanished, info.superseded
+    if decode:
+        _verdict.remember(rep.path, rep)
     walked = {e.path: e for e in info.segments}
     for path in info.listed:
         if path in info.vanished or path in info.superseded:
@@ -477,6 +269,14 @@ class CutPlan:
     later_segments: list[str]
     valid_after: int
     start_offset: int | None = None     # the log's first offset (None: not known)
+    # the damaged batch's message count as its header says, if the header is sane
+    # (its checksum failed: the count may be wrong too)
+    damaged_count: int | None = None
+
+    @property
+    def lost_segments(self) -> int:
+        """Segment files the cut changes: the damaged one and every later one."""
+        return 1 + len(self.later_segments)
 
 
 def plan_cut(directory: str, live: bool | None = None) -> CutPlan | None:
@@ -487,34 +287,47 @@ def plan_cut(directory: str, live: bool | None = None) -> CutPlan | None:
         for _ in walk_log(directory, info=info, live=live):
             pass
     except DamageAt as e:
-        assert e.path is not None and e.position is not None
-        segs = [p for _, p in segment_paths(directory)]
-        later = segs[segs.index(e.path) + 1:] if e.path in segs else []
-        lost = reserved = messages = valid = 0
-        end: int | None = None
-        unread = False
-        for path in [e.path] + later:
-            at = e.position if path == e.path else 0
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                sv = survey(f.fileno(), at, size, e.next_offset)
-            lost += sv.data_bytes
-            reserved += size - at - sv.data_bytes
-            messages += sv.good_messages
-            valid += sv.batches + (path != e.path and sv.head_messages is not None)
-            head_end = None
-            if sv.head_base is not None and sv.head_span is not None:
-                # a bad batch's own base offset may be what is wrong: it belongs at
-                # next_offset at least
-                head_end = max(sv.head_base, e.next_offset) + sv.head_span
-            if path == e.path:
-                unread = sv.head_messages is None
-            ends = [x for x in (end, head_end, sv.end_offset) if x is not None]
-            end = max(ends) if ends else None
-        return CutPlan(directory, e.path, e.position, e.next_offset, e.reason, e.message,
-                       lost, reserved, messages, end, unread, later, valid,
-                       info.start_offset)
+        return _plan(directory, e, info.start_offset)
     return None
+
+
+def _plan(directory: str, e: DamageAt, start_offset: int | None) -> CutPlan:
+    """What a cut at the damage ``e`` loses: the good batches from it to the end of
+    the log, counted by a survey of the rest of its file and the later segments."""
+    assert e.path is not None and e.position is not None
+    segs = [p for _, p in segment_paths(directory)]
+    later = segs[segs.index(e.path) + 1:] if e.path in segs else []
+    lost = reserved = messages = valid = 0
+    end: int | None = None
+    unread = False
+    for path in [e.path] + later:
+        at = e.position if path == e.path else 0
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            sv = survey(f.fileno(), at, size, e.next_offset)
+        lost += sv.data_bytes
+        reserved += size - at - sv.data_bytes
+        messages += sv.good_messages
+        valid += sv.batches + (path != e.path and sv.head_messages is not None)
+        head_end = None
+        if sv.head_base is not None and sv.head_span is not None:
+            # a bad batch's own base offset may be what is wrong: it belongs at
+            # next_offset at least
+            head_end = max(sv.head_base, e.next_offset) + sv.head_span
+        if path == e.path:
+            unread = sv.head_messages is None
+        ends = [x for x in (end, head_end, sv.end_offset) if x is not None]
+        end = max(ends) if ends else None
+    with open(e.path, "rb") as f:
+        head = codec.sane_header(os.pread(f.fileno(), codec.HEADER_SIZE, e.position))
+    count = None
+    # a count larger than the offsets the batch spans, or than its bytes, is damage
+    # in the count itself: not believed
+    if head is not None and 0 < head[codec.H_COUNT] <= min(head[codec.H_LAST_DELTA] + 1,
+                                                           codec.batch_size(head)):
+        count = head[codec.H_COUNT]
+    return CutPlan(directory, e.path, e.position, e.next_offset, e.reason, e.message,
+                   lost, reserved, messages, end, unread, later, valid, start_offset, count)
 
 
 def cut(plan: CutPlan) -> None:
@@ -550,9 +363,12 @@ def cut(plan: CutPlan) -> None:
             remove(p[:-4] + ".index")
             remove(p[:-4] + ".timeindex")
         fsync_dir(d)
+        _verdict.forget(d)          # the check before the cut is history
     finally:
         os.close(fd)
 
 
-__all__ = ["check", "CheckReport", "Problem", "BatchInfo", "plan_cut", "cut", "CutPlan",
-           "walk_log", "segment_paths", "DamageAt"]
+__all__ = ["check", "CheckReport", "CheckReports", "Problem", "BatchInfo", "plan_cut", "cut",
+           "CutPlan", "walk_log", "segment_paths", "DamageAt", "read_range", "RangeRead",
+           "data_bytes", "extent", "latest", "WalkInfo", "Extent", "committed_swaps",
+           "index_floor"]

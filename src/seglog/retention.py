@@ -19,7 +19,8 @@ import os
 import time
 from typing import Protocol, Sequence
 
-from ._files import DELETED, fsync_dir, is_leftover, remove
+from ._files import (DELETED, SEGMENT_SUFFIXES, fsync_dir, is_leftover, list_segments, remove,
+                     segment_base, segment_path)
 
 
 class _Expirable(Protocol):
@@ -113,4 +114,47 @@ def remove_leftovers(directory: str) -> None:
         if is_leftover(name):
             gone = remove(os.path.join(directory, name)) or gone
     if gone:
+        fsync_dir(directory)
+
+
+def remove_orphans(directory: str, start: int, active_base: int, delay_ms: int) -> None:
+    """What writers killed or stopped for good left behind, while other writers go on
+    (a joining writer's open, every retention pass; the first writer's open removes
+    all leftovers with ``remove_leftovers``). Each is provably seglog's and nobody's:
+    files renamed aside by retention whose delay has passed (a rename sets the
+    file's change time, so any process can tell); index files whose ``.log`` is gone,
+    below the active segment (a delete cut short: a segment being made has its
+    ``.log`` first); segments wholly below the log ``start`` (a retention pass that
+    checkpointed the start and died before its delete), renamed aside as retention
+    renames them, for the next pass to remove past the delay."""
+    names = os.listdir(directory)
+    changed = False
+    now = time.time()
+    for name in names:
+        if name.startswith(DELETED) and is_leftover(name):
+            path = os.path.join(directory, name)
+            try:
+                changed_at = os.stat(path).st_ctime
+            except FileNotFoundError:
+                continue
+            if now - changed_at >= delay_ms / 1000.0:
+                changed = remove(path) or changed
+    bases = list_segments(directory, names)
+    have_log = set(bases)
+    for name in names:
+        base = segment_base(name)
+        if (base is not None and not name.endswith(".log") and base not in have_log
+                and base < active_base):
+            changed = remove(os.path.join(directory, name)) or changed
+    for base, nxt in zip(bases, bases[1:]):
+        if nxt > start or base >= active_base:
+            break
+        for ext in SEGMENT_SUFFIXES:
+            path = segment_path(directory, base, ext)
+            try:
+                os.rename(path, os.path.join(directory, DELETED + os.path.basename(path)))
+                changed = True
+            except FileNotFoundError:
+                pass
+    if changed:
         fsync_dir(directory)

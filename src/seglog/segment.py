@@ -3,13 +3,14 @@
 The mechanism only: appending bytes, finding and reading batches, rolling. Policy
 (when to roll, flush or delete) lives in ``Log``.
 
-Writing: the active segment's file is extended to its capacity (``segment_bytes``
-plus room for one largest batch) as a sparse file and mapped read-write; an append
-is a copy into the page cache (no system call), so it survives a crash of the
-process the moment it returns (rule R1). Disk blocks are reserved ahead of the
-write position with ``posix_fallocate`` so that a full disk is an ``OSError`` on a
-system call, never a SIGBUS on a page fault. On roll and close the file is cut back
-to its data, so a clean segment file holds exactly its batches.
+Writing: the active segment's file is mapped read-write to its capacity
+(``segment_bytes`` plus room for one largest batch); an append is a copy into the
+page cache (no system call), so it survives a crash of the process the moment it
+returns (rule R1). Disk blocks are reserved ahead of the write position with
+``posix_fallocate``, which extends the file as it goes (its length follows its
+reservation), so that a full disk is an ``OSError`` on a system call, never a SIGBUS
+on a page fault. On roll and close the file is cut back to its data, so a clean
+segment file holds exactly its batches.
 
 Reading: always ``os.pread`` into bytes, never a mapping, in every process: a file
 cut back under a mapping would raise SIGBUS in the reader (rule R8).
@@ -142,9 +143,9 @@ class Segment:
         self._roll_size = self._roll_ts = self._roll_off = NEVER
         self.writer = writer        # this process owns the directory: it may repair files
         # bumped by appends that changed more than size and next offset (what other
-        # writers must reload); on_reserve: told each reservation's end before a write
+        # writers must reload); _on_reserve: told each reservation's end before a write
         self.marks = 0
-        self.on_reserve: Callable[[int], None] | None = None
+        self._on_reserve: Callable[[int], None] | None = None
         self.index_repairs = 0      # indexes found damaged and rebuilt
         self._checked = False       # the sealed indexes passed the full check once
         self.corruption: CorruptRecordError | None = None   # a reader's scan: not a torn tail
@@ -215,8 +216,24 @@ class Segment:
 
     def _reserved(self, end: int) -> None:
         reserve_room((self._index, self._timeindex), end, self._interval)
-        if self.on_reserve is not None:
-            self.on_reserve(end)
+        if self._on_reserve is not None:
+            self._on_reserve(end)
+
+    def count_index_repairs(self, n: int) -> None:
+        """``n`` more index files of this segment were found damaged and rebuilt (the
+        loader checks an active segment's indexes itself)."""
+        self.index_repairs += n
+
+    def mark_damage(self, damage: CorruptRecordError | None) -> None:
+        """A live reader's scan proved damage past ``size`` (None: no longer: data
+        arrived past it); raised to whoever reads that far."""
+        self.corruption = damage
+
+    def watch_reservations(self, on_reserve: Callable[[int], None]) -> None:
+        """Call ``on_reserve(end)`` after each reservation of disk blocks up to ``end``,
+        before anything below it is written (several writers record it in their
+        header: the bound of what a writer that died may have left)."""
+        self._on_reserve = on_reserve
 
     def erase_after(self, limit: int) -> None:
         """Zero the map from ``size`` to ``limit`` (a dead writer's torn batch)."""
@@ -328,8 +345,7 @@ class Segment:
 
     def watch(self, on_open: Callable[["Segment"], None]) -> None:
         """Call ``on_open(self)`` when its files are opened on use (after a close too)."""
-        if self._log.on_open is None:
-            self._log.on_open = lambda: on_open(self)
+        self._log.watch(lambda: on_open(self))
 
     def write_indexes(self, res: "_scan.ScanResult", final: bool) -> None:
         """Replace both index files by the entries of a scan (``final``: trimmed, as a

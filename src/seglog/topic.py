@@ -32,10 +32,12 @@ from typing import Any, Iterable, Iterator
 
 import xxhash
 
-from . import _notebook
+from . import _notebook, repair
 from ._log_open import check_open_options
 from ._platform import lock_within
-from ._files import TOPICS_DIR, atomic_write, fsync_dir, make_dirs, path_error, require_dir, topic_file
+from ._files import (TOPICS_DIR, abs_dir, atomic_write, fsync_dir, list_dir, make_dirs, path_error,
+                     topic_file)
+from ._marker import check_root
 from .config import LogConfig
 from .errors import InvalidConfigError, LogClosedError, LogLockedError
 from .log import Log
@@ -43,6 +45,7 @@ from .message import Headers, Record
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 MAX_PARTITIONS = 1 << 16
+_CREATE = ".create"       # under __topics/: the root's creation lock
 
 
 def check_name(name: object, what: str = "topic") -> str:
@@ -119,7 +122,10 @@ class Topic:
         objects keep their count until reopened; keyed records of the grown topic go
         to ``partition_for_key(key, new count)``. A ``root`` (or a partition's
         directory) that is a file is a ``NotALogError``, as ``Log.open`` says, and
-        nothing is changed.
+        so is a root holding anything but seglog's topics, groups and logs (a root
+        must be new, empty or seglog's); ``""`` is a ``ValueError``. A refused open
+        changes nothing; one that fails creating a topic removes what it made,
+        unless partitions were made (the next open naming the count finishes them).
         """
         check_name(name)
         if partitions is not None:
@@ -129,10 +135,11 @@ class Topic:
                 raise InvalidConfigError(f"partitions must be 1 to {MAX_PARTITIONS}, not {partitions}")
         LogConfig.from_kwargs(config)     # bad options: an error before anything is made
         check_open_options(readonly, multi_writer, lock_timeout_ms)
-        root = os.path.abspath(os.fspath(root))
-        # a file (or a link to nothing) where the root should be: refused untouched;
-        # a missing root is a topic that does not exist, or one to create
-        require_dir(root, "topic root", create=True)
+        root = abs_dir(root, "topic root")
+        # a file (or a link to nothing) or someone else's directory where the root
+        # should be: refused untouched; a missing root is a topic that does not
+        # exist, or one to create
+        check_root(root)
         return cls._open(root, name, partitions, readonly, multi_writer, lock_timeout_ms,
                          config, locked=False)
 
@@ -324,10 +331,10 @@ class Topic:
         """``Log.stats()`` per partition, and totals, as plain dicts."""
         self._check_open()
         parts = [log.stats() for log in self._logs]
-        return {"topic": self.name, "root": self.root, "partitions": parts,
-                "messages": sum(p["messages"] for p in parts),
-                "bytes": sum(p["bytes"] for p in parts),
-                "segments": sum(p["segments"] for p in parts)}
+        return _notebook.Stats({"topic": self.name, "root": self.root, "partitions": parts,
+                                "messages": sum(p["messages"] for p in parts),
+                                "bytes": sum(p["bytes"] for p in parts),
+                                "segments": sum(p["segments"] for p in parts)})
 
     def metrics(self) -> dict[str, Any]:
         """``Log.metrics()`` per partition (``"partitions"``) and the sums of the
@@ -337,23 +344,30 @@ class Topic:
         total = {k: sum(p[k] for p in parts) for k, v in parts[0].items()
                  if isinstance(v, int) and not isinstance(v, bool)}
         total["partitions"] = parts
-        return total
+        return _notebook.Metrics(total)
 
     def to_pandas(self, start: dict[int, int] | None = None, end: dict[int, int] | None = None,
-                  *, since: object = None, until: object = None) -> Any:
+                  *, since: object = None, until: object = None,
+                  decode: str | None = None) -> Any:
         """Every partition's messages as one ``pandas.DataFrame`` with a ``partition``
         column first, partition by partition in offset order; ``start``/``end`` map
-        partitions to offsets; ``since``/``until`` as ``Log.to_pandas``."""
+        partitions to offsets; ``since``/``until``/``decode`` as ``Log.to_pandas``."""
         self._check_open()
         frames = [log.to_pandas((start or {}).get(p), (end or {}).get(p), since=since,
-                                until=until) for p, log in enumerate(self._logs)]
+                                until=until, decode=decode)
+                  for p, log in enumerate(self._logs)]
         return _notebook.concat_partitions(frames)
+
+    def verify(self) -> repair.CheckReports:
+        """``Log.verify()`` of every partition, in partition order: the reports as one
+        list (``ok`` when none has a problem; a notebook shows them as one table)."""
+        self._check_open()
+        return repair.CheckReports(log.verify() for log in self._logs)
 
     def _repr_html_(self) -> str:
         if self._closed:
             return _notebook.closed_html(f"seglog.Topic {self.name!r}", [("root", self.root)])
-        return _notebook.topic_html(self.name, self.root, self.readonly,
-                                    [log.stats() for log in self._logs])
+        return _notebook.topic_html(self.name, self.root, self.readonly, self._logs)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("readonly" if self.readonly else "writer")
@@ -432,16 +446,78 @@ def _add_partitions(root: str, name: str, old: int, new: int, multi_writer: bool
 @contextmanager
 def _creating(root: str, timeout_ms: int) -> Iterator[None]:
     """The topic root's creation lock (``__topics/.create``): ``LogLockedError`` after
-    ``timeout_ms`` if another process holds it."""
-    make_dirs(os.path.join(root, TOPICS_DIR))
+    ``timeout_ms`` if another process holds it. If this call made ``__topics/`` and
+    what it guards fails having put nothing else under the root, the lock file,
+    ``__topics/`` and the root with the parents this call made are removed: a
+    refused open leaves nothing behind."""
+    top = root              # the highest directory this call makes, if it makes the root
+    while not os.path.lexists(os.path.dirname(top)):
+        top = os.path.dirname(top)
+    made_root = not os.path.lexists(root)
+    before = set() if made_root else set(list_dir(root))
+    fd = _lock_creation(root, timeout_ms)
     try:
-        fd = os.open(os.path.join(root, TOPICS_DIR, ".create"), os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise path_error(e, f"cannot create topics under {root}") from e
-    try:
-        if not lock_within(fd, timeout_ms / 1000.0):
-            raise LogLockedError(f"another process was creating or growing a topic under "
-                                 f"{root} for lock_timeout_ms={timeout_ms}")
         yield
+    except BaseException:
+        if TOPICS_DIR not in before:
+            _undo_creation(root, top if made_root else None, before)
+        raise
     finally:
+        os.close(fd)
+
+
+def _undo_creation(root: str, top: str | None, before: set[str]) -> None:
+    """(creation lock held) Remove the lock file, ``__topics/`` and, if ``top`` (the
+    highest directory the open made) is not None, the root and its parents up to
+    ``top``, provided nothing is there that the root did not hold ``before``; else
+    leave everything (as a crash would)."""
+    topics = os.path.join(root, TOPICS_DIR)
+    try:
+        if os.listdir(topics) != [_CREATE] or set(os.listdir(root)) - {TOPICS_DIR} - before:
+            return
+        # unlinked under the lock: a process waiting for it finds it gone and takes
+        # the new one (``_lock_creation``)
+        os.unlink(os.path.join(topics, _CREATE))
+        os.rmdir(topics)
+        gone = root
+        if top is not None:
+            while True:
+                os.rmdir(gone)
+                if gone == top:
+                    break
+                gone = os.path.dirname(gone)
+        fsync_dir(os.path.dirname(gone) if top is not None else root)
+    except OSError:
+        pass        # another process is using the root: what is left is theirs too
+
+
+def _lock_creation(root: str, timeout_ms: int) -> int:
+    """The creation lock's descriptor, locked; made with ``__topics/`` if missing. A
+    lock file a refused creation removed while this process waited for it is
+    taken again, as the file now there."""
+    path = os.path.join(root, TOPICS_DIR, _CREATE)
+    deadline = time.monotonic() + timeout_ms / 1000.0
+    while True:
+        make_dirs(os.path.dirname(path))
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError as e:
+            # __topics/ was removed just now by a refused creation: make it again
+            if time.monotonic() < deadline:
+                continue
+            raise path_error(e, f"cannot create topics under {root}") from e
+        except OSError as e:
+            raise path_error(e, f"cannot create topics under {root}") from e
+        try:
+            if not lock_within(fd, max(0.0, deadline - time.monotonic())):
+                raise LogLockedError(f"another process was creating or growing a topic "
+                                     f"under {root} for lock_timeout_ms={timeout_ms}")
+            try:
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+        except BaseException:
+            os.close(fd)
+            raise
         os.close(fd)

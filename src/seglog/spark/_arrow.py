@@ -7,7 +7,6 @@ import functools
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..errors import OffsetOutOfRangeError
-from ..log import Log
 from ..message import ArrowColumns, Columns, arrow_modules
 from ._options import OffsetRange, Options
 from ._plan import data_loss
@@ -114,7 +113,7 @@ def read_range(o: Options, r: OffsetRange) -> Iterator[Any]:
     ``failOnDataLoss``."""
     pa = arrow_modules()[0]
     tp = (r.topic, r.partition)
-    with Log.open(o.directory(tp), readonly=True) as log:
+    with o.open_log(o.directory(tp)) as log:
         pos = r.fromOffset
         while pos < r.untilOffset:
             if log.end_offset < r.untilOffset:

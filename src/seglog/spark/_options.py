@@ -11,7 +11,9 @@ from typing import Any, Mapping, NamedTuple
 
 from .._files import MARKER, list_topics
 from ..errors import InvalidConfigError
+from ..log import Log
 from ..topic import check_name, partition_dir, read_partition_count
+from . import _kafka
 
 TP = tuple[str, int]
 EARLIEST, LATEST = -2, -1        # Kafka's offsets JSON: -2 earliest, -1 latest
@@ -34,7 +36,7 @@ _OPTIONS = ("path", "subscribe", "subscribePattern", "assign", "startingOffsets"
             "startingOffsetsByTimestampStrategy", "endingTimestamp",
             "endingOffsetsByTimestamp", "minPartitions", "maxRecordsPerPartition",
             "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
-            "failOnDataLoss", "groupId", "includeHeaders")
+            "failOnDataLoss", "groupId", "includeHeaders", *_kafka.OPTIONS)
 _CANON = {o.lower(): o for o in _OPTIONS}
 _BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 _DURATION = re.compile(r"\s*(\d+)\s*(us|ms|s|m|min|h|d)?\s*", re.IGNORECASE)
@@ -67,8 +69,19 @@ class Options:
     fail_on_data_loss: bool = True
     group_id: str | None = None
     include_headers: bool = False
+    kafka_dirs: tuple[str, ...] = ()           # kafka.logDirs: Kafka's own files (_kafka)
+    isolation: str = "read_uncommitted"
+
+    def open_log(self, directory: str) -> Any:
+        """The readonly log the planner and readers use: a seglog ``Log``, or over
+        Kafka's files a ``_kafka.KafkaLog``."""
+        if self.kafka_dirs:
+            return _kafka.KafkaLog(directory, self.isolation)
+        return Log.open(directory, readonly=True)
 
     def directory(self, tp: TP) -> str:
+        if self.kafka_dirs:
+            return _kafka.directory(self, tp)
         return self.root if self.single else partition_dir(self.root, tp[0], tp[1])
 
     def partitions(self, must_exist: bool) -> list[TP]:
@@ -77,6 +90,8 @@ class Options:
         the assigned ones."""
         if self.single:
             return [(os.path.basename(self.root), 0)]
+        if self.kafka_dirs:
+            return _kafka.partitions(self, must_exist)
         if self.assign:
             out = []
             for t, p in self.assign:
@@ -204,16 +219,20 @@ def parse_options(options: Mapping[str, str], streaming: bool | None) -> Options
         if get(name) is not None:
             raise InvalidConfigError(f"option {name} is for batch queries; a stream runs on "
                                      f"(use Trigger.AvailableNow to stop at the end)")
-    path = get("path")
-    if not path:
+    kafka_kw = _kafka.parse(get)
+    path = get("path") or ("" if kafka_kw else None)
+    if not path and not kafka_kw:
         raise InvalidConfigError("the seglog source needs a path: a topic root (with subscribe, "
                                  "subscribePattern or assign) or one log directory")
-    root = os.path.abspath(os.path.expanduser(path))
+    root = os.path.abspath(os.path.expanduser(path)) if path else ""
     how = [n for n in ("subscribe", "subscribePattern", "assign") if get(n) is not None]
     if len(how) > 1:
         raise InvalidConfigError(f"give only one of subscribe, subscribePattern and assign, "
                                  f"not {' and '.join(how)}")
-    kw: dict[str, Any] = {}
+    kw: dict[str, Any] = dict(kafka_kw)
+    if kafka_kw and not how:
+        raise InvalidConfigError("option kafka.logDirs needs subscribe, subscribePattern or "
+                                 "assign: the topics to read there")
     if not how:
         if not os.path.isfile(os.path.join(root, MARKER)):
             raise InvalidConfigError(
@@ -222,7 +241,7 @@ def parse_options(options: Mapping[str, str], streaming: bool | None) -> Options
         single = True
     else:
         single = False
-        if not os.path.isdir(root):
+        if not kafka_kw and not os.path.isdir(root):
             raise InvalidConfigError(f"path {root} is not a directory")
         if how[0] == "subscribe":
             topics = [t.strip() for t in (get("subscribe") or "").split(",") if t.strip()]
@@ -271,6 +290,9 @@ def parse_options(options: Mapping[str, str], streaming: bool | None) -> Options
     v = get("groupId")
     if v is not None:
         kw["group_id"] = check_name(v, "group")
+        if kafka_kw:
+            raise InvalidConfigError("option groupId records progress in a seglog topic root; "
+                                     "Kafka's log dirs are read-only")
         if single:
             raise InvalidConfigError("option groupId needs topics (a root with subscribe, "
                                      "subscribePattern or assign), not one log directory")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import InvalidConfigError, OffsetOutOfRangeError
 from ..log import Log
@@ -18,13 +18,14 @@ class Logs:
     """Readonly logs by directory, opened once and kept (a stream's planner looks at
     the ends every trigger; a readonly log sees new data and segments by itself)."""
 
-    def __init__(self) -> None:
-        self._logs: dict[str, Log] = {}
+    def __init__(self, opener: Callable[[str], Any] | None = None) -> None:
+        self._logs: dict[str, Any] = {}
+        self._open = opener or (lambda d: Log.open(d, readonly=True))
 
     def get(self, directory: str) -> Log:
         log = self._logs.get(directory)
         if log is None:
-            log = self._logs[directory] = Log.open(directory, readonly=True)
+            log = self._logs[directory] = self._open(directory)
         return log
 
     def close(self) -> None:

@@ -89,7 +89,7 @@ class _Reader:
 
     def __init__(self, o: Options) -> None:
         self.o = o
-        self._logs = Logs()
+        self._logs = Logs(self.o.open_log)
 
     def __getstate__(self) -> dict[str, Any]:
         # readers go to executors by pickle: open logs stay behind
@@ -99,7 +99,7 @@ class _Reader:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._logs = Logs()
+        self._logs = Logs(self.o.open_log)
 
     def read(self, partition: "InputPartition") -> Iterator[Any]:
         r = partition.value
