@@ -274,32 +274,24 @@ class LocalLog:
             self.notify()
         return off
 
-    def append_encoded(self, batches: list[tuple[Any, int, int, int]], atomic: bool = False
-                       ) -> range:
-        """Append encoded batches (``(data, records, largest timestamp, bytes)``), each
-        atomically, rolling as needed; the range of their offsets. An ``OSError``
-        propagates (the caller poisons the log); batches copied before it stay.
-        ``atomic``: all of them as one unit (``Segment.append_group``; the caller
-        checked that they fit one segment)."""
+    def append_encoded(self, batches: list[tuple[Any, int, int, int]], atomic: bool = False) -> range:
+        """Append encoded batches (``(data, records, largest timestamp, bytes)``), each atomically
+        or (``atomic``) all as one (``Segment.append_group``), rolling as needed; their range.
+        An ``OSError`` propagates (the caller poisons the log); batches copied stay."""
         self._begin()
         if not self._writable:
             self._commit()
             self.check_writable()
         try:
             first = off = self._end
-            if atomic:
-                if batches:
-                    seg = self._active
-                    if seg.append_group(batches, off) < 0:
-                        self._roll(seg).append_group(batches, off)
-                    self._end = off = off + sum(b[1] for b in batches)
-            else:
-                for data, n, max_ts, size in batches:
-                    seg = self._active
-                    if seg.append(data, off, off + n, max_ts, size) < 0:
-                        self._roll(seg).append(data, off, off + n, max_ts, size)
-                    off += n
-                    self._end = off
+            if atomic and batches and self._active.append_group(batches, off) < 0:
+                self._roll(self._active).append_group(batches, off)
+            for data, n, max_ts, size in batches:
+                seg = self._active
+                if not atomic and seg.append(data, off, off + n, max_ts, size) < 0:
+                    self._roll(seg).append(data, off, off + n, max_ts, size)
+                off += n
+                self._end = off
         except BaseException:
             self._abort()
             raise

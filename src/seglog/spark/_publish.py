@@ -35,14 +35,13 @@ from itertools import groupby
 from typing import Any, Iterable, Iterator
 
 from .. import codec
-from .._files import atomic_write, fsync_dir, make_dirs, remove
+from .._files import SPARK_DIR, atomic_write, fsync_dir, make_dirs, remove
 from .._platform import boot_id, lock_within
 from ..errors import CorruptRecordError, LogLockedError, SeglogError
 from ..log import Log
 from ..topic import partition_dir
 from ._stage import STAGE_SUFFIX, StagedGroup
 
-SPARK_DIR = "__spark"              # under a topic root: the sink's writes
 MANIFEST = "manifest.json"
 COMMITTED = "committed.json"       # a stream's last published batch
 DRIVER = "driver.json"             # a batch write's driver process (``driver_alive``)

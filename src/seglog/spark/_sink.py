@@ -13,6 +13,8 @@ import os
 import uuid
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
+from .._files import SPARK_DIR, make_dirs
+from .._marker import check_root
 from ..errors import InvalidConfigError, SeglogError
 from ._publish import WriteDir, make_manifest, publish, start_job, sweep_jobs
 from ._sink_options import ColumnSpec, SinkOptions, check_columns, parse_sink_options
@@ -47,6 +49,9 @@ def check_write(options: Any, schema: "StructType", overwrite: bool, streaming: 
             f"offsets never change): use {'outputMode append or update' if streaming else 'mode(append)'}")
     o = parse_sink_options(options)
     cols = check_columns(schema, o)
+    # a directory of seglog's (or none yet) before the sink makes anything there
+    check_root(o.root)
+    make_dirs(os.path.join(o.root, SPARK_DIR))
     if o.topic is not None:
         ensure_topic(o, o.topic)
     return o, cols
