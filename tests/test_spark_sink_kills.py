@@ -121,6 +121,18 @@ def kill_group(proc: subprocess.Popen) -> None:
     raise AssertionError("processes of the killed query outlived it")
 
 
+def wait_for_manifest(root: str, timeout: float) -> None:
+    """Until a commit of the query has written its manifest (it is publishing)."""
+    top = os.path.join(root, "__spark", "queries")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for q in os.listdir(top) if os.path.isdir(top) else ():
+            if os.path.exists(os.path.join(top, q, MANIFEST)):
+                return
+        time.sleep(0.001)
+    raise AssertionError(f"no commit began within {timeout} s")
+
+
 def committed(root: str) -> int | None:
     """The last micro-batch the sink published (None: none yet)."""
     top = os.path.join(root, "__spark", "queries")
@@ -176,13 +188,24 @@ def test_a_stream_killed_at_random_instants_writes_every_row_exactly_once(tmp_pa
     try:
         for r in range(2 * SCALE):
             q = Child(root, ckpt, "run")
+            how = (2, 0, 1)[r % 3]          # in a commit first: CI runs two rounds
             try:
                 q.wait_for("started", 300)
                 q.wait_for("batch", 300)       # the first is slow: Python workers start
-                time.sleep(rnd.uniform(0, 3.0))
+                if how == 0:                     # anywhere
+                    time.sleep(rnd.uniform(0, 3.0))
+                elif how == 1:                   # near the end of the next micro-batch
+                    ms = int(q.wait_for("batch", 300).split()[2])
+                    time.sleep(rnd.uniform(0.5, 1.2) * ms / 1000)
+                else:                            # once a commit has written its manifest
+                    wait_for_manifest(root, 60)
+                    time.sleep(rnd.uniform(0, 0.003))
             finally:
                 q.kill()
-            left[what_was_left(root)] += 1
+            state = what_was_left(root)
+            left[state] += 1
+            print(f"round {r}: killed {['anywhere', 'late in a micro-batch', 'in a commit'][how]}"
+                  f", left {state}", flush=True)
         done.set()
         feeding.join()
         q = Child(root, ckpt, "finish")
