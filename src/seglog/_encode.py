@@ -133,22 +133,32 @@ def encode_batch(base_offset: int, values: Sequence[bytes | None],
     parts.append(b"".join(filter(None, values)) if attrs & F_NULL_VALUES
                  else b"".join(cast("Sequence[bytes]", values)))   # no None in values
     parts.append(hdr_data)
-    records = b"".join(parts)
+    return b"".join(finish_batch(parts, attrs, last_delta, n, base_ts, max_ts, codec,
+                                 base_offset, delete_horizon))
+
+
+def finish_batch(sections: Sequence[bytes | memoryview], attrs: int, last_delta: int, n: int,
+                 base_ts: int, max_ts: int, codec: int = CODEC_NONE, base_offset: int = 0,
+                 delete_horizon: int | None = None) -> list[bytes]:
+    """A batch from its records section in parts (in the format's order, ``attrs``
+    saying which are present): compressed with ``codec`` where that pays, the
+    delete horizon, the header and its checksum. Returns (header, the rest): the
+    batch is their join."""
     if codec == CODEC_LZ4:
-        packed = _lz4(n, records)
+        packed = _lz4(n, *sections)
         if packed is not None:
             attrs |= CODEC_LZ4
-            records = packed
+            sections = (packed,)
     if delete_horizon is not None:
         attrs |= F_HORIZON
-        records = I64.pack(delete_horizon) + records
-    checked = _TAIL.pack(attrs, last_delta, n, base_ts, max_ts) + records
-    return b"".join((_HEAD.pack(base_offset, _HEAD.size - LENGTH_END + len(checked), MAGIC,
-                                CHECKSUM(checked)),
-                     checked))
+        sections = (I64.pack(delete_horizon), *sections)
+    # one copy of the records: joined behind the header's checked fields
+    checked = b"".join((_TAIL.pack(attrs, last_delta, n, base_ts, max_ts), *sections))
+    return [_HEAD.pack(base_offset, _HEAD.size - LENGTH_END + len(checked), MAGIC,
+                       CHECKSUM(checked)), checked]
 
 
-def _lz4(n: int, *records: bytes) -> bytes | None:
+def _lz4(n: int, *records: bytes | memoryview) -> bytes | None:
     """The compressed form (size prefix and LZ4 block) of the records section
     ``records`` (in parts) of ``n`` records, or None where lz4 does not pay: fewer
     than ``LZ4_MIN_RECORDS`` records, or nothing saved."""

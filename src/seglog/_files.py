@@ -30,6 +30,7 @@ SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")   # a segment's three files
 WRITER_SESSION = "writer-session"   # the exclusive writer's session record
 TOPICS_DIR = "__topics"             # under a topic root: <name>.json per topic
 GROUPS_DIR = "__groups"             # under a topic root: one directory per consumer group
+SPARK_DIR = "__spark"               # under a topic root: the Spark sink's writes
 _MAX_BASE = (1 << 63) - 1
 _SEGMENT_FILE = re.compile(r"(\d{20})\.(log|index|timeindex)")
 _LEFTOVER = re.compile(

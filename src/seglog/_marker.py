@@ -17,7 +17,7 @@ from typing import Any
 
 from . import codec
 from ._files import (CHECKPOINT_MAGIC, GROUPS_DIR, LOCK_FILES, LOG_START, MARKER, RECOVERY_POINT,
-                     TOPICS_DIR, WRITER_SESSION, atomic_write, is_leftover, list_dir,
+                     SPARK_DIR, TOPICS_DIR, WRITER_SESSION, atomic_write, is_leftover, list_dir,
                      list_segments, require_dir, segment_path)
 from .config import LogConfig
 from .errors import CorruptRecordError, InvalidConfigError, NotALogError
@@ -103,13 +103,14 @@ def ownership(directory: str, names: list[str]) -> str:
 def check_root(root: str, what: str = "topic root") -> bool:
     """Check, before anything is made or read there, that ``root`` (absolute) may hold
     topics and consumer groups: True if it is a directory that is seglog's (it holds
-    ``__topics/`` or ``__groups/``, or nothing but logs) or empty, False if nothing
-    is at ``root`` (the caller makes it). ``NotALogError`` for a file, a link to
+    ``__topics/``, ``__groups/`` or the Spark sink's ``__spark/``, or nothing but logs)
+    or empty, False if nothing is at ``root`` (the caller makes it). ``NotALogError`` for a file, a link to
     nothing, or a directory holding anything else: nothing there is changed."""
     if not require_dir(root, what, create=True):
         return False
     names = list_dir(root)
-    if any(n in names and os.path.isdir(os.path.join(root, n)) for n in (TOPICS_DIR, GROUPS_DIR)):
+    if any(n in names and os.path.isdir(os.path.join(root, n))
+           for n in (TOPICS_DIR, GROUPS_DIR, SPARK_DIR)):
         return True
     others = [n for n in names if not os.path.isfile(os.path.join(root, n, MARKER))]
     if others:

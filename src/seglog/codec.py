@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ._decode import (ColumnPart, WalkEnd, column_part, decode_batch, iter_column_parts,
                       iter_messages)
-from ._encode import encode_batch, encode_values_parts
+from ._encode import encode_batch, encode_values_parts, finish_batch
 from ._format import (CHECKSUM, CHECKSUM_FROM, CODEC_LZ4, CODEC_MASK, CODEC_NONE,
                       DEFAULT_MAX_UNCOMPRESSED, F_HEADERS, F_HORIZON, F_KEYS, F_NULL_VALUES,
                       F_OFFSETS, F_TIMESTAMPS, F_WIDE, F_WIDE_TS, H_ATTRS, H_BASE, H_BASE_TS,
@@ -36,7 +36,7 @@ __all__ = [
     "read_header", "sane_header", "framed_header", "framing_error", "checksum_ok",
     "continues", "batches_in", "last_offset", "batch_size", "delete_horizon",
     # encoding
-    "encode_batch", "encode_values_parts",
+    "encode_batch", "encode_values_parts", "finish_batch",
     # decoding
     "iter_messages", "iter_column_parts", "WalkEnd", "decode_batch", "column_part",
     "ColumnPart",

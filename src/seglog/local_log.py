@@ -26,17 +26,20 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import deque
-from typing import Any, Callable, Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from . import recovery
-from ._files import LOG_START, RECOVERY_POINT, read_checkpoint, write_checkpoint
+from ._files import LOG_START, read_checkpoint, write_checkpoint
+from ._flush_marks import FlushMarks
+from ._append_line import AppendLine, Batches
+from ._end_watch import EndWatch
 from ._inflight import InFlight
+from ._shared_mode import SharedMode
 from ._metrics import AppendCounts, Metrics
 from ._writers import (Shared, Tail, WritersFile, adopt, follow, remove_unwritten, rolling_cut,
                        stray_segments)
 from .config import LogConfig
-from .codec import NEVER, encode_batch
+from .codec import encode_batch
 from .errors import LogClosedError, LogLockedError, SeglogError, StorageError, storage_error
 from .segment import Segment
 
@@ -55,23 +58,6 @@ def active_capacity(config: LogConfig) -> int:
     batch (and room for its framing), so an append that fits the roll check always
     fits. The file grows to it as blocks are reserved, never further."""
     return config.segment_bytes + config.max_message_bytes + 65536
-
-
-class _Waiting:
-    """An append of a thread that found the append lock taken (flat combining, as group
-    commit does for fsync): the thread that holds the lock appends it for this one
-    before it lets go, or hands it back (``again``) to be tried by its own thread.
-    ``done`` is released when either happened."""
-
-    __slots__ = ("batches", "done", "result", "error", "again")
-
-    def __init__(self, batches: list[tuple[Any, int, int, int]]) -> None:
-        self.batches = batches
-        self.done = threading.Lock()
-        self.done.acquire()
-        self.result = range(0)
-        self.error: BaseException | None = None
-        self.again = False
 
 
 class ModeLock(Protocol):
@@ -117,27 +103,19 @@ class LocalLog:
         self._w = writers
         self._bind_mode()
         # appends of threads that found the lock taken, appended by its holder
-        self._line: deque[_Waiting] = deque()
+        self._line = AppendLine()
         # bumped by every change of the segment list (``_list_gen``) and of the start
-        # or flushed offset (``_changes``); with several writers, what this writer
-        # published last of them (``_pub_*``), and whether it must follow the files
-        # afresh at its next lock (``_relist``)
+        # or flushed offset (``_changes``); with several writers, whether it must
+        # follow the files afresh at its next lock (``_relist``)
         self._list_gen = 0
         self._changes = 0
-        self._pub_gen = self._pub_changes = self._pub_marks = self._pub_end = -1
         self._relist = False
         self._pid = os.getpid()
         self._forked_from: int | None = None
-        # every offset below ``_flushed`` was fsynced; the recovery-point checkpoint
-        # says so up to ``_checkpointed``; past ``_flush_at`` an append flushes
-        self._flushed = end
-        self._checkpointed = recovery_point
-        self._ckpt_lock = threading.Lock()
-        self._flush_at = NEVER
-        self._update_flush_at()
+        # what survives power loss, and when the next append flushes
+        self._marks = FlushMarks(path, end, recovery_point, config.flush_messages)
         # tailing: ``Log.wait`` callers of this process (the append path notifies them)
-        self._waiters = 0
-        self._cond = threading.Condition(threading.Lock())
+        self._watch = EndWatch()
         self._counts = AppendCounts(end)
         if segments:
             self._set(tuple(segments))
@@ -153,6 +131,7 @@ class LocalLog:
             self._commit: Callable[[], None] = lock.release
             self._abort: Callable[[], None] = lock.release
         else:
+            self._shared = SharedMode(self._lock, self._w, self.closed_error, self._fail_line)
             self._begin = self._begin_shared
             self._commit = self._commit_shared
             self._abort = self._abort_shared
@@ -205,13 +184,13 @@ class LocalLog:
         """Every offset below this survives power loss (the writers' shared one, read
         from the header without the append lock)."""
         if self._w is not None and not self._closed:
-            return max(self._flushed, self._w.flushed_now())
-        return self._flushed
+            return max(self._marks.flushed, self._w.flushed_now())
+        return self._marks.flushed
 
     @property
     def flush_at(self) -> int:
         """An append at or past this offset flushes (``flush_messages``)."""
-        return self._flush_at
+        return self._marks.flush_at
 
     @property
     def closed(self) -> bool:
@@ -283,7 +262,8 @@ class LocalLog:
         go (``_serve_line``), each call still atomic and in its thread's order."""
         if not self._begin(False):
             # the line's form of the record: the one-record batch ``append_one`` makes
-            return self._wait_in_line([(encode_batch(0, [value], ts), 1, ts, size)]).start
+            return self._wait_in_line([(encode_batch(0, [value], ts), 1, ts, size)],
+                                      False).start
         if not self._writable:
             self._done_writing()
             self.check_writable()
@@ -294,46 +274,50 @@ class LocalLog:
                 self._roll(seg).append_one(off, ts, check, value, size)
             self._end = off + 1
         except BaseException:
-            self._abort()
-            if self._line:
-                self._serve_line()
+            self._abort_writing()
             raise
         self._commit()
         if self._line:
             self._serve_line()
-        if self._waiters:
+        if self._watch.waiting:
             self.notify()
         return off
 
-    def append_encoded(self, batches: list[tuple[Any, int, int, int]]) -> range:
+    def append_encoded(self, batches: Batches, atomic: bool = False) -> range:
         """Append encoded batches (``(data, records, largest timestamp, bytes)``), each
-        atomically, rolling as needed; the range of their offsets. An ``OSError``
-        propagates (the caller poisons the log); batches copied before it stay."""
+        atomically or (``atomic``) all as one (``Segment.append_group``), rolling as
+        needed; the range of their offsets. An ``OSError`` propagates (the caller
+        poisons the log); batches copied before it stay."""
         if not self._begin(False):
-            return self._wait_in_line(batches)
-        return self._append_holding(batches)
+            return self._wait_in_line(batches, atomic)
+        return self._append_holding(batches, atomic)
 
-    def _append_holding(self, batches: list[tuple[Any, int, int, int]]) -> range:
+    def _append_holding(self, batches: Batches, atomic: bool) -> range:
         """``append_encoded`` with the append lock taken: appended, the lock let go."""
         if not self._writable:
             self._done_writing()
             self.check_writable()
         try:
-            got = self._put(batches)
+            got = self._put(batches, atomic)
         except BaseException:
-            self._abort()
-            if self._line:
-                self._serve_line()
+            self._abort_writing()
             raise
         self._done_writing()
-        if self._waiters:
+        if self._watch.waiting:
             self.notify()
         return got
 
-    def _put(self, batches: list[tuple[Any, int, int, int]]) -> range:
+    def _put(self, batches: Batches, atomic: bool) -> range:
         """(lock held) Copy ``batches`` in after the end, rolling as needed; their
-        offsets. The end moves past each batch as it lands."""
+        offsets. The end moves past each batch as it lands (past all, ``atomic``)."""
         first = off = self._end
+        if atomic:
+            if batches:
+                seg = self._active
+                if seg.append_group(batches, off) < 0:
+                    self._roll(seg).append_group(batches, off)
+                self._end = off = off + sum(b[1] for b in batches)
+            return range(first, off)
         for data, n, max_ts, size in batches:
             seg = self._active
             if seg.append(data, off, off + n, max_ts, size) < 0:
@@ -342,21 +326,18 @@ class LocalLog:
             self._end = off
         return range(first, off)
 
-    def _wait_in_line(self, batches: list[tuple[Any, int, int, int]]) -> range:
+    def _wait_in_line(self, batches: Batches, atomic: bool) -> range:
         """Leave ``batches`` for the holder of the append lock to append, and wait; if
         it hands them back, append them here (taking the lock, waiting for it)."""
-        item = _Waiting(batches)
-        self._line.append(item)
+        line = self._line
+        item = line.join(batches, atomic)
         # the holder may have let go since this thread found the lock taken: then
         # nobody would serve the line but this thread
         self._serve_line()
-        item.done.acquire()
-        if item.error is not None:
-            raise item.error
-        if not item.again:
+        if line.wait(item):
             return item.result
         self._begin(True)
-        return self._append_holding(batches)
+        return self._append_holding(batches, atomic)
 
     def _serve_line(self) -> None:
         """(with the append lock let go) Take it again if it is free, and append what
@@ -376,33 +357,26 @@ class LocalLog:
                 return
             if not self._writable:
                 self._commit()
-                self._hand_back(line)
+                line.hand_back()
                 return
-            served: list[_Waiting] = []
-            try:
-                while line:
-                    item = line.popleft()
-                    served.append(item)
-                    item.result = self._put(item.batches)
-            except BaseException as e:
-                served[-1].error = e
+            served, ok = line.run(self._put)
+            if ok:
+                self._commit()
+            else:
                 self._abort()
-                for item in served:
-                    item.done.release()
-                self._hand_back(line)
+            line.release(served)
+            if not ok:
+                line.hand_back()
                 return
-            self._commit()
-            for item in served:
-                item.done.release()
-            if self._waiters:
+            if self._watch.waiting:
                 self.notify()
 
-    @staticmethod
-    def _hand_back(line: deque[_Waiting]) -> None:
-        while line:
-            item = line.popleft()
-            item.again = True
-            item.done.release()
+    def _abort_writing(self) -> None:
+        """Step 3 for a failed change: let go (``_abort``), then serve the appends that
+        waited in line meanwhile."""
+        self._abort()
+        if self._line:
+            self._serve_line()
 
     def _done_writing(self) -> None:
         """Step 2 for a change other than an append: publish, let go, and serve the
@@ -441,79 +415,32 @@ class LocalLog:
         self._set(self._segs + (new,))
         self._list_changed()
         self._counts.rolled(old.size)
-        if self._flushed < end:
-            self._flushed = end
-            self._update_flush_at()
+        self._marks.sealed_through(end)
         if w is not None:
             w.rolled()
             self._publish()
         self.metrics.rolled()
-        self.write_recovery_point(end)
+        self._marks.checkpoint(end)
         return new
 
     # -- several writers: following the others, publishing ------------------------------
     def _begin_shared(self, blocking: bool = True, what: str = "nothing was written") -> bool:
-        """Step 1 with several writers: this process's lock (False at once if another
-        thread holds it and not ``blocking``), then the other writers' (together within
-        ``lock_timeout_ms``, else ``LogLockedError`` ending with ``what``), then follow
-        what they published since this writer last looked; True. While this thread
-        waits for the other writers, this process's other appends wait in line; they
-        fail as this call fails."""
-        lock, w = self._lock, self._w
-        assert w is not None
-        if lock.acquire(False):
-            try:
-                moved = w.enter()
-            except BlockingIOError:
-                moved = self._enter_waiting(w.timeout, what)
-            except LogClosedError:
-                lock.release()
-                self._fail_line(self.closed_error())
-                raise self.closed_error() from None
-            except BaseException as e:
-                lock.release()
-                self._fail_line(e)
-                raise
-        else:
-            if not blocking:
-                return False
-            start = time.monotonic()
-            if not lock.acquire(timeout=w.timeout):
-                raise w.timed_out(what)
-            moved = self._enter_waiting(w.timeout - (time.monotonic() - start), what)
+        """Step 1 with several writers: in through ``SharedMode.enter`` (False if
+        another thread holds this process's lock and not ``blocking``), then follow
+        what the others published since this writer last looked; True."""
+        moved = self._shared.enter(blocking, what)
+        if moved is False:
+            return False
         if moved is not None:
             self._follow(moved)
         return True
-
-    def _enter_waiting(self, left: float, what: str) -> Tail | Shared | None:
-        """(this process's lock held) The other writers' lock, waited for at most
-        ``left`` seconds, and what moved; a failure lets go of both."""
-        lock, w = self._lock, self._w
-        assert w is not None
-        try:
-            if w.closed:
-                raise self.closed_error()
-            w.lock(max(0.0, left), what)
-            try:
-                return w.look()
-            except BaseException:
-                w.unlock()
-                raise
-        except BaseException as e:
-            lock.release()
-            self._fail_line(e)
-            raise
 
     def _fail_line(self, e: BaseException) -> None:
         """The appends waiting in line fail as the holder's call failed before it
         wrote anything (the lock could not be had, the log is closed)."""
         if isinstance(e, LogLockedError) and self._w is not None:
             e = self._w.timed_out()         # said of an append: nothing was written
-        line = self._line
-        while line:
-            item = line.popleft()
-            item.error = e
-            item.done.release()
+        self._line.fail(e)
 
     def _follow(self, moved: Tail | Shared) -> None:
         """(lock held) Take what the other writers published since this writer last
@@ -525,14 +452,15 @@ class LocalLog:
         assert w is not None
         if type(moved) is Tail:          # only appends: two ints
             self._active.set_measured(moved.size, moved.next_offset)
-            self._end = self._pub_end = moved.next_offset
+            self._end = moved.next_offset
+            self._shared.followed_tail(moved.next_offset)
             w.followed(moved)
             return
         try:
             self._follow_state(moved)    # type: ignore[arg-type]
         except BaseException as e:
             self._abort_shared()
-            self._hand_back(self._line)     # each tries again itself
+            self._line.hand_back()     # each tries again itself
             if isinstance(e, OSError) and not isinstance(e, SeglogError):
                 raise StorageError(e.errno, f"following the other writers of {self.path} "
                                             f"failed: {e}") from e
@@ -553,7 +481,7 @@ class LocalLog:
             self._active.reload(sh.state)
         self._start = max(self._start, sh.start)
         self._end = sh.state.next_offset
-        self._follow_flushed(sh.flushed)
+        self._marks.followed(sh.flushed)
         w.followed(sh)
         self._mark_published()
         if sh.holder:
@@ -601,47 +529,23 @@ class LocalLog:
         self._changes += 1
 
     def _commit_shared(self) -> None:
-        """Step 2 with several writers: publish what this writer changed (everything
-        when more than size and next offset moved), then let go of the lock."""
-        w = self._w
-        assert w is not None
-        seg = self._active
-        try:
-            if seg.marks != self._pub_marks or self._changes != self._pub_changes:
-                self._publish()
-                w.leave()
-            elif self._end != self._pub_end:
-                self._pub_end = self._end
-                w.leave_tail(seg.size, self._end)
-            else:
-                w.leave()
-        finally:
-            self._lock.release()
+        """Step 2 with several writers: publish what changed, let go."""
+        self._shared.commit(self._active, self._end, self._changes, self._list_gen,
+                            self._start, self._marks.flushed)
 
     def _abort_shared(self) -> None:
         """Step 3 with several writers, after a failure inside a write or a roll: as
         after a death, nothing is published, the holder stays for the next writer's
         repair, and this writer follows the files afresh at its next lock."""
-        w = self._w
-        assert w is not None
         self._relist = True
-        try:
-            w.leave_for_repair()
-        finally:
-            self._lock.release()
+        self._shared.abort()
 
     def _publish(self) -> None:
-        w = self._w
-        assert w is not None
-        w.publish(self._start, self._flushed, self._list_gen != self._pub_gen,
-                  self._active.writer_state())
-        self._mark_published()
+        self._shared.publish(self._active, self._end, self._changes, self._list_gen,
+                             self._start, self._marks.flushed)
 
     def _mark_published(self) -> None:
-        self._pub_gen = self._list_gen
-        self._pub_end = self._end
-        self._pub_marks = self._active.marks
-        self._pub_changes = self._changes
+        self._shared.published(self._active, self._end, self._changes, self._list_gen)
 
     def attach(self, first: bool) -> None:
         """Opening one of several writers (the opener holds the append lock across
@@ -657,10 +561,9 @@ class LocalLog:
             return
         self._follow_state(w.read())
         self._counts.restart(self._end, self._active.size)   # counted from the log found
-        if self._changes != self._pub_changes:
+        if self._shared.changes_since(self._changes):
             self._publish()
         w.unhold()
-
 
     def _relist_now(self) -> None:
         """(lock held, several writers) The segment list as the files and the header
@@ -702,9 +605,7 @@ class LocalLog:
                 self._set(tuple(s for s in segs if s.base_offset > through))
                 self._list_changed()
         except BaseException:
-            self._abort()
-            if self._line:
-                self._serve_line()
+            self._abort_writing()
             raise
         self._done_writing()
         # readers of this process re-find their place; the files close once no read
@@ -749,9 +650,7 @@ class LocalLog:
                 raise StorageError(f"compaction of {self.path} replaced segments "
                                    f"{bases[0]}..{bases[-1]}, which the log no longer lists")
         except BaseException:
-            self._abort()
-            if self._line:
-                self._serve_line()
+            self._abort_writing()
             raise
         self._done_writing()
         self._reads.retire(gone + [s for s in old if s not in gone], "replaced by compaction")
@@ -765,9 +664,7 @@ class LocalLog:
             if self._w is not None:
                 self._relist_now()
         except BaseException:
-            self._abort()
-            if self._line:
-                self._serve_line()
+            self._abort_writing()
             raise
         self._done_writing()
 
@@ -787,8 +684,8 @@ class LocalLog:
         self._begin_writing(_NOT_FLUSHED)
         target, seg = self._end, self._active
         self._done_writing()
-        if target <= self._flushed:
-            return self._flushed
+        if target <= self._marks.flushed:
+            return self._marks.flushed
         # in flight: a compaction or another writer's roll that retires this segment
         # must not close its descriptors under the fsync
         self.enter()
@@ -803,48 +700,23 @@ class LocalLog:
         # writers it is theirs, moved and published under their lock
         if self._w is None:
             self._flushed_to(target)
-            return self._flushed
+            return self._marks.flushed
         self._begin_writing(_NOT_FLUSHED)
         try:
             self._flushed_to(target)
         except BaseException:
-            self._abort()
-            if self._line:
-                self._serve_line()
+            self._abort_writing()
             raise
         self._done_writing()
-        return self._flushed
+        return self._marks.flushed
 
     def _flushed_to(self, target: int) -> None:
-        self.write_recovery_point(target)
-        if target > self._flushed:
-            self._flushed = target
+        if self._marks.reached(target):
             self._changes += 1
-            self._update_flush_at()
 
     def _list_changed(self) -> None:
         self._list_gen += 1
         self._changes += 1
-
-    def _follow_flushed(self, flushed: int) -> None:
-        """Another writer fsynced up to ``flushed`` and checkpointed it."""
-        self._checkpointed = max(self._checkpointed, flushed)
-        if flushed > self._flushed:
-            self._flushed = flushed
-            self._update_flush_at()
-
-    def _update_flush_at(self) -> None:
-        every = self.config.flush_messages
-        if every is not None:
-            self._flush_at = self._flushed + every - 1
-
-    def write_recovery_point(self, offset: int) -> None:
-        """Durably record that every offset below ``offset`` was fsynced (monotonic)."""
-        with self._ckpt_lock:       # innermost lock: flush and roll both get here
-            if offset <= self._checkpointed:
-                return
-            write_checkpoint(self.path, RECOVERY_POINT, offset)
-            self._checkpointed = offset
 
     def appended(self) -> tuple[int, int]:
         """Messages and bytes this writer appended since it opened."""
@@ -898,9 +770,8 @@ class LocalLog:
     def _seal_clean(self) -> None:
         active = self._active
         active.seal()
-        write_checkpoint(self.path, RECOVERY_POINT, self._end)
+        self._marks.closed_clean(self._end)
         recovery.write_marker(self.path, active, self._end)
-        self._flushed = self._end
 
     def _shut(self, mode_lock: ModeLock, keep: bool = False, release: str = "plain") -> None:
         """Closed from now on (lock held): with several writers, publish what changed
@@ -914,8 +785,9 @@ class LocalLog:
         try:
             if w is not None:
                 try:
-                    if release == "publish":
-                        self._publish_closing()
+                    if release == "publish" and self._shared.changed(
+                            self._active, self._end, self._changes):
+                        self._publish()
                     if release != "repair" and not w.closed:
                         w.unhold()
                 finally:
@@ -941,12 +813,6 @@ class LocalLog:
             self.notify()
             if self._line:
                 self._serve_line()          # hands them back: each is refused
-
-    def _publish_closing(self) -> None:
-        seg = self._active
-        if (seg.marks != self._pub_marks or self._end != self._pub_end
-                or self._changes != self._pub_changes):
-            self._publish()
 
     def abandon(self) -> None:
         """Drop every segment as a killed process would: no seal, no publish, the
@@ -977,9 +843,8 @@ class LocalLog:
         one at the fork), no reads in flight; a writer's copy is closed for good."""
         self._lock = threading.Lock()
         self._bind_mode()
-        self._ckpt_lock = threading.Lock()
-        self._cond = threading.Condition(threading.Lock())
-        self._waiters = 0
+        self._marks.after_fork()
+        self._watch.after_fork()
         self._reads.after_fork()
         self._reads.stop(wait=False)
         if self._w is not None:
@@ -1003,33 +868,21 @@ class LocalLog:
     # -- tailing ------------------------------------------------------------------------
     def notify(self) -> None:
         """Wake ``wait_for`` callers (after the append lock is released)."""
-        with self._cond:
-            self._cond.notify_all()
+        self._watch.notify()
 
     def wait_for(self, offset: int, deadline: float | None) -> bool:
         """A writer's ``Log.wait``: block until ``end > offset`` (True) or the
         ``time.monotonic()`` ``deadline`` (False); ``closed_error()`` once closed."""
-        with self._cond:
-            self._waiters += 1
-            try:
-                waited = False
-                while self._end <= offset:
-                    self.check_readable()
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        return False
-                    self._cond.wait(None if left is None else min(left, threading.TIMEOUT_MAX))
-                    waited = True
-                if waited:
-                    self.metrics.woke()
-                return True
-            finally:
-                self._waiters -= 1
+        reached, waited = self._watch.wait(lambda: self._end > offset, self.check_readable,
+                                           deadline)
+        if reached and waited:
+            self.metrics.woke()
+        return reached
 
     @property
     def waiters(self) -> int:
         """``wait_for`` callers blocked now."""
-        return self._waiters
+        return self._watch.waiting
 
     def refresh(self, force: bool = False) -> None:
         """(the read path) A writer's own list is current: nothing to look at again (a

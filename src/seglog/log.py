@@ -332,13 +332,26 @@ class Log:
         encodes every partition's part before writing any)."""
         return encode(items, now, self.config, self._compress)
 
-    def append_encoded(self, batches: list[tuple[Any, int, int, int]]) -> range:
-        """Append what ``encode`` returned, atomically per batch; the range of offsets."""
+    def append_encoded(self, batches: list[tuple[Any, int, int, int]], atomic: bool = False
+                       ) -> range:
+        """Append what ``encode`` returned, atomically per batch; the range of offsets.
+
+        ``atomic``: all the batches as one unit, which readers and recovery see
+        whole or not at all (``Segment.append_group``). They must fit one segment:
+        more than ``segment_bytes`` + ``max_message_bytes`` in all is a
+        ``MessageTooLargeError``, and nothing is written."""
+        if atomic:
+            total = sum(b[3] for b in batches)
+            limit = self.config.segment_bytes + self.config.max_message_bytes
+            if total > limit:
+                raise MessageTooLargeError(
+                    f"an atomic append of {total} bytes does not fit one segment "
+                    f"(segment_bytes + max_message_bytes = {limit})")
         local = self._local
         if local is None:
             local = self._writer()
         try:
-            got = local.append_encoded(batches)
+            got = local.append_encoded(batches, atomic)
         except StorageError:
             raise
         except OSError as e:

@@ -22,10 +22,11 @@ import io
 import mmap
 import os
 from struct import Struct
-from typing import Callable, NamedTuple, cast
+from typing import Any, Callable, NamedTuple, Sequence, cast
 
 from . import _notebook, _scan, _segment_read, codec
 from ._files import fsync_dir, fsync_file, remove, segment_name
+from ._format import BIG_ENDIAN_HOST
 from ._segment_indexes import close_all, for_reading, replace_files, reserve_room
 # SegmentGoneError is raised by the .log descriptor's holder, and known by Segment's name
 from ._segment_file import SegmentFile
@@ -35,6 +36,10 @@ from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, next_entry_posit
 from ._writable_map import WritableMap
 
 _OFFSET = Struct("<q")
+_LENGTH = Struct("<I")
+# native order and size: packed with one memcpy of 4 bytes, which compiles to a single
+# store (a little-endian Struct packs byte by byte: a kill between bytes would tear it)
+_NATIVE_U32 = Struct("I")
 _ONE = codec.ONE_HEADER
 _MAGIC = codec.MAGIC
 _ONE_SIZE = _ONE.size
@@ -68,6 +73,11 @@ class WriterState(NamedTuple):
     max_timestamp: int
     max_ts_offset: int
     first_timestamp: int
+
+
+def _native_u32(v: int) -> int:
+    """``v`` such that ``_NATIVE_U32`` stores it little-endian (the format's order)."""
+    return int.from_bytes(v.to_bytes(4, "little"), "big") if BIG_ENDIAN_HOST else v
 
 
 def _at_path(seg: Segment) -> bool:
@@ -399,6 +409,52 @@ class Segment:
                 mm[pos + 8:h] = view[8:codec.HEADER_SIZE]
                 mm[h:end] = view[codec.HEADER_SIZE:]
         self._appended(pos, end, base_offset, next_offset, max_timestamp)
+        return pos
+
+    def append_group(self, batches: Sequence[tuple[Any, int, int, int]], base_offset: int) -> int:
+        """Copy encoded batches ``(data, records, max timestamp, size)`` (``data``: a
+        buffer, or its parts) that follow each other from ``base_offset``, so that
+        readers, recovery and a writer repairing after a death see all of them or
+        none. Returns the position written at, or -1 (nothing written) if the
+        segment must roll first.
+
+        The first batch's header goes in first, claiming the whole group as its
+        length: its checksum fails, so readers stop before it, recovery cuts it as
+        a torn tail and a repairing writer erases it; the batches after it lie
+        inside the bytes it claims, which prove nothing (``_scan.survey``). Once
+        every byte is in, one 4-byte store of its true length makes the group
+        whole. Index entries and the tail state follow, as for ``append``.
+        """
+        mm = self._mm
+        assert mm is not None and self._size is not None and batches
+        pos = self._size
+        total = sum(b[3] for b in batches)
+        after = base_offset + sum(b[1] for b in batches)
+        if (pos + total > self._roll_size or max(b[2] for b in batches) > self._roll_ts
+                or after - 1 > self._roll_off):
+            return -1
+        end = pos + total
+        if end > self._alloc_end:
+            self._allocate(end)
+        p, off = pos, base_offset
+        for i, (data, n, _, size) in enumerate(batches):
+            with memoryview(b"".join(data) if type(data) is list else data) as view:
+                head = bytearray(view[:codec.HEADER_SIZE])
+                _OFFSET.pack_into(head, 0, off)
+                if not i:
+                    _LENGTH.pack_into(head, 8, total - codec.LENGTH_END)
+                # each header whole before its records (as ``append``'s)
+                mm[p:p + codec.HEADER_SIZE] = head
+                mm[p + codec.HEADER_SIZE:p + size] = view[codec.HEADER_SIZE:size]
+            p += size
+            off += n
+        # the commit point: one store (a single instruction) of the first batch's length
+        _NATIVE_U32.pack_into(mm, pos + 8, _native_u32(batches[0][3] - codec.LENGTH_END))
+        p, off = pos, base_offset
+        for _, n, max_ts, size in batches:
+            self._appended(p, p + size, off, off + n, max_ts)
+            p += size
+            off += n
         return pos
 
     def append_one(self, offset: int, timestamp: int, check: int, value: bytes, size: int) -> int:

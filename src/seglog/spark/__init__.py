@@ -39,7 +39,8 @@ from ._source import register as register, spark_classes
 __all__ = ["register", "OffsetRange", "offset_ranges", "rdd", "commit", "SeglogDataSource",
            "check_java", "JavaMissingError"]
 
-_SPARK_NAMES = ("SeglogDataSource", "SeglogReader", "SeglogStreamReader")
+_SPARK_NAMES = ("SeglogDataSource", "SeglogReader", "SeglogStreamReader", "SeglogWriter",
+                "SeglogStreamWriter", "SeglogCommitMessage")
 
 
 def __getattr__(name: str) -> Any:

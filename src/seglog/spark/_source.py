@@ -12,10 +12,12 @@ from ..errors import GroupBusyError, InvalidConfigError, OffsetOutOfRangeError
 from ._arrow import read_range, spark_schema
 from ._options import TP, OffsetRange, Options, parse_options
 from ._plan import Logs, from_json, plan, rate_limit, resolve_offsets, to_json
+from ._sink import check_write, sink_classes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+    from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader,
+                                        DataSourceStreamWriter, DataSourceWriter, InputPartition)
     from pyspark.sql.streaming.datasource import ReadLimit
     from pyspark.sql.types import StructType
 
@@ -24,7 +26,8 @@ _log = logging.getLogger("seglog")
 
 class _Source:
     """The ``"seglog"`` data source: Spark's Kafka source over seglog topics (or one
-    log directory) on disk. Options: docs/SPARK.md."""
+    log directory) on disk, and its sink (``df.write``, ``df.writeStream``).
+    Options: docs/SPARK.md."""
 
     options: Any          # set by pyspark's DataSource.__init__: case-insensitive str -> str
 
@@ -66,6 +69,19 @@ class _Source:
         self._check_schema(schema, o)
         cls: Any = spark_classes()["SeglogStreamReader"]
         return cls(o)   # type: ignore[no-any-return]
+
+    def writer(self, schema: "StructType", overwrite: bool) -> "DataSourceWriter":
+        """The sink of ``df.write`` (``_sink``; docs/SPARK.md, Writing)."""
+        return self._writer("SeglogWriter", schema, overwrite)  # type: ignore[no-any-return]
+
+    def streamWriter(self, schema: "StructType", overwrite: bool) -> "DataSourceStreamWriter":
+        """The sink of ``df.writeStream`` (``_sink``; docs/SPARK.md, Writing)."""
+        return self._writer("SeglogStreamWriter", schema, overwrite)  # type: ignore[no-any-return]
+
+    def _writer(self, name: str, schema: "StructType", overwrite: bool) -> Any:
+        o, cols = check_write(self.options, schema, overwrite, name == "SeglogStreamWriter")
+        classes: Any = spark_classes()
+        return classes[name](o, cols, classes["SeglogCommitMessage"])
 
 
 class _Reader:
@@ -253,7 +269,7 @@ def spark_classes() -> dict[str, type]:
         __doc__ = _StreamReader.__doc__
 
     made: dict[str, type] = {"SeglogDataSource": SeglogDataSource, "SeglogReader": SeglogReader,
-                             "SeglogStreamReader": SeglogStreamReader}
+                             "SeglogStreamReader": SeglogStreamReader, **sink_classes()}
     for name, cls in made.items():
         cls.__module__ = _PACKAGE
         cls.__qualname__ = name
