@@ -61,7 +61,8 @@ nitpick_ignore = [
     ("py:class", "array"),                                         # array.array
     ("py:class", "SparkSession"), ("py:class", "SparkContext"), ("py:class", "RDD"),
     ("py:class", "StructType"), ("py:class", "DataSourceReader"),
-    ("py:class", "DataSourceStreamReader"),                     # pyspark, typing only
+    ("py:class", "DataSourceStreamReader"), ("py:class", "DataSourceWriter"),
+    ("py:class", "DataSourceStreamWriter"),                     # pyspark, typing only
     ("py:class", "seglog._decode._M"),          # the message type of codec's decoders
     # the loader's and the prefaulter's work items, in Segment's writer interface
     ("py:class", "seglog._scan.ScanResult"), ("py:class", "seglog._prefault.Prefaulter"),
