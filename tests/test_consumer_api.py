@@ -317,8 +317,11 @@ def test_pattern_subscription_takes_topics_another_process_creates(tmp_path):
     members = Members(root)
     # this process: group g's explicit subscriber to clicks-b, which does not exist
     # yet, and group h's pattern subscriber
+    # a's session is long: this test is about subscriptions, not expulsion, and a
+    # loaded machine can keep this thread from polling for longer than SESSION_MS
+    # (then p expels a and takes clicks-b-0 itself)
     a = Consumer(root, "g", ["clicks-b"], member_id="a", auto_commit_ms=None,
-                 session_timeout_ms=SESSION_MS)
+                 session_timeout_ms=30 * SESSION_MS)
     h = Consumer(root, "h", pattern=r"clicks-[a-z]+", auto_commit_ms=None)
     got_h: list = []
     got_a: list = []
