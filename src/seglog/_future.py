@@ -53,6 +53,10 @@ class LightFuture(Future[Any]):
         self._state = _PENDING
         self._result = None
         self._exception: BaseException | None = None
+        # True until someone asks for the condition or a list (then Future's way):
+        # an attribute, not a look into ``__dict__``, which would build the dict
+        # that CPython otherwise never makes for an instance
+        self._light = True
 
     def __getattr__(self, name: str) -> Any:
         make = _LAZY.get(name)
@@ -61,19 +65,20 @@ class LightFuture(Future[Any]):
         with _MAKE:
             value = self.__dict__.get(name)
             if value is None:
+                self._light = False
                 value = self.__dict__[name] = make()
         return value
 
     def set_running_or_notify_cancel(self) -> bool:
         with _MAKE:
-            if "_condition" not in self.__dict__ and self._state is _PENDING:
+            if self._light and self._state is _PENDING:
                 self._state = _RUNNING
                 return True
         return super().set_running_or_notify_cancel()
 
     def set_result(self, result: Any) -> None:
         with _MAKE:
-            if "_condition" not in self.__dict__ and self._state in (_PENDING, _RUNNING):
+            if self._light and self._state in (_PENDING, _RUNNING):
                 self._result = result
                 self._state = _FINISHED
                 return
@@ -81,7 +86,7 @@ class LightFuture(Future[Any]):
 
     def set_exception(self, exception: BaseException | None) -> None:
         with _MAKE:
-            if "_condition" not in self.__dict__ and self._state in (_PENDING, _RUNNING):
+            if self._light and self._state in (_PENDING, _RUNNING):
                 self._exception = exception
                 self._state = _FINISHED
                 return
@@ -96,13 +101,14 @@ new_future: Callable[[], "Future[Any]"] = LightFuture if _STATES is not None els
 def start_all(futures: list["Future[Any]"]) -> list[bool]:
     """``set_running_or_notify_cancel`` of each future (False: cancelled, not to be
     run), the untouched ones in one pass under one lock."""
+    if _STATES is None:
+        return [f.set_running_or_notify_cancel() for f in futures]
     out: list[bool] = []
     touched: list[int] = []
     with _MAKE:
         for i, f in enumerate(futures):
-            d = f.__dict__
-            if _STATES is not None and "_condition" not in d and d["_state"] is _PENDING:
-                d["_state"] = _RUNNING
+            if type(f) is LightFuture and f._light and f._state is _PENDING:
+                f._state = _RUNNING
                 out.append(True)
             else:
                 touched.append(i)
@@ -114,13 +120,16 @@ def start_all(futures: list["Future[Any]"]) -> list[bool]:
 
 def finish_all(futures: list["Future[Any]"], results: Iterable[Any]) -> None:
     """``set_result`` of each running future, the untouched ones in one pass."""
+    if _STATES is None:
+        for f, r in zip(futures, results):
+            f.set_result(r)
+        return
     touched: list[tuple[Future[Any], Any]] = []
     with _MAKE:
         for f, r in zip(futures, results):
-            d = f.__dict__
-            if _STATES is not None and "_condition" not in d and d["_state"] is _RUNNING:
-                d["_result"] = r
-                d["_state"] = _FINISHED
+            if type(f) is LightFuture and f._light and f._state is _RUNNING:
+                f._result = r
+                f._state = _FINISHED
             else:
                 touched.append((f, r))
     for f, r in touched:
