@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 
@@ -15,30 +14,14 @@ pytest.importorskip("google_crc32c")
 
 from kafka_build import FIXTURES  # noqa: E402
 from seglog import InvalidConfigError  # noqa: E402
-from seglog import spark as sgs  # noqa: E402
 from seglog.spark import _options  # noqa: E402
 
 DIRS = ",".join(os.path.join(FIXTURES, d) for d in ("logs-a", "logs-b"))
 EXPECTED = json.load(open(os.path.join(FIXTURES, "expected.json")))
 
 
-@pytest.fixture(scope="module")
-def spark():
-    try:
-        sgs.check_java()
-    except sgs.JavaMissingError as e:
-        pytest.fail(str(e), pytrace=False)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-    session = (SparkSession.builder.master("local[2]").appName("seglog-kafka-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    sgs.register(session)
-    yield session
-    session.stop()
+# the Spark session is conftest.py's: one for the whole run (a module's own
+# getOrCreate() would be that one, and stopping it would stop it for every later test)
 
 
 def _rows(df) -> list[dict]:
