@@ -213,3 +213,44 @@ def test_a_close_beside_threads_in_line_refuses_them_cleanly(tmp_path):
             th.join(DEADLINE)
         assert not any(th.is_alive() for th in threads) and not bad, bad
         _check(path, got, compacted=False)
+
+
+
+def test_an_append_whose_millisecond_passes_while_it_packs_the_cached_header(tmp_path,
+                                                                           monkeypatch):
+    """``append()`` packs a one-record batch's checked fields once per millisecond and
+    value length, in a cache the threads share. A thread that packs them for its
+    millisecond while another thread has moved the cache to the next one must not
+    leave its fields in the next one's cache: the next append of that length would
+    be written with the old timestamp's checksum (a reader finds it corrupt). Made
+    to happen exactly: the clock is the test's, and the first pack lets another
+    thread append in the next millisecond before it returns."""
+    from seglog import log as logmod
+    log = Log.open(str(tmp_path / "log"), flush_ms=None, retention_check_ms=None)
+    clock = [1_795_000_000_000 * 1_000_000]
+    monkeypatch.setattr(logmod, "_time_ns", lambda: clock[0])
+    real = logmod._TAIL_1H
+    other: list[int] = []
+    hooked: list[bool] = []
+
+    class PackThenLetAnotherThreadIn:
+        size = real.size
+
+        def pack(self, *fields: int) -> bytes:
+            out = real.pack(*fields)
+            if not hooked:
+                hooked.append(True)                    # once: the other thread packs too
+                clock[0] += 5_000_000                  # the next millisecond, 5 ms on
+                t = threading.Thread(target=lambda: other.append(log.append(b"y" * 10)))
+                t.start()
+                t.join(DEADLINE)
+            return out
+    monkeypatch.setattr(logmod, "_TAIL_1H", PackThenLetAnotherThreadIn())
+    first = log.append(b"x" * 10)           # packs for its ms; the other thread appends
+    last = log.append(b"z" * 10)            # the next ms, the same length: from the cache
+    log.close()
+    with Log.open(str(tmp_path / "log"), readonly=True) as r:
+        got = [(m.offset, m.value, m.timestamp) for m in r.iter()]   # checksums checked
+    t1 = 1_795_000_000_000
+    assert sorted(got) == sorted([(first, b"x" * 10, t1), (other[0], b"y" * 10, t1 + 5),
+                                  (last, b"z" * 10, t1 + 5)])

@@ -117,6 +117,7 @@ class LocalLog:
         # tailing: ``Log.wait`` callers of this process (the append path notifies them)
         self._watch = EndWatch()
         self._counts = AppendCounts(end)
+        self._batches = 0          # batches appended since open (under the append lock)
         if segments:
             self._set(tuple(segments))
             self._reads.found(self._segs[:-1])
@@ -273,6 +274,7 @@ class LocalLog:
             if seg.append_one(off, ts, check, value, size) < 0:
                 self._roll(seg).append_one(off, ts, check, value, size)
             self._end = off + 1
+            self._batches += 1
         except BaseException:
             self._abort_writing()
             raise
@@ -317,13 +319,14 @@ class LocalLog:
                 if seg.append_group(batches, off) < 0:
                     self._roll(seg).append_group(batches, off)
                 self._end = off = off + sum(b[1] for b in batches)
-            return range(first, off)
-        for data, n, max_ts, size in batches:
-            seg = self._active
-            if seg.append(data, off, off + n, max_ts, size) < 0:
-                self._roll(seg).append(data, off, off + n, max_ts, size)
-            off += n
-            self._end = off
+        else:
+            for data, n, max_ts, size in batches:
+                seg = self._active
+                if seg.append(data, off, off + n, max_ts, size) < 0:
+                    self._roll(seg).append(data, off, off + n, max_ts, size)
+                off += n
+                self._end = off
+        self._batches += len(batches)
         return range(first, off)
 
     def _wait_in_line(self, batches: Batches, atomic: bool) -> range:
@@ -718,9 +721,10 @@ class LocalLog:
         self._list_gen += 1
         self._changes += 1
 
-    def appended(self) -> tuple[int, int]:
-        """Messages and bytes this writer appended since it opened."""
-        return self._counts.since_open(self._end, self._segs[-1].size if self._segs else 0)
+    def appended(self) -> tuple[int, int, int]:
+        """Messages, bytes and batches this writer appended since it opened."""
+        return (*self._counts.since_open(self._end, self._segs[-1].size if self._segs else 0),
+                self._batches)
 
     # -- closing ------------------------------------------------------------------------
     def close(self, clean: bool, mode_lock: ModeLock) -> None:

@@ -84,8 +84,11 @@ class Log:
         self._fast_max = min(self._max_msg, 0xFFFE)
         # the packed checksummed tail of a one-record batch's header, by value length,
         # for the current millisecond (the hot path then packs nothing to checksum)
-        self._tail_ts, self._tails = -1, {}  # type: int, dict[int, bytes]
-        self._batches_appended = 0
+        # the one-record batch's checked fields before the value, by value length, for
+        # one timestamp: (ts, {length: bytes}), replaced whole when the ms moves, so a
+        # thread reads a timestamp and its tails together (two fields could pair one
+        # thread's timestamp with another's tails: a batch whose checksum fails)
+        self._tails: tuple[int, dict[int, bytes]] = (-1, {})
 
     # -- opening and closing ------------------------------------------------------
     @classmethod
@@ -285,12 +288,12 @@ class Log:
                 ts = check_timestamp(timestamp)
                 check_window(self.config, ts, ts, _time_ns() // 1_000_000)
             if n <= self._fast_max:
-                if ts != self._tail_ts:
-                    self._tail_ts = ts
-                    self._tails = {}
-                tail = self._tails.get(n)
+                cached = self._tails
+                if cached[0] != ts:
+                    cached = self._tails = (ts, {})
+                tail = cached[1].get(n)
                 if tail is None:
-                    tail = self._tails[n] = _TAIL_1H.pack(0, 0, 1, ts, ts, n)
+                    tail = cached[1][n] = _TAIL_1H.pack(0, 0, 1, ts, ts, n)
                 # XXH3 cannot continue from a cached state as CRC-32 could: one call over
                 # the joined bytes is the fastest way for short values (measured)
                 check = _checksum(tail + value)
@@ -304,7 +307,6 @@ class Log:
                     raise           # refused after an earlier failure, or following failed
                 except OSError as e:
                     raise self._fail(e) from e
-                self._batches_appended += 1
                 if self._flush_every is not None and off >= local.flush_at:
                     self.flush()
                 return off
@@ -356,7 +358,6 @@ class Log:
             raise
         except OSError as e:
             raise self._fail(e) from e
-        self._batches_appended += len(batches)
         if self._flush_every is not None and got.stop - 1 >= local.flush_at:
             self.flush()
         return got
@@ -526,8 +527,8 @@ class Log:
         Cheap to keep on: appends add one integer increment."""
         local = self._local
         return _notebook.Metrics(_metrics(self._view.metrics,
-                                          (0, 0) if local is None else local.appended(),
-                                          self._batches_appended, self.recovery))
+                                          (0, 0, 0) if local is None else local.appended(),
+                                          self.recovery))
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "readonly" if self.readonly else "writer"
@@ -569,10 +570,10 @@ def _maintain(log: Log) -> None:
     maint.run(_now_ms(), log.check_writable, log._fail)
 
 
-def _metrics(metrics: Metrics, appended: tuple[int, int], batches: int,
+def _metrics(metrics: Metrics, appended: tuple[int, int, int],
              rec: recovery.RecoveryReport | None) -> dict[str, Any]:
     """``Log.metrics()``: the append counters, what recovery did, the log's counters."""
-    messages, nbytes = appended
+    messages, nbytes, batches = appended
     out: dict[str, Any] = {
         "messages_appended": messages, "batches_appended": batches, "bytes_appended": nbytes,
         "recovery": None if rec is None else {
