@@ -351,8 +351,13 @@ class Producer:
 
     # -- the background thread -------------------------------------------------------
     def _run(self) -> None:
+        nparts = len(self._parts)
         while True:
             stopping = False
+            # made before the lock is taken: what runs while it is held has no Python
+            # call in it, so the interpreter never switches threads there and senders
+            # never queue on the lock behind a writer that is not running (a convoy)
+            fresh = [_Part() for _ in range(nparts)]
             with self._lock:
                 while True:
                     if self._waiting:
@@ -373,15 +378,15 @@ class Producer:
                         break
                     else:
                         self._wake.wait()
-                taken = [(p, part) for p, part in enumerate(self._parts) if part.items]
-                for p, _ in taken:
-                    self._parts[p] = _Part()
-                    if p == self._sticky:
-                        self._sticky = (p + 1) % len(self._parts)
+                parts, self._parts = self._parts, fresh
+                sticky = self._sticky
+                if parts[sticky].items:
+                    self._sticky = (sticky + 1) % nparts
                 upto = self._sent
                 self._taken = upto
                 self._waiting = 0
                 self._full = False
+            taken = [(p, part) for p, part in enumerate(parts) if part.items]
             freed = 0
             for p, part in taken:
                 freed += part.nbytes
