@@ -146,7 +146,10 @@ class LiveLog:
         if self._closed:
             return
         with self._lock:
-            self._refresh(force)
+            # again under the lock: a close that took it first closed every file, and
+            # a refresh after it would open the last segment's again (for good)
+            if not self._closed:
+                self._refresh(force)
 
     def _refresh(self, force: bool) -> None:
         try:
@@ -164,11 +167,12 @@ class LiveLog:
             new, gone, closers = relist(self.path, segs, self.config.max_index_bytes)
             for close in closers:
                 self._reads.dispose(close)
+            # the start first: a reader that sees the new list sees the start with it
+            start = read_checkpoint(self.path, LOG_START)
+            self._start = max(start or 0, new[0].base_offset if new else 0)
             self._segs = tuple(new)
             self._reads.watch(self._segs)
             self._reads.retire(gone, "replaced by compaction or deleted by retention")
-            start = read_checkpoint(self.path, LOG_START)
-            self._start = max(start or 0, new[0].base_offset if new else 0)
         if self._segs:
             last = self._segs[-1]
             try:

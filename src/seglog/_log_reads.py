@@ -40,8 +40,15 @@ _ARROW_CHUNK = 4 << 20
 
 
 def _locate(local: View, offset: int) -> tuple[tuple[Segment, ...], int]:
+    """The segment list as it is now and the index of the segment holding ``offset``;
+    ``OffsetOutOfRangeError`` if retention removed it after the caller checked the
+    log start (the list is read once, after the start)."""
     segs = local.segs
-    return segs, max(0, bisect_right(segs, offset, key=_BASE) - 1)
+    i = bisect_right(segs, offset, key=_BASE) - 1
+    if i < 0 and segs:
+        raise OffsetOutOfRangeError(
+            f"offset {offset} was deleted (log start is now {segs[0].base_offset})")
+    return segs, max(0, i)
 
 
 def _look_again(local: View, offset: int, err: Exception) -> None:
@@ -443,6 +450,10 @@ def _iter_step(local: View, st: list[Any], offset: int, end: int | None,
                 if k >= len(segs):
                     local.raise_damage()
                     return None
+                if seg.size != seg_end:
+                    # it grew after this reader measured it, then rolled (the list with
+                    # its next segment came later): read what was added first
+                    continue
                 _check_covers(seg, st[2] if st[2] is not None else offset,
                               segs[k].base_offset, seg_end)
                 seg = segs[k]

@@ -184,8 +184,12 @@ class LocalLog:
     def flushed_offset(self) -> int:
         """Every offset below this survives power loss (the writers' shared one, read
         from the header without the append lock)."""
-        if self._w is not None and not self._closed:
-            return max(self._marks.flushed, self._w.flushed_now())
+        w = self._w
+        if w is not None and not self._closed:
+            try:
+                return max(self._marks.flushed, w.flushed_now())
+            except ValueError:
+                pass        # a close in another thread unmapped the header meanwhile
         return self._marks.flushed
 
     @property
@@ -227,10 +231,9 @@ class LocalLog:
         or ``StorageError`` after an I/O error poisoned the log."""
         if self._writable:
             return
-        if self._closed:
-            raise self.closed_error()
         failed = self._failed
-        assert failed is not None
+        if self._closed or failed is None:     # closed, or a close is under way
+            raise self.closed_error()
         raise storage_error(failed, f"log {self.path} refuses writes after an I/O error: "
                                     f"{failed}; reopen it") from failed
 
