@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Callable, Literal
 
+from ._flush_marks import FlushMarks
 from ._writers import Shared, Tail, WritersFile
 from .errors import LogClosedError, SeglogError
 from .segment import Segment
@@ -84,7 +85,7 @@ class SharedMode:
             raise
 
     def commit(self, seg: Segment, end: int, changes: int, gen: int, start: int,
-               flushed: int) -> None:
+               marks: FlushMarks) -> None:
         """Publish what changed since this writer last published (everything when more
         than the active segment's size and next offset moved), then let go of both
         locks. ``seg``: the active segment; ``end``: the next offset; ``changes`` and
@@ -92,7 +93,7 @@ class SharedMode:
         w = self._w
         try:
             if seg.marks != self._marks or changes != self._changes:
-                self.publish(seg, end, changes, gen, start, flushed)
+                self.publish(seg, end, changes, gen, start, marks)
                 w.leave()
             elif end != self._end:
                 self._end = end
@@ -111,10 +112,10 @@ class SharedMode:
             self._lock.release()
 
     def publish(self, seg: Segment, end: int, changes: int, gen: int, start: int,
-                flushed: int) -> None:
+                marks: FlushMarks) -> None:
         """Everything, now (lock held): the log start, the flushed offset, the active
         segment's state, and a new list generation if the list changed."""
-        self._w.publish(start, flushed, gen != self._gen, seg.writer_state())
+        self._w.publish(start, marks.flushed, gen != self._gen, seg.writer_state())
         self.published(seg, end, changes, gen)
 
     def published(self, seg: Segment, end: int, changes: int, gen: int) -> None:
