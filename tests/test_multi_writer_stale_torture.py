@@ -31,9 +31,9 @@ import seglog
 from seglog import Log, LogLockedError, OffsetOutOfRangeError, repair
 from seglog.testing import abandon
 
-from mw_child import calls, parse, record, stopped_values
-from mw_harness import (SCALE, Reader, Writer, gone, readline, seed_for, spawn, wait_exit,
-                        wait_for, wait_stopped)
+from mw_child import parse, record, stopped_values
+from mw_harness import (SCALE, Reader, Writer, acked_offsets, gone, readline, seed_for, spawn,
+                        wait_exit, wait_for, wait_stopped)
 
 STALE_TIMEOUT_MS = 300
 SLACK = 3.0            # seconds past the timeout a loaded machine may take
@@ -232,26 +232,17 @@ def _check(path: str, seed: int, writers: dict[int, Writer], seen: dict[int, tup
         at[(wid, seq)] = m.offset
         if k is not None:
             keys_at.setdefault(k, []).append(m.offset)
-    for w in writers.values():
-        acked = w.read_report()
-        if not acked:
+    for (wid, seq), off in acked_offsets(seed, writers).items():
+        if off < start:
+            continue                      # retention deleted it
+        got = at.get((wid, seq))
+        if got is None and variant == "compaction":
+            # compaction keeps the latest record of each key, and no keyless one
+            k = record(wid, seq)[1]
+            assert k is None or any(o > off for o in keys_at.get(k, [])), \
+                f"writer {wid}: acknowledged {(wid, seq)} lost"
             continue
-        plan = calls(seed, w.wid, max(acked) + 1)
-        for i, first in acked.items():
-            seq, n, _ = plan[i]
-            for j in range(n):
-                off = first + j
-                if off < start:
-                    continue                      # retention deleted it
-                got = at.get((w.wid, seq + j))
-                if got is None and variant == "compaction":
-                    # compaction keeps the latest record of each key, and no keyless one
-                    k = record(w.wid, seq + j)[1]
-                    assert k is None or any(o > off for o in keys_at.get(k, [])), \
-                        f"writer {w.wid} call {i}: acknowledged {(w.wid, seq + j)} lost"
-                    continue
-                assert got == off, f"writer {w.wid} call {i}: {(w.wid, seq + j)} at {got}, " \
-                                   f"acknowledged at {off}"
+        assert got == off, f"writer {wid}: {(wid, seq)} at {got}, acknowledged at {off}"
     for off, ws in seen.items():
         assert off < start or at.get(ws, off) == off, f"a reader saw {ws} at {off}"
     report = repair.check(path)
