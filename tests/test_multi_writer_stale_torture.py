@@ -109,13 +109,14 @@ def _round(root, seed: int, variant: str) -> None:
         did["reopen"] = did.get("reopen", 0) + 1
         return True
 
-    def stale_step(stopped: bool) -> None:
+    def stale_step(stopped: bool, op: str | None = None) -> None:
         if stale.closed:
             if not stopped:   # opening needs the lock: at the next step
                 reopen()
             return
-        op = rnd.choice(["retention", "retention", "compact", "flush", "read", "read",
-                         "close"])
+        if op is None:
+            op = rnd.choice(["retention", "retention", "compact", "flush", "read", "read",
+                             "close"])
         if op == "retention":
             bounded(op, stale.enforce_retention)
         elif op == "compact":
@@ -166,7 +167,10 @@ def _round(root, seed: int, variant: str) -> None:
             readline(stopper, "its first append")
             wait_stopped(stopper.pid)
             t_stop = time.monotonic()
-            for _ in range(rnd.randint(1, 3)):
+            # retention behind a stopped writer first (what lost data once), then
+            # whatever comes: at least one retention per stop the stale writer is open for
+            stale_step(stopped=True, op="retention")
+            for _ in range(rnd.randint(0, 2)):
                 stale_step(stopped=True)
             reader.catch_up()
             if rnd.random() < 0.5:

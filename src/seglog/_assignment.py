@@ -94,19 +94,23 @@ class Assignment:
         """Start reading claimed partition ``tp`` with ``log`` (of id ``ident``): at a
         seek made while it was assigned but not claimed, else at ``committed``, else
         where ``reset`` says. A start outside the log is placed as ``out_of_range``
-        places a position."""
-        target = self._targets.pop(tp, None)
-        self._logs[tp] = log
-        self._ids[tp] = ident
+        places a position. Reading the log's offsets may fail (its directory went):
+        then nothing of ``tp`` was taken."""
+        target = self._targets.get(tp)
         if target is not None:
-            self._seeked.add(tp)
             pos = (log.start_offset if target == "beginning" else
                    log.end_offset if target == "end" else target)
         elif committed is not None:
             pos = committed
         else:
             pos = log.start_offset if self._reset == "earliest" else log.end_offset
-        self._positions[tp] = self._within(tp, log, pos)
+        pos = self._within(tp, log, pos)
+        self._targets.pop(tp, None)
+        if target is not None:
+            self._seeked.add(tp)
+        self._logs[tp] = log
+        self._ids[tp] = ident
+        self._positions[tp] = pos
 
     def give_up(self, tps: Iterable[TP]) -> dict[TP, GivenUp]:
         """Stop reading ``tps`` (owned or only assigned): close their readers, forget

@@ -151,6 +151,21 @@ class LiveLog:
             if not self._closed:
                 self._refresh(force)
 
+    def _relist(self, segs: tuple[Segment, ...]
+                ) -> tuple[list[Segment], list[Segment], list[Callable[[], None]]]:
+        """``relist``, again when a file it named went while it listed (retention or
+        compaction in another process); ``LogClosedError`` when the directory went
+        (the log or its topic was deleted)."""
+        for attempt in range(3):
+            try:
+                return relist(self.path, segs, self.config.max_index_bytes)
+            except FileNotFoundError:
+                if not os.path.isdir(self.path):
+                    raise LogClosedError(f"log directory {self.path} is gone") from None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
     def _refresh(self, force: bool) -> None:
         try:
             mtime = os.stat(self.path).st_mtime_ns
@@ -164,7 +179,7 @@ class LiveLog:
                 or self._listed_at - mtime < _RACY_NS):
             self._dir_mtime = mtime
             self._listed_at = time.time_ns()
-            new, gone, closers = relist(self.path, segs, self.config.max_index_bytes)
+            new, gone, closers = self._relist(segs)
             for close in closers:
                 self._reads.dispose(close)
             # the start first: a reader that sees the new list sees the start with it

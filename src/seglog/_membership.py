@@ -386,14 +386,22 @@ class Membership:
                 if self._watch.unopened(tp, self.check_s):
                     raise
                 continue
-            self._watch.opened(tp)
             entry = offsets.get(key(tp))
             committed = committed_offset(entry, ident)
             if entry is not None and committed is None:
                 _log.warning("seglog: group %s: the offset committed for %s-%d is of a log "
                              "deleted since (the topic was made again); starting per "
                              "auto_offset_reset", self.group, tp[0], tp[1])
-            parts.take(tp, log, ident, committed)
+            try:
+                parts.take(tp, log, ident, committed)
+            except (OSError, SeglogError):
+                # its directory went while its offsets were read: as a log that could
+                # not be opened (nothing of it was taken)
+                log.close()
+                if self._watch.unopened(tp, self.check_s):
+                    raise
+                continue
+            self._watch.opened(tp)
 
     def _revoke(self, tps: Iterable[TP], commit: bool) -> None:
         """Give partitions up: tell the user (who may still ``commit()`` them), stop
