@@ -158,3 +158,29 @@ def test_deleting_a_subscribed_topic_never_fails_the_loop(tmp_path, record_first
     assert not errors, errors
     steady_got = [(m.partition, m.offset) for m in got if m.topic == "t-steady"]
     assert sorted(steady_got) == sorted(set(steady_got))        # each once
+
+
+def test_a_partition_whose_log_goes_while_it_is_claimed_is_claimed_again(tmp_path,
+                                                                        monkeypatch):
+    """The topic's directory goes between opening a claimed partition's log and
+    reading its offsets (a deletion under way): nothing of the partition is taken,
+    the consumer is made, and the next look claims it and reads every message."""
+    from seglog import Log, LogClosedError
+    root = str(tmp_path)
+    make(root, "t", 3)
+    real = Log.start_offset
+    failed: list[bool] = []
+
+    def start_offset(log: Log) -> int:
+        if not failed:
+            failed.append(True)
+            raise LogClosedError(f"log directory {log.path} is gone")
+        return real.fget(log)           # type: ignore[attr-defined]
+    monkeypatch.setattr(Log, "start_offset", property(start_offset))
+    c = Consumer(root, "g", ["t"], auto_offset_reset="earliest", auto_commit_ms=None)
+    try:
+        assert failed, "the claim never read the log's offsets"
+        got = drain(c, {("t", 0, o) for o in range(3)})
+        assert sorted(m.offset for m in got) == [0, 1, 2]
+    finally:
+        c.close()
