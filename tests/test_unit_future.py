@@ -20,6 +20,12 @@ def test_is_a_future_and_light():
     f.set_result(7)
     assert "_condition" not in vars(f)
     assert f.done() and f.result() == 7 and f.exception() is None
+    assert "_condition" not in vars(f)      # a finished future is read without one
+    g = new_future()
+    g.set_exception(KeyError("k"))
+    with pytest.raises(KeyError):
+        g.result(timeout=0)
+    assert isinstance(g.exception(), KeyError) and g.done() and "_condition" not in vars(g)
 
 
 def test_result_waits_for_another_thread_and_times_out():
