@@ -74,9 +74,9 @@ def test_append_one_writes_what_encode_batch_makes(records, base):
         try:
             off = base
             for value, ts in records:
-                check = codec.CHECKSUM(_TAIL_1H.pack(0, 0, 1, ts, ts, len(value)) + value)
+                body = _TAIL_1H.pack(0, 0, 1, ts, ts, len(value)) + value
                 size = codec.HEADER_SIZE + 2 + len(value)
-                pos = seg.append_one(off, ts, check, value, size)
+                pos = seg.append_one(off, ts, codec.CHECKSUM(body), body)
                 assert seg.next_offset == off + 1 and seg.size == pos + size
                 assert seg.pread(size, pos) == codec.encode_batch(off, [value], ts)
                 off += 1

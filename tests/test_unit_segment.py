@@ -23,11 +23,10 @@ def segdir(tmp_path):
     return str(d)
 
 
-def _one_args(offset: int, ts: int, value: bytes) -> tuple[int, int, int, bytes, int]:
+def _one_args(offset: int, ts: int, value: bytes) -> tuple[int, int, int, bytes]:
     """What ``Log.append`` computes for ``Segment.append_one`` (log.py's hot path)."""
-    n = len(value)
-    check = codec.CHECKSUM(codec.ONE_TAIL.pack(0, 0, 1, ts, ts, n) + value)
-    return offset, ts, check, value, codec.HEADER_SIZE + 2 + n
+    body = codec.ONE_TAIL.pack(0, 0, 1, ts, ts, len(value)) + value
+    return offset, ts, codec.CHECKSUM(body), body
 
 
 def _append_batch(seg: Segment, values: list[bytes], ts: int) -> bytes:
@@ -74,7 +73,7 @@ def test_append_one_updates_next_offset_on_every_path(segdir):
             args = _one_args(off, ts, b"v%d" % off)
             pos = seg.append_one(*args)
             assert pos == size
-            size += args[4]
+            size += codec.ONE_PREFIX.size + len(args[3])
             assert seg.size == size
             assert seg.next_offset == off + 1, f"stale next_offset after offset {off}"
         assert seg.max_timestamp == 1000

@@ -34,10 +34,13 @@ LENGTH_END = 12                           # batch_length counts the bytes after 
 CHECKSUM_FROM = 21                        # the checksum covers bytes [21, end of batch)
 MIN_BATCH_LENGTH = HEADER_SIZE - LENGTH_END
 # a one-record, keyless, headerless batch with a short value (``Log.append``'s hot
-# path packs these two straight into the segment): the tail its checksum starts with,
-# and the whole header with the value's length
+# path): the tail its checksum starts with (then the value), the prefix before the
+# checksummed bytes (packed straight into the segment), and the whole header with
+# the value's length (prefix + tail)
 ONE_TAIL = Struct("<HIIqqH")
+ONE_PREFIX = Struct("<qIBQ")
 ONE_HEADER = Struct("<qIBQHIIqqH")
+assert ONE_PREFIX.size == CHECKSUM_FROM
 U32 = Struct("<I")
 I64 = Struct("<q")                        # also the delete horizon's size and type
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Literal
+from typing import Callable
 
 from ._flush_marks import FlushMarks
 from ._writers import Shared, Tail, WritersFile
@@ -22,35 +22,40 @@ from .segment import Segment
 
 class SharedMode:
     """Built by ``LocalLog`` around its append lock and its handle on the header;
-    ``fail_line(e)`` fails the appends waiting in the writer's line when the way in
-    fails for them too."""
+    ``follow(moved)`` is how the writer takes what the others published (a ``Tail``
+    or the whole ``Shared`` state, lock held); ``fail_line(e)`` fails the appends
+    waiting in the writer's line when the way in fails for them too."""
 
-    __slots__ = ("_lock", "_w", "_closed_error", "_fail_line",
+    __slots__ = ("_lock", "_w", "_closed_error", "_fail_line", "_follow",
                  "_gen", "_changes", "_marks", "_end")
 
     def __init__(self, lock: threading.Lock, w: WritersFile,
                  closed_error: Callable[[], SeglogError],
-                 fail_line: Callable[[BaseException], None]) -> None:
+                 fail_line: Callable[[BaseException], None],
+                 follow: Callable[[Tail | Shared], None]) -> None:
         self._lock = lock
         self._w = w
         self._closed_error = closed_error
         self._fail_line = fail_line
+        self._follow = follow
         # what this writer published last: the list generation, the change count,
         # the active segment's marks, the end offset (-1: nothing yet)
         self._gen = self._changes = self._marks = self._end = -1
 
-    def enter(self, blocking: bool, what: str) -> Tail | Shared | None | Literal[False]:
-        """This process's lock (False at once if another thread holds it and not
-        ``blocking``), then the other writers' (together within ``lock_timeout_ms``,
-        else ``LogLockedError`` ending with ``what``); what they published since this
-        writer last looked (None: nothing). While this thread waits for the other
-        writers, this process's other appends wait in line; they fail as this fails."""
+    def enter(self, blocking: bool = True, what: str = "nothing was written") -> bool:
+        """Step 1 of a change: this process's lock (False at once if another thread
+        holds it and not ``blocking``), then the other writers' (together within
+        ``lock_timeout_ms``, else ``LogLockedError`` ending with ``what``), then what
+        they published since this writer last looked, followed; True. While this
+        thread waits for the other writers, this process's other appends wait in
+        line; they fail as this fails. (LocalLog's ``_begin`` itself: the append
+        path's frames are few.)"""
         lock, w = self._lock, self._w
         if lock.acquire(False):
             try:
-                return w.enter()
+                moved = w.enter()
             except BlockingIOError:
-                return self._enter_waiting(w.timeout, what)
+                moved = self._enter_waiting(w.timeout, what)
             except LogClosedError:
                 lock.release()
                 self._fail_line(self._closed_error())
@@ -59,12 +64,16 @@ class SharedMode:
                 lock.release()
                 self._fail_line(e)
                 raise
-        if not blocking:
+        elif not blocking:
             return False
-        start = time.monotonic()
-        if not lock.acquire(timeout=w.timeout):
-            raise w.timed_out(what)
-        return self._enter_waiting(w.timeout - (time.monotonic() - start), what)
+        else:
+            start = time.monotonic()
+            if not lock.acquire(timeout=w.timeout):
+                raise w.timed_out(what)
+            moved = self._enter_waiting(w.timeout - (time.monotonic() - start), what)
+        if moved is not None:
+            self._follow(moved)
+        return True
 
     def _enter_waiting(self, left: float, what: str) -> Tail | Shared | None:
         """(this process's lock held) The other writers' lock, waited for at most

@@ -20,14 +20,14 @@ from ._format import (CHECKSUM, CHECKSUM_FROM, CODEC_LZ4, CODEC_MASK, CODEC_NONE
                       F_OFFSETS, F_TIMESTAMPS, F_WIDE, F_WIDE_TS, H_ATTRS, H_BASE, H_BASE_TS,
                       H_CHECKSUM, H_COUNT, H_LAST_DELTA, H_LENGTH, H_MAGIC, H_MAX_TS, HEADER,
                       HEADER_SIZE, LENGTH_END, LZ4_MIN_RECORDS, MAGIC, MIN_BATCH_LENGTH, NEVER,
-                      OLD_MAGIC, ONE_HEADER, ONE_TAIL, BatchHeader, MessageTuple, batch_size,
+                      OLD_MAGIC, ONE_HEADER, ONE_PREFIX, ONE_TAIL, BatchHeader, MessageTuple, batch_size,
                       batches_in, checksum_ok, continues, delete_horizon, framed_header,
                       framing_error, last_offset, read_header, sane_header)
 
 __all__ = [
     # the format: header, fields, attribute bits, checksum
     "MAGIC", "OLD_MAGIC", "HEADER", "HEADER_SIZE", "LENGTH_END", "CHECKSUM_FROM",
-    "MIN_BATCH_LENGTH", "ONE_TAIL", "ONE_HEADER", "H_BASE", "H_LENGTH", "H_MAGIC",
+    "MIN_BATCH_LENGTH", "ONE_TAIL", "ONE_PREFIX", "ONE_HEADER", "H_BASE", "H_LENGTH", "H_MAGIC",
     "H_CHECKSUM", "H_ATTRS", "H_LAST_DELTA", "H_COUNT", "H_BASE_TS", "H_MAX_TS",
     "CODEC_MASK", "CODEC_NONE", "CODEC_LZ4", "F_KEYS", "F_HEADERS", "F_TIMESTAMPS", "F_WIDE",
     "F_OFFSETS", "F_WIDE_TS", "F_NULL_VALUES", "F_HORIZON", "LZ4_MIN_RECORDS",

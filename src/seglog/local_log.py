@@ -39,7 +39,7 @@ from ._metrics import AppendCounts, Metrics
 from ._writers import (Shared, Tail, WritersFile, adopt, follow, remove_unwritten, rolling_cut,
                        stray_segments)
 from .config import LogConfig
-from .codec import encode_batch
+from .codec import LENGTH_END, MAGIC, ONE_PREFIX as _ONE_PREFIX
 from .errors import LogClosedError, LogLockedError, SeglogError, StorageError, storage_error
 from .segment import Segment
 
@@ -132,8 +132,9 @@ class LocalLog:
             self._commit: Callable[[], None] = lock.release
             self._abort: Callable[[], None] = lock.release
         else:
-            self._shared = SharedMode(self._lock, self._w, self.closed_error, self._fail_line)
-            self._begin = self._begin_shared
+            self._shared = SharedMode(self._lock, self._w, self.closed_error, self._fail_line,
+                                      self._follow)
+            self._begin = self._shared.enter
             self._commit = self._commit_shared
             self._abort = self._abort_shared
 
@@ -249,13 +250,13 @@ class LocalLog:
         if self._w is None:
             self._lock.acquire()
         else:
-            self._begin_shared(True, what)
+            self._shared.enter(True, what)
         if not self._writable:
             self._done_writing()
             self.check_writable()
 
     # -- appending (the hot path: one call each from ``Log``) ---------------------------
-    def append_one(self, ts: int, check: int, value: bytes, size: int) -> int:
+    def append_one(self, ts: int, check: int, body: bytes) -> int:
         """Append one short keyless record (``Segment.append_one``'s arguments, the
         offset aside), rolling when the active segment refuses it; its offset. An
         ``OSError`` propagates (the caller poisons the log).
@@ -266,16 +267,17 @@ class LocalLog:
         go (``_serve_line``), each call still atomic and in its thread's order."""
         if not self._begin(False):
             # the line's form of the record: the one-record batch ``append_one`` makes
-            return self._wait_in_line([(encode_batch(0, [value], ts), 1, ts, size)],
-                                      False).start
+            size = _ONE_PREFIX.size + len(body)
+            data = _ONE_PREFIX.pack(0, size - LENGTH_END, MAGIC, check) + body
+            return self._wait_in_line([(data, 1, ts, size)], False).start
         if not self._writable:
             self._done_writing()
             self.check_writable()
         try:
             off = self._end
             seg = self._active
-            if seg.append_one(off, ts, check, value, size) < 0:
-                self._roll(seg).append_one(off, ts, check, value, size)
+            if seg.append_one(off, ts, check, body) < 0:
+                self._roll(seg).append_one(off, ts, check, body)
             self._end = off + 1
             self._batches += 1
         except BaseException:
@@ -430,17 +432,6 @@ class LocalLog:
         return new
 
     # -- several writers: following the others, publishing ------------------------------
-    def _begin_shared(self, blocking: bool = True, what: str = "nothing was written") -> bool:
-        """Step 1 with several writers: in through ``SharedMode.enter`` (False if
-        another thread holds this process's lock and not ``blocking``), then follow
-        what the others published since this writer last looked; True."""
-        moved = self._shared.enter(blocking, what)
-        if moved is False:
-            return False
-        if moved is not None:
-            self._follow(moved)
-        return True
-
     def _fail_line(self, e: BaseException) -> None:
         """The appends waiting in line fail as the holder's call failed before it
         wrote anything (the lock could not be had, the log is closed)."""
@@ -637,7 +628,7 @@ class LocalLog:
             self._lock.acquire()
         else:
             try:
-                self._begin_shared(True, _NOT_SWAPPED)
+                self._shared.enter(True, _NOT_SWAPPED)
             except BaseException:
                 self._relist = True
                 raise
@@ -748,7 +739,7 @@ class LocalLog:
         if w is None:
             self._lock.acquire()
         else:
-            self._begin_shared(True, _NOT_CLOSED)
+            self._shared.enter(True, _NOT_CLOSED)
         sealed = False
         try:
             # reads never take the append lock: waiting for them here cannot deadlock

@@ -35,7 +35,6 @@ from .local_log import LocalLog
 from .message import Headers, Message, MessageSet, Record, check_timestamp
 from .segment import Segment
 _log = logging.getLogger("seglog")
-_ONE_SIZE = codec.ONE_HEADER.size
 _TAIL_1H = codec.ONE_TAIL
 _checksum = codec.CHECKSUM
 _time_ns = time.time_ns
@@ -296,13 +295,12 @@ class Log:
                     tail = cached[1][n] = _TAIL_1H.pack(0, 0, 1, ts, ts, n)
                 # XXH3 cannot continue from a cached state as CRC-32 could: one call over
                 # the joined bytes is the fastest way for short values (measured)
-                check = _checksum(tail + value)
-                size = _ONE_SIZE + n
+                body = tail + value
                 local = self._local
                 if local is None:
                     local = self._writer()
                 try:
-                    off = local.append_one(ts, check, value, size)
+                    off = local.append_one(ts, _checksum(body), body)
                 except StorageError:
                     raise           # refused after an earlier failure, or following failed
                 except OSError as e:

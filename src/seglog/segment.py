@@ -40,9 +40,9 @@ _LENGTH = Struct("<I")
 # native order and size: packed with one memcpy of 4 bytes, which compiles to a single
 # store (a little-endian Struct packs byte by byte: a kill between bytes would tear it)
 _NATIVE_U32 = Struct("I")
-_ONE = codec.ONE_HEADER
+_PREFIX = codec.ONE_PREFIX
 _MAGIC = codec.MAGIC
-_ONE_SIZE = _ONE.size
+_PREFIX_SIZE = _PREFIX.size
 NO_TIMESTAMP = -1
 NEVER = codec.NEVER
 # the largest offset - base offset a segment may hold (the index's 32-bit relative offsets)
@@ -457,22 +457,22 @@ class Segment:
             off += n
         return pos
 
-    def append_one(self, offset: int, timestamp: int, check: int, value: bytes, size: int) -> int:
-        """``Log.append``'s hot path: one short keyless record, its header packed
-        straight into the map (``check`` is the batch's checksum, computed outside
-        the lock). Returns the position written at, or -1 (nothing written) if the
-        segment must roll first. Byte for byte what ``codec.encode_batch`` makes
-        (tested)."""
+    def append_one(self, offset: int, timestamp: int, check: int, body: bytes) -> int:
+        """``Log.append``'s hot path: one short keyless record. ``body`` is the batch
+        from its attributes on (``codec.ONE_TAIL`` and the value: the bytes
+        ``check``, their checksum, covers, computed outside the lock); only the
+        prefix before it is packed here. Returns the position written at, or -1
+        (nothing written) if the segment must roll first. Byte for byte what
+        ``codec.encode_batch`` makes (tested)."""
         pos = self._size
-        end = pos + size
+        end = pos + _PREFIX_SIZE + len(body)
         if end > self._roll_size or timestamp > self._roll_ts or offset > self._roll_off:
             return -1
         mm = self._mm
         if end > self._alloc_end:
             self._allocate(end)
-        _ONE.pack_into(mm, pos, offset, size - 12, _MAGIC, check, 0, 0, 1, timestamp, timestamp,
-                       size - _ONE_SIZE)
-        mm[pos + _ONE_SIZE:end] = value
+        _PREFIX.pack_into(mm, pos, offset, end - pos - 12, _MAGIC, check)
+        mm[pos + _PREFIX_SIZE:end] = body
         if pos >= self._next_index_pos or timestamp > self._max_ts or not pos:
             self._appended(pos, end, offset, offset + 1, timestamp)
         else:
