@@ -72,6 +72,8 @@ class SharedMode:
                 raise w.timed_out(what)
             moved = self._enter_waiting(w.timeout - (time.monotonic() - start), what)
         if moved is not None:
+            if type(moved) is Tail:
+                self._end = moved.next_offset   # the header's end is this writer's
             self._follow(moved)
         return True
 
@@ -83,11 +85,7 @@ class SharedMode:
             if w.closed:
                 raise self._closed_error()
             w.lock(max(0.0, left), what)
-            try:
-                return w.look()
-            except BaseException:
-                w.unlock()
-                raise
+            return w.enter(True)       # (it lets go of the lock if it fails)
         except BaseException as e:
             self._lock.release()
             self._fail_line(e)
@@ -133,10 +131,6 @@ class SharedMode:
         self._end = end
         self._marks = seg.marks
         self._changes = changes
-
-    def followed_tail(self, end: int) -> None:
-        """Only appends of others moved: the header's end is this writer's."""
-        self._end = end
 
     def changed(self, seg: Segment, end: int, changes: int) -> bool:
         """Did anything move since this writer last published?"""

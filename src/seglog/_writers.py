@@ -107,7 +107,7 @@ class WritersFile:
 
     The lock: ``enter`` takes it if it is free now (``BlockingIOError`` else),
     ``lock`` waits at most ``timeout`` seconds (``LogLockedError``). Under it:
-    ``look`` / ``read`` say what moved, ``followed`` records that the writer took it,
+    ``enter`` / ``read`` say what moved, ``followed`` records that the writer took it,
     ``publish`` / ``leave_tail`` publish, ``leave`` / ``leave_for_repair`` let go;
     ``reserve``, the rolling mark, ``begin`` / ``end`` of a session. ``flushed_now``
     reads without it. One object per writer ``Log``: its descriptor is its own open
@@ -148,20 +148,35 @@ class WritersFile:
         return self._fd < 0
 
     # -- the append lock across processes ---------------------------------------------
-    def enter(self) -> Tail | Shared | None:
-        """The append path's way in: take the lock if it is free now
-        (``BlockingIOError`` if another holds it; ``LogClosedError`` once closed), then
-        ``look``; when nothing moved, say this writer holds the lock."""
+    def enter(self, held: bool = False) -> Tail | Shared | None:
+        """The way in: take the lock if it is free now (``BlockingIOError`` if another
+        holds it; ``LogClosedError`` once closed), or (``held``) this writer took it
+        already (``lock``; a failure lets go of it either way); then what moved
+        since this writer last looked: None
+        (nothing, and no writer died holding the lock), a ``Tail`` (appends only), or
+        the whole ``Shared`` state. After None or a ``Tail`` this writer holds the
+        lock and stands where the header does (following two ints cannot fail);
+        after ``Shared`` it follows, then calls ``followed``."""
         fd = self._fd
         if fd < 0:
             raise LogClosedError("the writers' file is closed")
-        _flock(fd, _EX_NB)
+        if not held:
+            _flock(fd, _EX_NB)
         try:
             words = self._words
-            if words[_CURRENT] == self._cur and not words[_HOLDER]:
-                words[_HOLDER] = self._token
-                return None
-            return self.look()
+            cur = words[_CURRENT]
+            if not words[_HOLDER]:
+                if cur == self._cur:
+                    words[_HOLDER] = self._token
+                    return None
+                at = _SLOT_AT[cur & 1]
+                mm = self._mm
+                if _VERSION.unpack_from(mm, at)[0] == self._version:
+                    size, nxt = _SIZE_NEXT.unpack_from(mm, at + _SIZE_NEXT_AT)
+                    self._cur = cur
+                    words[_HOLDER] = self._token
+                    return Tail(int(cur), size, nxt)
+            return self.read()
         except BaseException:
             _flock(fd, _UN)
             raise
@@ -218,23 +233,6 @@ class WritersFile:
         magic, boot = _HEAD.unpack_from(self._mm, 0)
         return magic == MAGIC and boot == _boot_hash() and self._words[_SESSION] != 0
 
-    def look(self) -> Tail | Shared | None:
-        """What moved since this writer last looked: None (nothing, and no writer died
-        holding the lock: this one says it holds it), a ``Tail`` (appends only), or
-        the whole ``Shared`` state. The writer follows, then calls ``followed``."""
-        words = self._words
-        cur = words[_CURRENT]
-        holder = words[_HOLDER]
-        if cur == self._cur and not holder:
-            words[_HOLDER] = self._token
-            return None
-        if not holder:
-            at = _SLOT_AT[cur & 1]
-            if _VERSION.unpack_from(self._mm, at)[0] == self._version:
-                size, nxt = _SIZE_NEXT.unpack_from(self._mm, at + _SIZE_NEXT_AT)
-                return Tail(int(cur), size, nxt)
-        return self.read()
-
     def read(self) -> Shared:
         """The current state (whole: the slot the counter word names)."""
         words = self._words
@@ -250,11 +248,11 @@ class WritersFile:
         """True if ``sh``'s segment list is not the one this writer last followed."""
         return sh.list_gen != self._gen
 
-    def followed(self, moved: Tail | Shared) -> None:
-        """The writer took what ``look`` or ``read`` reported: it holds the lock now."""
-        self._cur = moved.current
-        if isinstance(moved, Shared):
-            self._version, self._gen = moved.version, moved.list_gen
+    def followed(self, sh: Shared) -> None:
+        """The writer took the state ``enter`` or ``read`` reported: it holds the lock
+        now."""
+        self._cur = sh.current
+        self._version, self._gen = sh.version, sh.list_gen
         self._words[_HOLDER] = self._token
 
     def flushed_now(self) -> int:

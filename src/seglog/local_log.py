@@ -445,13 +445,9 @@ class LocalLog:
         failure lets go of the lock for the next writer's repair and makes this writer
         follow the files afresh at its next lock (an ``OSError`` is a
         ``StorageError`` naming the log)."""
-        w = self._w
-        assert w is not None
         if type(moved) is Tail:          # only appends: two ints
             self._active.set_measured(moved.size, moved.next_offset)
             self._end = moved.next_offset
-            self._shared.followed_tail(moved.next_offset)
-            w.followed(moved)
             return
         try:
             self._follow_state(moved)    # type: ignore[arg-type]
