@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from . import _log_reads, _log_wait, _notebook, _scheduler, codec, recovery, repair
 from .cleaner import CompactionStats
-from .config import LogConfig
+from .config import LogConfig, open_options
 from .errors import (MessageTooLargeError, ReadOnlyError, SeglogError, StorageError,
                      storage_error)
 from ._files import abs_dir
@@ -92,7 +92,8 @@ class Log:
     # -- opening and closing ------------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike[str], readonly: bool = False,
-             multi_writer: bool = False, lock_timeout_ms: int = 10_000, **config: Any) -> "Log":
+             multi_writer: bool = False, lock_timeout_ms: int = 10_000,
+             config: LogConfig | None = None, **options: Any) -> "Log":
         """Open (and for a writer, create) the log in directory ``path``.
 
         A writer takes an exclusive ``flock`` on ``<path>/.lock``
@@ -107,22 +108,28 @@ class Log:
         Settings: a log stores them (``seglog.json``). Opened without options it
         keeps them; options given to a writer override them and are saved; options
         given to a reader apply to that reader only. ``log.config`` is the result.
+        ``config=LogConfig(...)`` gives every setting at once (as if each were given
+        by name, so it overrides every stored one); options beside it are an
+        ``InvalidConfigError`` naming them, a ``config`` that is not a ``LogConfig`` a
+        ``TypeError``.
+
         A directory that holds files but no marker was not created by seglog:
         ``NotALogError``, and nothing in it is changed. So is a ``path`` that is a
         file, a symbolic link to nothing or a path through a file, and, for a
         reader, nothing at all (a writer makes the directory and missing parents);
         a path the process may not read or write is a ``StorageError``; ``""`` a ``ValueError``.
         """
-        LogConfig.from_kwargs(config)      # bad options: an error before anything is made
+        # bad options: an error before anything is made
+        settings = open_options(config, options)
         check_open_options(readonly, multi_writer, lock_timeout_ms)
         path = abs_dir(path, "log")     # "" would be the current directory: ValueError
         if readonly:
-            log = cls(open_reader(path, config))
+            log = cls(open_reader(path, settings))
             _READERS.add(log)
             return log
         view: LocalLog | LiveLog
         if multi_writer:
-            local, dir_lock, loaded = open_shared(path, config, lock_timeout_ms)
+            local, dir_lock, loaded = open_shared(path, settings, lock_timeout_ms)
             try:
                 view = open_reader(path, {}, local.metrics)
             except BaseException:
@@ -130,7 +137,7 @@ class Log:
                 dir_lock.release()
                 raise
         else:
-            local, dir_lock, loaded = open_writer(path, config)
+            local, dir_lock, loaded = open_writer(path, settings)
             view = local
         log = cls(view, local, dir_lock, loaded.report if loaded is not None else None)
         cfg = local.config
