@@ -511,3 +511,28 @@ def test_seek_in_on_assign_works_as_with_kafka_python(tmp_path):
             b.close()
     finally:
         c.close()
+
+
+# -- group administration through ``import seglog`` ----------------------------------------
+
+def test_group_admin_calls_are_exported_from_seglog(tmp_path):
+    import seglog.consumer_group as cg
+    root = str(tmp_path)
+    for name in ("list_groups", "committed_offsets", "commit_offsets", "describe_group"):
+        assert name in seglog.__all__ and getattr(seglog, name) is getattr(cg, name)
+    assert seglog.list_groups(root) == []
+    with Topic.open(root, "ev", partitions=2) as t:
+        t.append_batch([b"a", b"b", b"c"], partition=0)
+        t.append_batch([b"d"], partition=1)
+    assert seglog.committed_offsets(root, "batch") == {}        # no such group yet
+    assert seglog.commit_offsets(root, "batch", {("ev", 0): 2, ("ev", 1): 1}) == \
+        {("ev", 0): 2, ("ev", 1): 1}
+    # committed offsets never move backwards
+    assert seglog.commit_offsets(root, "batch", {("ev", 0): 1}) == {("ev", 0): 2}
+    assert seglog.list_groups(root) == ["batch"]
+    assert seglog.committed_offsets(root, "batch") == {("ev", 0): 2, ("ev", 1): 1}
+    parts = seglog.describe_group(root, "batch")["partitions"]
+    assert parts[("ev", 0)]["committed"] == 2 and parts[("ev", 1)]["committed"] == 1
+    with pytest.raises(OffsetOutOfRangeError):
+        seglog.commit_offsets(root, "batch", {("ev", 1): 5})      # past ev-1's end
+    assert seglog.committed_offsets(root, "batch") == {("ev", 0): 2, ("ev", 1): 1}
