@@ -155,3 +155,17 @@ def test_every_public_callable_states_its_contract():
             if len(doc.split()) < 3:        # a sentence, not nothing or a bare word
                 undocumented.add(n)
     assert not undocumented, f"public callables without a docstring: {sorted(undocumented)}"
+
+
+def test_the_message_module_exports_only_what_users_need():
+    """``from seglog.message import *`` gives the names users handle, not the input
+    checks and Arrow helpers other seglog modules share."""
+    import seglog.message
+    assert sorted(seglog.message.__all__) == sorted(
+        ["Record", "Message", "Headers", "MessageSet", "Columns", "ArrowColumns", "arrow_schema"])
+    names: dict[str, Any] = {}
+    exec("from seglog.message import *", names)
+    assert set(names) - {"__builtins__"} == set(seglog.message.__all__)
+    for n in seglog.message.__all__:
+        if n != "Headers":                              # a typing alias
+            assert getattr(seglog, n) is getattr(seglog.message, n), n

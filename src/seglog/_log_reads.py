@@ -26,8 +26,9 @@ from .local_log import LocalLog
 
 # what the read path reads: a writer's list, or a readonly reader's
 View = LocalLog | LiveLog
-from .message import (Message, MessageSet, arrow_modules, arrow_schema, as_ms,
-                      check_timestamp)
+from ._columns import arrow_modules, arrow_schema
+from ._records import as_ms, check_timestamp
+from .message import Message, MessageSet
 from .segment import Segment, SegmentGoneError
 
 _BASE = attrgetter("base_offset")

@@ -32,7 +32,8 @@ from ._log_maintenance import Maintenance
 from ._live import LiveLog
 from ._metrics import Metrics
 from .local_log import LocalLog
-from .message import Headers, Message, MessageSet, Record, check_timestamp
+from ._records import check_timestamp
+from .message import Headers, Message, MessageSet, Record
 from .segment import Segment
 _log = logging.getLogger("seglog")
 _TAIL_1H = codec.ONE_TAIL

@@ -26,7 +26,8 @@ from .errors import (InvalidConfigError, LogLockedError, MessageTooLargeError,
                      NotDurableError, ProducerClosedError, ProducerTimeoutError, ReadOnlyError,
                      StorageError)
 from .log import Log
-from .message import Headers, Record, prepare_batch
+from ._records import prepare_batch
+from .message import Headers, Record
 from .topic import Topic
 
 # bytes counted per record when cutting plain values into chunks, above what the

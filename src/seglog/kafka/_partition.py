@@ -16,7 +16,8 @@ from typing import Any, Iterator
 
 from .. import _html
 from ..errors import InvalidConfigError, NotALogError, OffsetOutOfRangeError
-from ..message import Message, messages_html
+from .._records import messages_html
+from ..message import Message
 from .._columns import arrow_modules
 from . import _arrow, _discover, _reads, _txn, _wire
 from ._segments import ARROW_CHUNK, Segment, list_segments, open_readonly

@@ -16,7 +16,7 @@ from .._files import fsync_dir, remove
 from ..config import LogConfig
 from ..errors import InvalidConfigError, MessageTooLargeError
 from ..log import Log
-from ..message import arrow_modules
+from .._columns import arrow_modules
 from ..topic import Topic, check_name, key_hashes, partition_dir, read_partition_count
 from ._encode import Rows, compute, encode_rows
 from ._sink_options import ColumnSpec, SinkOptions
