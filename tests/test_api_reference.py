@@ -169,3 +169,17 @@ def test_the_message_module_exports_only_what_users_need():
     for n in seglog.message.__all__:
         if n != "Headers":                              # a typing alias
             assert getattr(seglog, n) is getattr(seglog.message, n), n
+
+
+def test_logs_seams_for_topic_and_producer_are_not_its_api(built):
+    """What Topic, Producer, the Spark sink and seglog.testing build on is not a method
+    a user's Log shows, nor in the reference."""
+    import seglog.log
+    documented = inventory(built)
+    for name in ("encode", "append_encoded", "check_writable", "abandon"):
+        assert not hasattr(seglog.Log, name), name
+        assert f"seglog.Log.{name}" not in documented, name
+    for seam in (seglog.log.encode_batches, seglog.log.append_encoded,
+                 seglog.log.check_writable, seglog.log.abandon):
+        assert len((inspect.getdoc(seam) or "").split()) > 10, seam.__name__
+    assert "seglog.Log.append_batch" in documented      # the public append stays

@@ -44,7 +44,7 @@ def staged_name(topic: str, partition: int, task: int) -> str:
 
 
 def group_limit(config: LogConfig) -> int:
-    """The most bytes one atomic append may take in a log (``Log.append_encoded``)."""
+    """The most bytes one atomic append may take in a log (``seglog.log.append_encoded``)."""
     return config.segment_bytes + config.max_message_bytes
 
 
