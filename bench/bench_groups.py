@@ -34,7 +34,7 @@ import seglog  # noqa: E402
 MEMBER = r"""
 import sys, time, seglog
 root, name, out = sys.argv[1:4]
-c = seglog.Consumer(root, "g", ["ev"], member_id=name, session_timeout_ms=10_000,
+c = seglog.Consumer(root, "g", topics=["ev"], member_id=name, session_timeout_ms=10_000,
                     auto_commit_ms=None)
 gen = c.generation
 with open(out, "a", buffering=1) as f:
@@ -57,7 +57,7 @@ def write_topic(root: str, n: int) -> None:
 def consume(root: str, n: int) -> tuple[float, float]:
     t0 = time.perf_counter()
     got = 0
-    with seglog.Consumer(root, "bench", ["ev"], auto_commit_ms=None) as c:
+    with seglog.Consumer(root, "bench", topics=["ev"], auto_commit_ms=None) as c:
         while got < n:
             got += len(c.poll(timeout_ms=100, max_records=500))
     t_consume = time.perf_counter() - t0
@@ -136,7 +136,7 @@ def rebalance(root: str) -> float:
 def commit_latency(root: str) -> list[float]:
     with seglog.Topic.open(root, "one", partitions=1) as t:
         t.append(b"x")
-        with seglog.Consumer(root, "c", ["one"], auto_commit_ms=None) as c:
+        with seglog.Consumer(root, "c", topics=["one"], auto_commit_ms=None) as c:
             c.poll(timeout_ms=200)
             lat = []
             for i in range(200):

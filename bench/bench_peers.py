@@ -69,6 +69,7 @@ import seglog  # noqa: E402
 from bench_log import dir_bytes, raw_write, seglog_read, seglog_write, sqlite_read, \
     sqlite_write, timed  # noqa: E402
 from seglog import codec  # noqa: E402
+from seglog._records import make_message  # noqa: E402  (how the read path builds a Message)
 from seglog.testing import abandon  # noqa: E402
 
 try:
@@ -238,8 +239,8 @@ def iter_parts(path: str, values: list[bytes]) -> list[tuple[str, float]]:
     data, lens = b"".join(values), list(map(len, values))
 
     def floor() -> None:
-        for m in map(seglog.Message, zip(range(n), repeat(0), repeat(None),
-                                         map(BytesIO(data).read, lens), repeat(()))):
+        for m in map(make_message, zip(range(n), repeat(0), repeat(None),
+                                      map(BytesIO(data).read, lens), repeat(()))):
             m.value
 
     log = seglog.Log.open(path, readonly=True)

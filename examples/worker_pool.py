@@ -53,7 +53,7 @@ def produce(root: str, first: int, end: int, partitions: int) -> None:
 def worker(root: str, out_dir: str, name: str, stop: "mp.synchronize.Event") -> None:
     """One member of the group: process, make the results durable, then commit."""
     with seglog.Log.open(os.path.join(out_dir, name)) as results, \
-            seglog.Consumer(root, GROUP, [TOPIC], member_id=name,
+            seglog.Consumer(root, GROUP, topics=[TOPIC], member_id=name,
                             auto_commit_ms=None,          # commit only after the results
                             session_timeout_ms=5000) as consumer:
         while not stop.is_set():

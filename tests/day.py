@@ -30,7 +30,7 @@ PARTITIONS = 6
 # a member of "audit" that commits part of partitions 0..3 and is then killed
 _AUDIT = r"""
 import sys, seglog
-c = seglog.Consumer(sys.argv[1], "audit", ["orders"], auto_commit_ms=None,
+c = seglog.Consumer(sys.argv[1], "audit", topics=["orders"], auto_commit_ms=None,
                     member_id="audit-worker-1-7f3c9e2a41d8", session_timeout_ms=600000)
 got = 0
 while got < 600:
@@ -160,7 +160,7 @@ def _groups(day: Day, live: bool) -> None:
                           for q in range(PARTITIONS)})
     if live:
         # a session longer than the tests look at it: alive, not silent
-        c = seglog.Consumer(root, "billing", ["orders"], auto_commit_ms=None,
+        c = seglog.Consumer(root, "billing", topics=["orders"], auto_commit_ms=None,
                             member_id="billing-1", session_timeout_ms=3_600_000)
         deadline = time.monotonic() + 60
         while len(c.assignment()) < PARTITIONS and time.monotonic() < deadline:

@@ -86,7 +86,7 @@ def main() -> None:
         return v
 
     pattern = topics[3:] if topics.startswith("re:") else None
-    c = seglog.Consumer(root, group, None if pattern else topics.split(","), pattern=pattern,
+    c = seglog.Consumer(root, group, topics=None if pattern else topics.split(","), pattern=pattern,
                         session_timeout_ms=int(session_ms), member_id=member, assignor=assignor,
                         auto_commit_ms=None if mode == "poll" else 50,
                         on_revoke=on_revoke, on_assign=on_assign,

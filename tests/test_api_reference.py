@@ -155,3 +155,31 @@ def test_every_public_callable_states_its_contract():
             if len(doc.split()) < 3:        # a sentence, not nothing or a bare word
                 undocumented.add(n)
     assert not undocumented, f"public callables without a docstring: {sorted(undocumented)}"
+
+
+def test_the_message_module_exports_only_what_users_need():
+    """``from seglog.message import *`` gives the names users handle, not the input
+    checks and Arrow helpers other seglog modules share."""
+    import seglog.message
+    assert sorted(seglog.message.__all__) == sorted(
+        ["Record", "Message", "Headers", "MessageSet", "Columns", "ArrowColumns", "arrow_schema"])
+    names: dict[str, Any] = {}
+    exec("from seglog.message import *", names)
+    assert set(names) - {"__builtins__"} == set(seglog.message.__all__)
+    for n in seglog.message.__all__:
+        if n != "Headers":                              # a typing alias
+            assert getattr(seglog, n) is getattr(seglog.message, n), n
+
+
+def test_logs_seams_for_topic_and_producer_are_not_its_api(built):
+    """What Topic, Producer, the Spark sink and seglog.testing build on is not a method
+    a user's Log shows, nor in the reference."""
+    import seglog.log
+    documented = inventory(built)
+    for name in ("encode", "append_encoded", "check_writable", "abandon"):
+        assert not hasattr(seglog.Log, name), name
+        assert f"seglog.Log.{name}" not in documented, name
+    for seam in (seglog.log.encode_batches, seglog.log.append_encoded,
+                 seglog.log.check_writable, seglog.log.abandon):
+        assert len((inspect.getdoc(seam) or "").split()) > 10, seam.__name__
+    assert "seglog.Log.append_batch" in documented      # the public append stays

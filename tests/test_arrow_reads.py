@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 
 from seglog import (CorruptRecordError, Log, LogClosedError, MessageSet, OffsetOutOfRangeError,
                     Record, codec)
-from seglog.message import ARROW_FIELDS, Columns, arrow_schema
+from seglog._columns import ARROW_FIELDS
+from seglog.message import Columns, arrow_schema
 from seglog.spark import arrow_schema as spark_schema, spark_batch
 
 from clock import SYNTHETIC_CLOCK

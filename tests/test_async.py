@@ -91,7 +91,7 @@ def topic(tmp_path):
 def test_async_for_delivers_what_poll_delivers(topic):
     fill(topic, 2000)
     want = {(i % 4, i // 4) for i in range(2000)}
-    with Consumer(topic.root, "by-poll", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(topic.root, "by-poll", topics=["ev"], auto_commit_ms=None) as c:
         polled = []
         deadline = time.monotonic() + 20
         while len(polled) < 2000:
@@ -101,7 +101,7 @@ def test_async_for_delivers_what_poll_delivers(topic):
 
     async def main() -> list:
         got = []
-        with Consumer(topic.root, "by-async", ["ev"], auto_commit_ms=None) as c:
+        with Consumer(topic.root, "by-async", topics=["ev"], auto_commit_ms=None) as c:
             async for m in c:                 # a break in the middle: the rest goes back
                 got.append(m)
                 if len(got) == 7:
@@ -122,7 +122,7 @@ def test_async_for_delivers_what_poll_delivers(topic):
 
 def test_an_idle_async_for_neither_blocks_the_loop_nor_spins(topic):
     async def main() -> None:
-        with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None) as c:
             got: list = []
 
             async def consume() -> None:
@@ -159,7 +159,7 @@ def _polling() -> bool:
 
 def test_closing_the_consumer_ends_async_for_at_once(topic):
     async def main() -> None:
-        c = Consumer(topic.root, "g", ["ev"], auto_commit_ms=None)
+        c = Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None)
         ended = []
 
         async def consume() -> None:
@@ -195,7 +195,7 @@ def test_a_cancelled_poll_gives_its_messages_back(topic):
         return b
 
     async def main() -> None:
-        with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None,
+        with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None,
                       value_deserializer=value) as c:
             got: list = []
 
@@ -240,7 +240,7 @@ def test_cancelling_async_for_at_random_moments_loses_nothing(topic):
                     return
 
         writer = threading.Thread(target=produce)
-        with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+        with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None) as c:
             writer.start()
             try:
                 async def consume() -> None:
@@ -275,7 +275,7 @@ def test_a_deserializer_error_ends_async_for_with_it(topic):
     topic.append(b"{oops", partition=0)
 
     async def main() -> None:
-        with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None,
+        with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None,
                       value_deserializer=json.loads) as c:
             got = []
             with pytest.raises(ValueError):

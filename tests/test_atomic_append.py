@@ -1,4 +1,4 @@
-"""``Log.append_encoded(batches, atomic=True)``: several batches as one unit that
+"""``seglog.log.append_encoded(log, batches, atomic=True)``: several batches as one unit that
 readers, recovery and a writer repairing after another's death see whole or not
 at all (``Segment.append_group``), here by every state a kill can leave and by
 writers SIGKILLed at random instants (with readers in other processes watching).
@@ -20,6 +20,7 @@ import pytest
 
 import seglog
 from seglog import Log, MessageTooLargeError, Record, codec
+from seglog.log import append_encoded, encode_batches
 from seglog.testing import abandon
 
 from clock import SYNTHETIC_CLOCK
@@ -76,8 +77,8 @@ def whole_groups(log: Log, start: int | None = None, end: int | None = None
 
 
 def append_group(log: Log, g: int, count: int, rnd: random.Random) -> range:
-    batches = log.encode(group_records(g, count, rnd), 1000 + g)
-    return log.append_encoded(batches, atomic=True)
+    batches = encode_batches(log, group_records(g, count, rnd), 1000 + g)
+    return append_encoded(log, batches, atomic=True)
 
 
 # -- the unit itself ----------------------------------------------------------------------
@@ -113,9 +114,9 @@ def test_a_group_goes_whole_into_the_next_segment(tmp_path):
         append_group(log, 0, 60, rnd)
         before = len(log.segments)
         left = (16 << 10) - log.segments[-1].size
-        batches = log.encode(group_records(1, 60, rnd), 1001)
+        batches = encode_batches(log, group_records(1, 60, rnd), 1001)
         assert sum(b[3] for b in batches) > left     # does not fit what the segment has left
-        r = log.append_encoded(batches, atomic=True)
+        r = append_encoded(log, batches, atomic=True)
         assert len(log.segments) == before + 1
         assert log.segments[-1].base_offset == r.start
 
@@ -126,12 +127,12 @@ def test_a_group_larger_than_segment_bytes_fills_one_segment(tmp_path):
     with Log.open(str(tmp_path / "log"), **opts) as log:
         append_group(log, 0, 3, rnd)
         for count in range(20, 60):
-            batches = log.encode(group_records(1, count, random.Random(count)), 1001)
+            batches = encode_batches(log, group_records(1, count, random.Random(count)), 1001)
             total = sum(b[3] for b in batches)
             if 4096 < total <= 4096 + 1024:
                 break
         assert 4096 < total <= 4096 + 1024 and len(batches) > 3
-        r = log.append_encoded(batches, atomic=True)
+        r = append_encoded(log, batches, atomic=True)
         seg = [s for s in log.segments if s.base_offset == r.start]
         assert seg and seg[0].size == total
         assert whole_groups(log) == [(0, 3), (1, count)]
@@ -142,9 +143,9 @@ def test_a_group_that_fits_no_segment_is_refused_and_writes_nothing(tmp_path):
     opts = dict(SMALL, segment_bytes=4096)
     with Log.open(str(tmp_path / "log"), **opts) as log:
         append_group(log, 0, 3, rnd)
-        batches = log.encode(group_records(1, 200, rnd), 1001)
+        batches = encode_batches(log, group_records(1, 200, rnd), 1001)
         with pytest.raises(MessageTooLargeError, match="does not fit one segment"):
-            log.append_encoded(batches, atomic=True)
+            append_encoded(log, batches, atomic=True)
         assert log.end_offset == 3
         append_group(log, 2, 4, rnd)              # the log goes on
         assert whole_groups(log) == [(0, 3), (2, 4)]
@@ -174,7 +175,7 @@ def test_every_copy_state_a_kill_leaves_shows_none_of_the_group(tmp_path, open_a
         before = log.end_offset
         seg = log.segments[-1]
         pos = seg.size
-        batches = log.encode(group_records(1, 30, rnd), 1001)
+        batches = encode_batches(log, group_records(1, 30, rnd), 1001)
         sizes = [b[3] for b in batches]
         total = sum(sizes)
         assert len(sizes) > 3
@@ -184,7 +185,7 @@ def test_every_copy_state_a_kill_leaves_shows_none_of_the_group(tmp_path, open_a
         for p in (seg.index_path, seg.timeindex_path):
             with open(p, "rb") as f:
                 indexes[os.path.basename(p)] = f.read()
-        log.append_encoded(batches, atomic=True)
+        append_encoded(log, batches, atomic=True)
         seg_name = os.path.basename(seg.path)
         abandon(log)
     with open(os.path.join(src, seg_name), "rb") as f:
@@ -251,11 +252,11 @@ def child(path: str, report_fd: int, seed: int, wid: int, multi: bool) -> None:
         for k, count in enumerate([1, 40, 400, 4000, 12000, 15000]):
             g = wid * 100 + k
             recs = [Record(b"g%d.%d.%d." % (g, i, count) + b"x" * 200) for i in range(count)]
-            pool.append(log.encode(recs, 1000))
+            pool.append(encode_batches(log, recs, 1000))
         os.write(report_fd, struct.pack("<q", -1))          # encoded: kill from now on
         while True:
             k = rnd.randrange(len(pool))
-            log.append_encoded(pool[k], atomic=True)
+            append_encoded(log, pool[k], atomic=True)
             os.write(report_fd, struct.pack("<q", k))
             if rnd.random() < 0.2:
                 log.append(b"plain")

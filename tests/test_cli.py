@@ -64,7 +64,7 @@ def root(tmp_path):
     with Topic.open(r, "orders", partitions=3) as t:
         for i in range(90):
             t.append(b"order %d" % i, key=b"c%d" % (i % 7))
-    with seglog.Consumer(r, "billing", ["orders"], auto_commit_ms=None) as c:
+    with seglog.Consumer(r, "billing", topics=["orders"], auto_commit_ms=None) as c:
         got = 0
         deadline = time.monotonic() + 10
         while got < 60 and time.monotonic() < deadline:
@@ -265,7 +265,7 @@ def test_groups_list_and_describe(root):
 
 def test_groups_list_does_not_call_a_group_without_commits_caught_up(root):
     # a member that polled but never committed: its partitions have no lag, not lag 0
-    with seglog.Consumer(root, "fresh", ["orders"], auto_commit_ms=None) as c:
+    with seglog.Consumer(root, "fresh", topics=["orders"], auto_commit_ms=None) as c:
         deadline = time.monotonic() + 10
         while not c.poll(timeout_ms=100) and time.monotonic() < deadline:
             pass

@@ -85,7 +85,7 @@ def pair(tmp_path):
     root = str(tmp_path)
     topic = Topic.open(root, "ev", partitions=4)
     members = Members(root)
-    z = Consumer(root, "g", ["ev"], member_id="z", auto_commit_ms=None,
+    z = Consumer(root, "g", topics=["ev"], member_id="z", auto_commit_ms=None,
                  session_timeout_ms=SESSION_MS)
     try:
         members.start("m0", "ev")
@@ -163,7 +163,7 @@ def test_commit_offsets_refuses_an_offset_retention_deleted(tmp_path):
         t.partition(0).enforce_retention()                 # sealed segments deleted
         start = t.partition(0).start_offset
         assert start > 0
-        with Consumer(root, "g", ["ev"], auto_commit_ms=None) as c:
+        with Consumer(root, "g", topics=["ev"], auto_commit_ms=None) as c:
             c.poll(0)
             with pytest.raises(OffsetOutOfRangeError):
                 c.commit({("ev", 0): start - 1})
@@ -320,7 +320,7 @@ def test_pattern_subscription_takes_topics_another_process_creates(tmp_path):
     # a's session is long: this test is about subscriptions, not expulsion, and a
     # loaded machine can keep this thread from polling for longer than SESSION_MS
     # (then p expels a and takes clicks-b-0 itself)
-    a = Consumer(root, "g", ["clicks-b"], member_id="a", auto_commit_ms=None,
+    a = Consumer(root, "g", topics=["clicks-b"], member_id="a", auto_commit_ms=None,
                  session_timeout_ms=30 * SESSION_MS)
     h = Consumer(root, "h", pattern=r"clicks-[a-z]+", auto_commit_ms=None)
     got_h: list = []
@@ -400,7 +400,7 @@ def test_deserializers_apply_to_keys_and_values_but_not_to_none(tmp_path):
         t.append(json.dumps({"n": 1}).encode(), key=b"k1")
         t.append(None, key=b"k2")                        # a tombstone
         t.append(json.dumps([2]).encode())               # no key
-    with Consumer(root, "g", ["ev"], key_deserializer=bytes.decode,
+    with Consumer(root, "g", topics=["ev"], key_deserializer=bytes.decode,
                   value_deserializer=json.loads, auto_commit_ms=None) as c:
         got = collect(c, {(0, 0), (0, 1), (0, 2)})
     assert [(m.key, m.value) for m in got] == [("k1", {"n": 1}), ("k2", None), (None, [2])]
@@ -421,7 +421,7 @@ def test_a_deserializer_error_is_raised_and_the_position_stays_at_that_message(t
         calls.append(b)
         return json.loads(b)
 
-    with Consumer(root, "g", ["ev"], value_deserializer=value, auto_commit_ms=None) as c:
+    with Consumer(root, "g", topics=["ev"], value_deserializer=value, auto_commit_ms=None) as c:
         got: list = []
         errors = []
         deadline = time.monotonic() + 10
@@ -456,7 +456,7 @@ def test_poll_refuses_max_records_below_one_with_a_value_error(tmp_path):
     root = str(tmp_path)
     with Topic.open(root, "ev", partitions=1) as t:
         t.append(b"x")
-    with Consumer(root, "g", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(root, "g", topics=["ev"], auto_commit_ms=None) as c:
         for bad in (0, -1):
             with pytest.raises(ValueError, match="max_records"):
                 c.poll(timeout_ms=0, max_records=bad)
@@ -484,7 +484,7 @@ def test_seek_in_on_assign_works_as_with_kafka_python(tmp_path):
             else:
                 c.seek_to_end((t, p))
 
-    c = Consumer(root, "g", ["ev"], member_id="a", auto_commit_ms=None, on_assign=on_assign)
+    c = Consumer(root, "g", topics=["ev"], member_id="a", auto_commit_ms=None, on_assign=on_assign)
     try:
         got = collect(c, {(0, o) for o in range(5, 10)} | {(2, o) for o in range(5, 10)})
         assert sorted((m.partition, m.offset) for m in got) == \
@@ -499,7 +499,7 @@ def test_seek_in_on_assign_works_as_with_kafka_python(tmp_path):
             b_seen.append(tps)
             b.seek_to_beginning(*tps)
 
-        b = Consumer(root, "g", ["ev"], member_id="b", auto_commit_ms=None, on_assign=b_assign)
+        b = Consumer(root, "g", topics=["ev"], member_id="b", auto_commit_ms=None, on_assign=b_assign)
         try:
             got_b: list = []
             wait_for(lambda: (c.poll(timeout_ms=10), got_b.extend(b.poll(timeout_ms=10)),
@@ -511,3 +511,40 @@ def test_seek_in_on_assign_works_as_with_kafka_python(tmp_path):
             b.close()
     finally:
         c.close()
+
+
+# -- group administration through ``import seglog`` ----------------------------------------
+
+def test_group_admin_calls_are_exported_from_seglog(tmp_path):
+    import seglog.consumer_group as cg
+    root = str(tmp_path)
+    for name in ("list_groups", "committed_offsets", "commit_offsets", "describe_group"):
+        assert name in seglog.__all__ and getattr(seglog, name) is getattr(cg, name)
+    assert seglog.list_groups(root) == []
+    with Topic.open(root, "ev", partitions=2) as t:
+        t.append_batch([b"a", b"b", b"c"], partition=0)
+        t.append_batch([b"d"], partition=1)
+    assert seglog.committed_offsets(root, "batch") == {}        # no such group yet
+    assert seglog.commit_offsets(root, "batch", {("ev", 0): 2, ("ev", 1): 1}) == \
+        {("ev", 0): 2, ("ev", 1): 1}
+    # committed offsets never move backwards
+    assert seglog.commit_offsets(root, "batch", {("ev", 0): 1}) == {("ev", 0): 2}
+    assert seglog.list_groups(root) == ["batch"]
+    assert seglog.committed_offsets(root, "batch") == {("ev", 0): 2, ("ev", 1): 1}
+    parts = seglog.describe_group(root, "batch")["partitions"]
+    assert parts[("ev", 0)]["committed"] == 2 and parts[("ev", 1)]["committed"] == 1
+    with pytest.raises(OffsetOutOfRangeError):
+        seglog.commit_offsets(root, "batch", {("ev", 1): 5})      # past ev-1's end
+    assert seglog.committed_offsets(root, "batch") == {("ev", 0): 2, ("ev", 1): 1}
+
+
+def test_consumer_options_are_keyword_only_after_root_and_group(tmp_path):
+    root = str(tmp_path)
+    with Topic.open(root, "ev", partitions=1) as t:
+        t.append(b"a")
+    for positional in ((["ev"],), (["ev"], "latest")):
+        with pytest.raises(TypeError, match="positional"):
+            Consumer(root, "g", *positional)
+    assert seglog.list_groups(root) == []          # refused before joining: nothing made
+    with Consumer(root, group="g", topics=["ev"], auto_commit_ms=None) as c:
+        assert [m.value for m in collect(c, {(0, 0)}, timeout=30.0)] == [b"a"]

@@ -57,7 +57,7 @@ def assert_committed_is_delivered(root: str, got, n: int) -> None:
 
 def drain_rest(root: str, got, n: int) -> None:
     """A new member of the group gets every message not delivered before, once."""
-    with Consumer(root, "g", ["ev"], auto_commit_ms=None, member_id="next") as c:
+    with Consumer(root, "g", topics=["ev"], auto_commit_ms=None, member_id="next") as c:
         rest: list = []
         deadline = time.monotonic() + 20
         while len(got) + len(rest) < n:
@@ -106,7 +106,7 @@ def test_cancel_then_close_commits_only_what_async_for_yielded(topic):
     value, inside, release = blocking_values()
 
     async def main() -> list:
-        c = Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000, value_deserializer=value)
+        c = Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=60_000, value_deserializer=value)
         got: list = []
 
         async def consume() -> None:
@@ -135,7 +135,7 @@ def test_a_commit_from_another_task_during_async_for_counts_only_what_was_yielde
     value, inside, release = blocking_values()
 
     async def main() -> None:
-        with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None, value_deserializer=value) as c:
+        with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None, value_deserializer=value) as c:
             got: list = []
 
             async def consume() -> None:
@@ -163,7 +163,7 @@ def test_close_from_another_task_or_thread_ends_async_for_and_commits_what_was_y
     got: list = []
     for closer in ("task", "thread"):
         async def main() -> None:
-            c = Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000,
+            c = Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=60_000,
                          member_id=f"by-{closer}")
 
             async def consume() -> None:
@@ -209,7 +209,7 @@ def test_close_from_another_thread_at_random_instants_commits_what_the_loop_yiel
     try:
         for r in range(20):
             fill(topic, per_round, r * per_round)
-            c = Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000, member_id=f"r{r}",
+            c = Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=60_000, member_id=f"r{r}",
                          value_deserializer=slow)
             errors: list = []
 
@@ -241,7 +241,7 @@ def test_close_between_a_polls_return_and_the_loop_taking_its_batch(topic):
     call that hands a batch over, ``poll`` once, ``_poll_held`` now). The close
     committed the whole batch; the loop then stopped at its first message."""
     fill(topic, 40)
-    c = Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000)
+    c = Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=60_000)
     got: list = []
     fired = threading.Event()
 
@@ -286,9 +286,9 @@ def test_close_from_on_assign_ends_the_loop(topic):
         if len(assigned) == 2:
             a.close()
 
-    a = Consumer(topic.root, "g", ["ev"], member_id="a", auto_commit_ms=60_000,
+    a = Consumer(topic.root, "g", topics=["ev"], member_id="a", auto_commit_ms=60_000,
                  on_assign=on_assign)
-    b = Consumer(topic.root, "g", ["ev"], member_id="b", auto_commit_ms=None)
+    b = Consumer(topic.root, "g", topics=["ev"], member_id="b", auto_commit_ms=None)
     with watchdog(a):
         for m in a:               # a owns 0 and 1 now; once b leaves, it is given 2 and 3
             got.append(m)
@@ -311,7 +311,7 @@ def test_close_from_on_revoke_while_closing_does_not_recurse(topic):
         revoked.append(tps)
         c.close()
 
-    c = Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000, on_revoke=on_revoke)
+    c = Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=60_000, on_revoke=on_revoke)
     got = c.poll(timeout_ms=1000, max_records=7)
     c.close()
     assert revoked == [{("ev", p) for p in range(PARTITIONS)}] and c.closed
@@ -323,7 +323,7 @@ def test_close_from_on_revoke_at_a_rebalance_ends_the_loop(topic):
     fill(topic, 40)
     got: list = []
     box: list = []
-    a = Consumer(topic.root, "g", ["ev"], member_id="a", auto_commit_ms=60_000,
+    a = Consumer(topic.root, "g", topics=["ev"], member_id="a", auto_commit_ms=60_000,
                  on_revoke=lambda tps: box[0].close())
     box.append(a)
     others: list = []
@@ -331,7 +331,7 @@ def test_close_from_on_revoke_at_a_rebalance_ends_the_loop(topic):
         for m in a:
             got.append(m)
             if len(got) == 5:           # b joins: a's next poll revokes 2 and 3
-                others.append(Consumer(topic.root, "g", ["ev"], member_id="b",
+                others.append(Consumer(topic.root, "g", topics=["ev"], member_id="b",
                                        auto_commit_ms=None))
     others[0].close()
     assert a.closed
@@ -351,7 +351,7 @@ def test_close_from_a_deserializer_ends_the_loop(topic):
             box[0].close()
         return b
 
-    c = Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000, value_deserializer=value)
+    c = Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=60_000, value_deserializer=value)
     box.append(c)
     with watchdog(c):
         for m in c:
@@ -372,7 +372,7 @@ def test_close_from_a_signal_handler_ends_the_loop_and_commits_what_was_yielded(
     assert threading.current_thread() is threading.main_thread()
     fill(topic, 400)
     got: list = []
-    c = Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000)
+    c = Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=60_000)
     old = signal.signal(signal.SIGALRM, lambda *a: c.close())
     try:
         signal.setitimer(signal.ITIMER_REAL, delay)
@@ -390,7 +390,7 @@ def test_close_from_a_signal_handler_ends_the_loop_and_commits_what_was_yielded(
 
 def test_close_from_a_signal_handler_during_an_idle_poll(topic):
     """No data: the loop waits in its poll when SIGALRM's handler closes it."""
-    c = Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000)
+    c = Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=60_000)
     old = signal.signal(signal.SIGALRM, lambda *a: c.close())
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.3)

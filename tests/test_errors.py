@@ -260,7 +260,7 @@ PATH_ENTRIES = {
     "Log.open readonly": lambda p: Log.open(p, readonly=True),
     "Topic.open": lambda p: seglog.Topic.open(p, "t", partitions=2),
     "Topic.open readonly": lambda p: seglog.Topic.open(p, "t", readonly=True),
-    "Consumer": lambda p: seglog.Consumer(p, "g", ["t"]),
+    "Consumer": lambda p: seglog.Consumer(p, "g", topics=["t"]),
     "describe_group": lambda p: seglog.describe_group(p, "g"),
     "commit_offsets": lambda p: consumer_group.commit_offsets(p, "g", {}),
     "committed_offsets": lambda p: consumer_group.committed_offsets(p, "g"),

@@ -40,7 +40,7 @@ def test_a_new_member_reads_a_topic_made_again_from_its_start(tmp_path):
     did every later member."""
     root = str(tmp_path)
     make(root, "ev", 100)
-    with Consumer(root, "g", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(root, "g", topics=["ev"], auto_commit_ms=None) as c:
         drain(c, {("ev", 0, o) for o in range(100)})
         c.commit()
     assert committed_offsets(root, "g") == {("ev", 0): 100}
@@ -48,12 +48,12 @@ def test_a_new_member_reads_a_topic_made_again_from_its_start(tmp_path):
     make(root, "ev", 10, tag=b"new ")
     assert committed_offsets(root, "g") == {}          # of the old log: not this one's
     assert describe_group(root, "g")["partitions"][("ev", 0)]["committed"] is None
-    with Consumer(root, "g", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(root, "g", topics=["ev"], auto_commit_ms=None) as c:
         got = drain(c, {("ev", 0, o) for o in range(10)})
         assert [m.value for m in got] == [b"new %d" % i for i in range(10)]
         c.commit()
     assert committed_offsets(root, "g") == {("ev", 0): 10}
-    with Consumer(root, "g", ["ev"], auto_commit_ms=None) as c:     # a later member
+    with Consumer(root, "g", topics=["ev"], auto_commit_ms=None) as c:     # a later member
         assert c.poll(timeout_ms=300) == [] and c.position("ev", 0) == 10
 
 
@@ -68,7 +68,7 @@ def test_a_committed_offset_past_the_end_is_out_of_range(tmp_path, caplog):
     with open(path, "w") as f:                # as a file from before ids says it
         f.write('{"version": 1, "offsets": {"ev/0": [100, 1]}}')
     for reset, start in (("earliest", 0), ("latest", 10)):
-        with Consumer(root, "g", ["ev"], auto_commit_ms=None, auto_offset_reset=reset) as c:
+        with Consumer(root, "g", topics=["ev"], auto_commit_ms=None, auto_offset_reset=reset) as c:
             assert c.position("ev", 0) == start        # claimed as it joined
     assert "past the log's end" in caplog.text
 
@@ -76,7 +76,7 @@ def test_a_committed_offset_past_the_end_is_out_of_range(tmp_path, caplog):
 def test_a_live_member_reads_a_topic_made_again_and_never_commits_the_old_position(tmp_path):
     root = str(tmp_path)
     make(root, "ev", 100)
-    c = Consumer(root, "g", ["ev"], auto_commit_ms=5)
+    c = Consumer(root, "g", topics=["ev"], auto_commit_ms=5)
     try:
         drain(c, {("ev", 0, o) for o in range(100)})
         c.commit()
@@ -96,7 +96,7 @@ def test_a_deleted_topics_offsets_go_with_it_and_its_return_is_read_from_the_sta
     root = str(tmp_path)
     make(root, "a", 3)
     make(root, "b", 5)
-    with Consumer(root, "g", ["a", "b"], member_id="m", auto_commit_ms=60_000) as c:
+    with Consumer(root, "g", topics=["a", "b"], member_id="m", auto_commit_ms=60_000) as c:
         drain(c, {("a", 0, o) for o in range(3)} | {("b", 0, o) for o in range(5)})
         c.commit()
         delete_topic(root, "b")
@@ -177,7 +177,7 @@ def test_a_partition_whose_log_goes_while_it_is_claimed_is_claimed_again(tmp_pat
             raise LogClosedError(f"log directory {log.path} is gone")
         return real.fget(log)           # type: ignore[attr-defined]
     monkeypatch.setattr(Log, "start_offset", property(start_offset))
-    c = Consumer(root, "g", ["t"], auto_offset_reset="earliest", auto_commit_ms=None)
+    c = Consumer(root, "g", topics=["t"], auto_offset_reset="earliest", auto_commit_ms=None)
     try:
         assert failed, "the claim never read the log's offsets"
         got = drain(c, {("t", 0, o) for o in range(3)})

@@ -100,8 +100,8 @@ def drain(consumer, until, timeout=10.0):
 
 def test_two_consumers_split_the_partitions_and_hand_over_on_close(topic):
     fill(topic, 400)
-    a = Consumer(topic.root, "g", ["ev"], auto_commit_ms=None, member_id="a")
-    b = Consumer(topic.root, "g", ["ev"], auto_commit_ms=None, member_id="b")
+    a = Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None, member_id="a")
+    b = Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None, member_id="b")
     wait_for(lambda: (a.poll(0), b.poll(0), a.generation == b.generation == 2
                       and len(owned(a)) == len(owned(b)) == 2)[-1], 5, "the split")
     assert a.assignment() | b.assignment() == {("ev", p) for p in range(4)}
@@ -115,14 +115,14 @@ def test_two_consumers_split_the_partitions_and_hand_over_on_close(topic):
 
 def test_commit_is_durable_and_the_next_owner_resumes_there(topic):
     fill(topic, 100)
-    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None) as c:
         got = drain(c, 60)
         c.commit()
         positions = {p: c.position("ev", p) for p in range(4)}
     with open(os.path.join(topic.root, "__groups", "g", "offsets.json")) as f:
         stored = json.load(f)["offsets"]
     assert {int(k.split("/")[1]): v[0] for k, v in stored.items()} == positions
-    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None) as c:
         rest = drain(c, 100 - len(got))
         assert {(m.partition, m.offset) for m in got} | {(m.partition, m.offset) for m in rest} \
             == {(i % 4, i // 4) for i in range(100)}
@@ -132,10 +132,10 @@ def test_commit_is_durable_and_the_next_owner_resumes_there(topic):
 
 def test_close_commits_with_auto_commit_and_latest_skips_history(topic):
     fill(topic, 40)
-    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000) as c:
+    with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=60_000) as c:
         drain(c, 40)
     assert describe_group(topic.root, "g")["partitions"][("ev", 0)]["lag"] == 0
-    with Consumer(topic.root, "h", ["ev"], auto_offset_reset="latest") as c:
+    with Consumer(topic.root, "h", topics=["ev"], auto_offset_reset="latest") as c:
         assert c.poll(timeout_ms=100) == []
         topic.append(b"new", partition=3)
         got = drain(c, 1)
@@ -144,7 +144,7 @@ def test_close_commits_with_auto_commit_and_latest_skips_history(topic):
 
 def test_committed_offsets_do_not_move_back_unless_seeked(topic):
     fill(topic, 40)
-    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None) as c:
         drain(c, 40)
         c.commit()
         assert c.committed("ev", 0) == 10
@@ -166,7 +166,7 @@ def test_commit_offsets_without_a_member_never_goes_back_and_a_consumer_resumes_
     parts = describe_group(topic.root, "spark")["partitions"]
     assert {k: (v["committed"], v["lag"]) for k, v in parts.items()} == {
         ("ev", 0): (7, 3), ("ev", 1): (10, 0), ("ev", 2): (5, 5), ("ev", 3): (None, None)}
-    with Consumer(topic.root, "spark", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(topic.root, "spark", topics=["ev"], auto_commit_ms=None) as c:
         got = drain(c, 3 + 5 + 10)
         assert sorted((m.partition, m.offset) for m in got if m.partition in (0, 2)) == \
             [(0, 7), (0, 8), (0, 9)] + [(2, o) for o in range(5, 10)]
@@ -210,7 +210,7 @@ def test_small_polls_return_every_message_once_in_order_and_seek_drops_what_was_
     t = Topic.open(str(tmp_path), "one", partitions=1)
     for i in range(0, 1000, 50):
         t.append_batch([b"v%04d" % j for j in range(i, i + 50)])
-    with Consumer(t.root, "g", ["one"], auto_commit_ms=None) as c:
+    with Consumer(t.root, "g", topics=["one"], auto_commit_ms=None) as c:
         got = []
         for size in [1, 7, 50, 3, 500, 1000]:
             got += c.poll(timeout_ms=1000, max_records=size)
@@ -228,7 +228,7 @@ def test_small_polls_return_every_message_once_in_order_and_seek_drops_what_was_
 def test_consumer_message_is_a_tuple_with_named_fields(topic):
     import pickle
     topic.append(b"x" * 100, key=b"k", headers=[("h", b"1")], partition=2, timestamp=1_700_000_000_000)
-    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None) as c:
         (m,) = drain(c, 1)
     assert m == ("ev", 2, 0, 1_700_000_000_000, b"k", b"x" * 100, (("h", b"1"),))
     assert (m.topic, m.partition, m.offset, m.timestamp, m.key, m.headers) == \
@@ -246,7 +246,7 @@ def test_a_consumer_steps_over_offsets_compaction_removed(tmp_path):
     t.partition(0).compact()
     live = [m.offset for m in t.partition(0).iter()]
     assert len(live) < 300
-    with Consumer(t.root, "g", ["kv"], auto_commit_ms=None) as c:
+    with Consumer(t.root, "g", topics=["kv"], auto_commit_ms=None) as c:
         got = drain(c, len(live))
         assert [m.offset for m in got] == live
         assert c.poll(timeout_ms=0) == [] and c.position("kv", 0) == 300
@@ -255,10 +255,10 @@ def test_a_consumer_steps_over_offsets_compaction_removed(tmp_path):
 
 def test_an_expelled_member_cannot_commit_and_rejoins(topic, caplog):
     fill(topic, 40)
-    a = Consumer(topic.root, "g", ["ev"], auto_commit_ms=None, member_id="a",
+    a = Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None, member_id="a",
                  session_timeout_ms=300)
     drain(a, 40)
-    b = Consumer(topic.root, "g", ["ev"], auto_commit_ms=None, member_id="b",
+    b = Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None, member_id="b",
                  session_timeout_ms=300)
     advance_group_clock(0.1)                    # b's next poll looks at the group: it
     b.poll(0)                                   # sees a's heartbeat as it is now...
@@ -284,7 +284,7 @@ def test_retention_past_the_committed_offset_resumes_at_the_start(tmp_path, capl
                     retention_check_ms=None, file_delete_delay_ms=0) as t:
         for i in range(10):
             t.append(b"x" * 100)
-        with Consumer(root, "g", ["ev"], auto_commit_ms=None) as c:
+        with Consumer(root, "g", topics=["ev"], auto_commit_ms=None) as c:
             drain(c, 2)
             c.seek("ev", 0, 1)
             c.commit()
@@ -294,7 +294,7 @@ def test_retention_past_the_committed_offset_resumes_at_the_start(tmp_path, capl
         start = t.partition(0).start_offset
         assert start > 1
         with caplog.at_level(logging.WARNING, logger="seglog"):
-            with Consumer(root, "g", ["ev"], auto_commit_ms=None) as c:
+            with Consumer(root, "g", topics=["ev"], auto_commit_ms=None) as c:
                 got = drain(c, 1)
                 assert got[0].offset == start
         assert "deleted by retention" in caplog.text
@@ -314,13 +314,13 @@ def test_retention_past_the_committed_offset_resumes_at_the_start(tmp_path, capl
 def test_bad_input(topic, kwargs, exc):
     args = {"group": "g", "topics": ["ev"], **kwargs}
     with pytest.raises(exc):
-        Consumer(topic.root, args.pop("group"), args.pop("topics"), **args)
+        Consumer(topic.root, args.pop("group"), topics=args.pop("topics"), **args)
 
 
 def test_closed_consumer_and_duplicate_member(topic):
-    c = Consumer(topic.root, "g", ["ev"], member_id="one")
+    c = Consumer(topic.root, "g", topics=["ev"], member_id="one")
     with pytest.raises(InvalidConfigError, match="in use"):
-        Consumer(topic.root, "g", ["ev"], member_id="one")
+        Consumer(topic.root, "g", topics=["ev"], member_id="one")
     c.close()
     c.close()
     for call in (lambda: c.poll(0), c.commit, lambda: c.position("ev", 0)):
@@ -337,7 +337,7 @@ def test_an_idle_consumer_barely_uses_the_cpu(topic):
     for p in range(topic.num_partitions):
         os.utime(os.path.join(topic.root, f"ev-{p}"), (past, past))
     code = ("import time, seglog, sys\n"
-            "c = seglog.Consumer(sys.argv[1], 'idle', ['ev'])\n"
+            "c = seglog.Consumer(sys.argv[1], 'idle', topics=['ev'])\n"
             "c.poll(timeout_ms=200)\n"
             "t0, w0 = time.process_time(), time.monotonic()\n"
             "c.poll(timeout_ms=2000)\n"
@@ -349,7 +349,7 @@ def test_an_idle_consumer_barely_uses_the_cpu(topic):
 
 
 def test_a_poll_wakes_promptly_when_data_arrives(topic):
-    with Consumer(topic.root, "g", ["ev"]) as c:
+    with Consumer(topic.root, "g", topics=["ev"]) as c:
         c.poll(timeout_ms=0)
         timer = threading.Timer(0.3, lambda: topic.append(b"late", partition=1))
         timer.start()
@@ -742,7 +742,7 @@ class GroupMachine(RuleBasedStateMachine):
     def _new(self) -> None:
         name = f"m{self.n}"
         self.n += 1
-        self.members[name] = Consumer(self.dir, "g", ["ev"], auto_commit_ms=None,
+        self.members[name] = Consumer(self.dir, "g", topics=["ev"], auto_commit_ms=None,
                                       member_id=name, session_timeout_ms=60_000)
 
     def _settle(self) -> None:
@@ -882,7 +882,7 @@ def test_a_poll_that_fails_on_one_partition_loses_nothing_it_read(tmp_path):
             errors.append(e)
 
     with Log.open(os.path.join(root, "ev-0")) as writer, \
-            Consumer(root, "g", ["ev"], auto_commit_ms=60_000) as c:
+            Consumer(root, "g", topics=["ev"], auto_commit_ms=60_000) as c:
         for i in range(5, 25):
             writer.append(b"A-value-%04d" % i)
             poll(c)
@@ -901,7 +901,7 @@ def test_a_poll_that_fails_on_one_partition_loses_nothing_it_read(tmp_path):
 
 def test_a_poll_interrupted_half_way_moves_no_position(topic, monkeypatch):
     fill(topic, 40)
-    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None) as c:
         drain(c, 0)
         c.poll(timeout_ms=0, max_records=1)     # claims, reads ahead
         before = {p: c.position("ev", p) for p in range(4)}
@@ -927,7 +927,7 @@ def test_a_poll_interrupted_half_way_moves_no_position(topic, monkeypatch):
 def test_leaving_an_iteration_early_gives_back_what_it_did_not_yield(topic):
     fill(topic, 400)
     seen = []
-    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=60_000) as c:
+    with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=60_000) as c:
         for m in c:                  # one poll returns all 400; the loop takes 7
             seen.append(m)
             if len(seen) == 7:
@@ -942,7 +942,7 @@ def test_leaving_an_iteration_early_gives_back_what_it_did_not_yield(topic):
         seen += c.poll(timeout_ms=1000, max_records=13)     # goes on right after them
         assert len(seen) == 20
     # close() committed what was delivered only: the next consumer gets the rest
-    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None) as c:
         rest = drain(c, 400 - 20)
     got = {(m.partition, m.offset) for m in seen}
     assert len(got) == 20 and not {(m.partition, m.offset) for m in rest} & got
@@ -952,7 +952,7 @@ def test_leaving_an_iteration_early_gives_back_what_it_did_not_yield(topic):
 HOLDER = """
 import fcntl, os, signal, sys, seglog
 root = sys.argv[1]
-c = seglog.Consumer(root, "g", ["ev"], member_id="holder", session_timeout_ms=1000,
+c = seglog.Consumer(root, "g", topics=["ev"], member_id="holder", session_timeout_ms=1000,
                     auto_commit_ms=None)
 print("joined", c.generation, flush=True)
 sys.stdin.readline()
@@ -970,7 +970,7 @@ sys.stdin.readline()                   # then silent: no poll, no heartbeat
 def test_a_member_stopped_holding_the_group_lock_stalls_nobody(topic, then):
     root = topic.root
     fill(topic, 40)
-    a = Consumer(root, "g", ["ev"], member_id="a", auto_commit_ms=None, lock_timeout_ms=300,
+    a = Consumer(root, "g", topics=["ev"], member_id="a", auto_commit_ms=None, lock_timeout_ms=300,
                  session_timeout_ms=1000)
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, root], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
@@ -1003,7 +1003,7 @@ def test_a_member_stopped_holding_the_group_lock_stalls_nobody(topic, then):
         assert {(m.partition, m.offset) for m in got} == {(i % 4, i // 4) for i in range(40, 80)
                                                            if i % 4 in (0, 1)}
         # joins and commits fail within their bound, writing nothing
-        for what, call in (("a join", lambda: Consumer(root, "g", ["ev"], member_id="late",
+        for what, call in (("a join", lambda: Consumer(root, "g", topics=["ev"], member_id="late",
                                                        lock_timeout_ms=300)),
                            ("commit_offsets", lambda: commit_offsets(
                                root, "g", {("ev", 0): 1}, lock_timeout_ms=300)),
@@ -1024,7 +1024,7 @@ def test_a_member_stopped_holding_the_group_lock_stalls_nobody(topic, then):
         wait_for(lambda: (a.poll(timeout_ms=20), len(owned(a)) == 4)[-1], 10,
                  "a to take the holder's partitions")
         assert list(describe_group(root, "g")["members"]) == ["a"]
-        with Consumer(root, "g", ["ev"], member_id="late", auto_commit_ms=None) as late:
+        with Consumer(root, "g", topics=["ev"], member_id="late", auto_commit_ms=None) as late:
             assert late.generation > gen
         assert commit_offsets(root, "g", {("ev", 3): 20}) == {("ev", 3): 20}
     finally:
@@ -1062,7 +1062,7 @@ def test_commit_offsets_refuses_an_offset_outside_the_log(tmp_path):
     # a consumer then resumes where the offsets say, and sees what is appended next
     with Topic.open(root, "ev") as t:
         t.append(b"after", partition=1)
-    with Consumer(root, "g", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(root, "g", topics=["ev"], auto_commit_ms=None) as c:
         assert [(m.partition, m.offset, m.value) for m in drain(c, 1)] == [(1, 0, b"after")]
 
 
@@ -1102,8 +1102,8 @@ def test_a_streams_lag_report_below_the_log_start_does_not_fail_the_query(tmp_pa
 
 def test_a_consumer_dropped_without_close_is_seen_gone_at_once(topic):
     import gc
-    a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=30_000)
-    b = Consumer(topic.root, "g", ["ev"], member_id="b", session_timeout_ms=30_000)
+    a = Consumer(topic.root, "g", topics=["ev"], member_id="a", session_timeout_ms=30_000)
+    b = Consumer(topic.root, "g", topics=["ev"], member_id="b", session_timeout_ms=30_000)
     try:
         wait_for(lambda: (a.poll(0), b.poll(0), len(owned(a)) == len(owned(b)) == 2)[-1], 10,
                  "the split")
@@ -1126,9 +1126,9 @@ def test_each_member_is_judged_by_its_own_session_timeout(topic):
     """Nobody polls ``slow`` (60 s) and ``quick`` (1 s); ``watcher`` (200 ms) polls:
     it expels quick after quick's 1 s, not its own 200 ms, and never slow (an
     injected clock: no sleep)."""
-    slow = Consumer(topic.root, "g", ["ev"], member_id="slow", session_timeout_ms=60_000)
-    quick = Consumer(topic.root, "g", ["ev"], member_id="quick", session_timeout_ms=1000)
-    watcher = Consumer(topic.root, "g", ["ev"], member_id="watcher", session_timeout_ms=200)
+    slow = Consumer(topic.root, "g", topics=["ev"], member_id="slow", session_timeout_ms=60_000)
+    quick = Consumer(topic.root, "g", topics=["ev"], member_id="quick", session_timeout_ms=1000)
+    watcher = Consumer(topic.root, "g", topics=["ev"], member_id="watcher", session_timeout_ms=200)
     try:
         wait_for(lambda: (watcher.poll(timeout_ms=20),
                           len(describe_group(topic.root, "g")["members"]) == 3)[-1],
@@ -1151,7 +1151,7 @@ def test_each_member_is_judged_by_its_own_session_timeout(topic):
 
 FORKER = """
 import os, sys, seglog
-c = seglog.Consumer(sys.argv[1], "g", ["ev"], member_id="forker", session_timeout_ms=30_000)
+c = seglog.Consumer(sys.argv[1], "g", topics=["ev"], member_id="forker", session_timeout_ms=30_000)
 pid = os.fork()
 if pid == 0:                      # a helper process: it blocks, it never uses c
     os.read(0, 1)
@@ -1163,7 +1163,7 @@ while True:
 
 
 def test_a_forked_child_does_not_keep_a_killed_member_alive(topic):
-    survivor = Consumer(topic.root, "g", ["ev"], member_id="survivor", session_timeout_ms=30_000)
+    survivor = Consumer(topic.root, "g", topics=["ev"], member_id="survivor", session_timeout_ms=30_000)
     forker = subprocess.Popen([sys.executable, "-c", FORKER, topic.root], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     child = None
@@ -1197,7 +1197,7 @@ def test_a_forked_child_does_not_keep_a_killed_member_alive(topic):
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_consumer_refuses_use_in_a_forked_child(topic):
     fill(topic, 8)
-    with Consumer(topic.root, "g", ["ev"], member_id="parent", auto_commit_ms=None) as c:
+    with Consumer(topic.root, "g", topics=["ev"], member_id="parent", auto_commit_ms=None) as c:
         got = c.poll(timeout_ms=5000, max_records=4)
         pid = os.fork()
         if pid == 0:
@@ -1266,9 +1266,9 @@ def test_callbacks_describe_ownership_exactly_through_expel_and_rejoin(topic):
                 f"{name} delivered {m.topic}-{m.partition} outside {views[name]}: {calls}"
         assert views[name] == set(c.assignment()) >= owned(c)
 
-    a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=400,
+    a = Consumer(topic.root, "g", topics=["ev"], member_id="a", session_timeout_ms=400,
                  auto_commit_ms=None, **cbs("a"))
-    b = Consumer(topic.root, "g", ["ev"], member_id="b", session_timeout_ms=1500,
+    b = Consumer(topic.root, "g", topics=["ev"], member_id="b", session_timeout_ms=1500,
                  auto_commit_ms=None, **cbs("b"))
     try:
         wait_for(lambda: (step(a, "a"), step(b, "b"),
@@ -1311,10 +1311,10 @@ def test_describe_group_does_not_show_a_killed_member_as_owner(group_topic):
 def test_a_consumer_waits_for_a_topic_created_later(topic):
     # the topic may come later, the root may not: a mistyped root is an error
     with pytest.raises(InvalidConfigError, match="not a directory"):
-        Consumer(os.path.join(topic.root, "typo"), "g", ["later"])
+        Consumer(os.path.join(topic.root, "typo"), "g", topics=["later"])
     assert not os.path.exists(os.path.join(topic.root, "typo"))
     fill(topic, 8)
-    with Consumer(topic.root, "g", ["ev", "later"], auto_commit_ms=None) as c:
+    with Consumer(topic.root, "g", topics=["ev", "later"], auto_commit_ms=None) as c:
         got = drain(c, 8)
         assert {(m.topic, m.partition, m.offset) for m in got} == \
             {("ev", i % 4, i // 4) for i in range(8)}
@@ -1380,7 +1380,7 @@ def test_group_files_of_any_shape_give_seglog_errors_only(fuzz_root, which, doc)
         for args in (["groups", fuzz_root, group], ["groups", fuzz_root, group, "--json"]):
             assert cli.main(args, out=io.StringIO()) in (0, 1)
         try:
-            c = Consumer(fuzz_root, group, ["ev"], member_id="fz", lock_timeout_ms=2000)
+            c = Consumer(fuzz_root, group, topics=["ev"], member_id="fz", lock_timeout_ms=2000)
         except seglog.SeglogError:
             pass
         else:
@@ -1408,9 +1408,9 @@ def test_a_member_put_back_before_it_looked_does_not_read_on_from_its_old_positi
     puts it back (its file is alive again) between a's heartbeat and its look at
     the state. a must start again from b's commits, not from where it stopped."""
     fill(topic, 40)
-    a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=400,
+    a = Consumer(topic.root, "g", topics=["ev"], member_id="a", session_timeout_ms=400,
                  auto_commit_ms=None)
-    b = Consumer(topic.root, "g", ["ev"], member_id="b", session_timeout_ms=1500,
+    b = Consumer(topic.root, "g", topics=["ev"], member_id="b", session_timeout_ms=1500,
                  auto_commit_ms=None)
     try:
         a_first: list = []
@@ -1453,7 +1453,7 @@ def test_iteration_raises_when_a_partitions_log_is_removed_instead_of_ending(tmp
     with Topic.open(root, "ev", partitions=2) as t:
         for i in range(10):
             t.append(b"m%d" % i, partition=i % 2)
-    c = Consumer(root, "g", ["ev"], auto_commit_ms=None)
+    c = Consumer(root, "g", topics=["ev"], auto_commit_ms=None)
     watchdog = threading.Timer(30, c.close)      # a loop that never raises ends here
     watchdog.start()
     seen = []
@@ -1479,7 +1479,7 @@ calls = {"describe_group": lambda: describe_group(root, "g"),
          "committed_offsets": lambda: committed_offsets(root, "g"),
          "commit_offsets": lambda: commit_offsets(root, "g", {("ev", 0): 1},
                                                   lock_timeout_ms=1000),
-         "Consumer": lambda: Consumer(root, "g", ["ev"], member_id="late",
+         "Consumer": lambda: Consumer(root, "g", topics=["ev"], member_id="late",
                                       lock_timeout_ms=1000).close()}
 for name, call in calls.items():
     try:
@@ -1502,7 +1502,7 @@ def test_a_group_file_that_is_a_fifo_or_a_directory_is_refused_without_a_hang(tm
     root = str(tmp_path)
     with Topic.open(root, "ev", partitions=2) as t:
         t.append(b"x", partition=0)
-    with Consumer(root, "g", ["ev"], member_id="m1") as c:
+    with Consumer(root, "g", topics=["ev"], member_id="m1") as c:
         c.poll(timeout_ms=200)
         c.commit()
     path = os.path.join(root, "__groups", "g", which)
@@ -1524,7 +1524,7 @@ def test_a_partition_that_is_not_an_int_is_a_type_error(topic):
     # committed("ev", "0") answered None (nothing committed) and seek("ev", True, n)
     # moved partition 1: a partition is an int, as Topic.partition says
     fill(topic, 8)
-    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None) as c:
         drain(c, 8)
         c.commit()
         assert c.committed("ev", 1) == 2
@@ -1546,7 +1546,7 @@ def test_a_deleted_topic_leaves_the_assignment(tmp_path):
         with Topic.open(root, name, partitions=1) as t:
             t.append(b"%s0" % name.encode())
     revoked: list = []
-    with Consumer(root, "g", ["a", "b"], member_id="m", auto_commit_ms=None,
+    with Consumer(root, "g", topics=["a", "b"], member_id="m", auto_commit_ms=None,
                   on_revoke=lambda tps: revoked.append(tps)) as c:
         assert {(m.topic, m.offset) for m in drain(c, 2)} == {("a", 0), ("b", 0)}
         generation = c.generation
@@ -1587,9 +1587,9 @@ def test_a_stopped_member_is_expelled_after_the_wall_clock_steps_back(topic):
     counted alive for ever, and its partitions read by nobody: staleness is an
     unchanged heartbeat over a's session timeout of the observer's own clock."""
     fill(topic, 8)
-    a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=300,
+    a = Consumer(topic.root, "g", topics=["ev"], member_id="a", session_timeout_ms=300,
                  auto_commit_ms=None)
-    b = Consumer(topic.root, "g", ["ev"], member_id="b", auto_commit_ms=None)
+    b = Consumer(topic.root, "g", topics=["ev"], member_id="b", auto_commit_ms=None)
     try:
         wait_for(lambda: (a.poll(0), b.poll(0), len(owned(a)) == len(owned(b)) == 2)[-1], 10,
                  "the split")
@@ -1607,9 +1607,9 @@ def test_a_member_file_changed_in_place_is_read_again(topic):
     """Member files were parsed once per inode: a file with the same inode and
     other content (a member id reused where the file system recycles inode numbers,
     as ext4 does) was judged by the old content's session timeout for ever."""
-    a = Consumer(topic.root, "g", ["ev"], member_id="a", session_timeout_ms=60_000,
+    a = Consumer(topic.root, "g", topics=["ev"], member_id="a", session_timeout_ms=60_000,
                  auto_commit_ms=None)
-    b = Consumer(topic.root, "g", ["ev"], member_id="b", auto_commit_ms=None)
+    b = Consumer(topic.root, "g", topics=["ev"], member_id="b", auto_commit_ms=None)
     try:
         wait_for(lambda: (a.poll(0), b.poll(0), len(owned(a)) == len(owned(b)) == 2)[-1], 10,
                  "the split")
@@ -1629,29 +1629,29 @@ def test_a_member_file_changed_in_place_is_read_again(topic):
 
 def test_a_member_asking_for_another_assignor_is_refused_and_leaves_nothing(topic):
     """Members passing different assignors were silently overruled by the group's."""
-    a = Consumer(topic.root, "g", ["ev"], member_id="a", assignor="range")
+    a = Consumer(topic.root, "g", topics=["ev"], member_id="a", assignor="range")
     try:
         with pytest.raises(InvalidConfigError, match="assignor"):
-            Consumer(topic.root, "g", ["ev"], member_id="b", assignor="roundrobin")
+            Consumer(topic.root, "g", topics=["ev"], member_id="b", assignor="roundrobin")
         assert os.listdir(_members_dir(topic.root)) == ["a"]
         d = describe_group(topic.root, "g")
         assert set(d["members"]) == {"a"} and d["assignor"] == "range"
     finally:
         a.close()
     # nobody left: the next member's assignor is the group's
-    with Consumer(topic.root, "g", ["ev"], member_id="c", assignor="sticky"):
+    with Consumer(topic.root, "g", topics=["ev"], member_id="c", assignor="sticky"):
         assert describe_group(topic.root, "g")["assignor"] == "sticky"
 
 
 def test_a_killed_joiners_half_made_member_file_is_removed(topic):
     """A joiner killed between writing its member file and renaming it into place
     left ``.join-<id>`` for ever."""
-    with Consumer(topic.root, "g", ["ev"], member_id="a"):
+    with Consumer(topic.root, "g", topics=["ev"], member_id="a"):
         pass
     leftover = os.path.join(_members_dir(topic.root), ".join-killed")
     with open(leftover, "w") as f:
         f.write('{"topics": ["ev"]')
-    with Consumer(topic.root, "g", ["ev"], member_id="b"):
+    with Consumer(topic.root, "g", topics=["ev"], member_id="b"):
         assert not os.path.exists(leftover)
         assert os.listdir(_members_dir(topic.root)) == ["b"]
 
@@ -1678,7 +1678,7 @@ def test_a_consumer_on_someone_elses_directory_writes_nothing(tmp_path):
     Log.open(str(log_dir)).close()
     for where in (root, log_dir):
         before = _tree(str(where))
-        for call in (lambda: Consumer(where, "g", ["ev"], lock_timeout_ms=100),
+        for call in (lambda: Consumer(where, "g", topics=["ev"], lock_timeout_ms=100),
                      lambda: Consumer(where, "g", pattern="ev.*", lock_timeout_ms=100),
                      lambda: describe_group(where, "g"),
                      lambda: commit_offsets(where, "g", {("ev", 0): 1}),
@@ -1689,14 +1689,14 @@ def test_a_consumer_on_someone_elses_directory_writes_nothing(tmp_path):
     # an empty directory is fine (topics may come later), and then it is seglog's
     empty = tmp_path / "empty"
     empty.mkdir()
-    with Consumer(empty, "g", ["ev"]) as c:
+    with Consumer(empty, "g", topics=["ev"]) as c:
         assert c.assignment() == frozenset()
     assert sorted(os.listdir(empty)) == ["__groups"]
 
 
 def test_describe_group_writes_nothing(group_topic):
     fill(group_topic, 12)
-    with Consumer(group_topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(group_topic.root, "g", topics=["ev"], auto_commit_ms=None) as c:
         drain(c, 12)
         c.commit()
         before = _tree(group_topic.root)
@@ -1710,7 +1710,7 @@ def test_describe_group_keys_partitions_as_commit_and_assignment_do(topic):
     ``assignment()`` and the members' assignment use ``("ev", 0)``; the CLI's JSON
     keeps its strings."""
     fill(topic, 8)
-    with Consumer(topic.root, "g", ["ev"], auto_commit_ms=None) as c:
+    with Consumer(topic.root, "g", topics=["ev"], auto_commit_ms=None) as c:
         drain(c, 8)
         c.commit({("ev", 0): 1})
         d = describe_group(topic.root, "g")

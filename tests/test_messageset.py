@@ -85,3 +85,38 @@ def test_len_counts_only_messages_at_or_after_the_offset(logdir):
         ms = log.read(5)
         assert len(ms) == 15 and ms.first_offset == 5 and ms.next_offset == 20
         assert "MessageSet" in repr(ms)
+
+
+def test_a_message_is_made_by_its_fields_and_equals_the_one_read(tmp_path):
+    import copy
+    import pickle
+    from seglog import Message
+    with Log.open(tmp_path / "l", message_timestamp_before_max_ms=None) as log:
+        log.append(b"v", key=b"k", timestamp=1234, headers=[("h", b"1"), ("i", b"")])
+        log.append(None, key=b"gone", timestamp=1235)
+        read = list(log.iter())
+    by_position = Message(0, 1234, b"k", b"v", [("h", b"1"), ("i", b"")])
+    by_keyword = Message(offset=0, timestamp=1234, key=b"k", value=b"v",
+                         headers=(("h", b"1"), ("i", b"")))
+    tombstone = Message(1, 1235, b"gone", None)               # headers default to ()
+    assert read == [by_position, tombstone] and by_keyword == by_position
+    for m in (by_position, by_keyword, tombstone, *read):
+        assert type(m) is Message
+    assert by_position.headers == (("h", b"1"), ("i", b"")) and tombstone.headers == ()
+    assert (by_keyword.offset, by_keyword.timestamp, by_keyword.key, by_keyword.value) == \
+        (0, 1234, b"k", b"v")
+    assert by_position._asdict() == {"offset": 0, "timestamp": 1234, "key": b"k",
+                                     "value": b"v", "headers": (("h", b"1"), ("i", b""))}
+    assert repr(tombstone) == \
+        "Message(offset=1, timestamp=1235, key=b'gone', value=None, headers=())"
+    for m in read:          # pickle and copy build a Message from its fields again
+        for again in (pickle.loads(pickle.dumps(m)), copy.copy(m), copy.deepcopy(m)):
+            assert again == m and type(again) is Message
+    with pytest.raises(TypeError):
+        Message(0, 1234, b"k")                              # a field missing
+    with pytest.raises(TypeError):
+        Message((0, 1234, b"k", b"v", ()))                  # not one tuple: its fields
+    with pytest.raises(TypeError):
+        Message(0, 1234, b"k", b"v", (), "extra")
+    with pytest.raises(TypeError):
+        Message(0, 1234, b"k", b"v", offset=1)

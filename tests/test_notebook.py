@@ -264,7 +264,7 @@ def test_html_reprs_are_tables_and_escape_values(log, tmp_path):
     assert not parse(log.read(0, 1 << 20)._repr_html_()).notes     # a segment's 16
     with Topic.open(str(tmp_path / "r"), "o", partitions=2) as t:
         t.append(b"x", partition=1)
-        with seglog.Consumer(t.root, "g", ["o"], auto_commit_ms=None) as c:
+        with seglog.Consumer(t.root, "g", topics=["o"], auto_commit_ms=None) as c:
             c.poll(timeout_ms=500)
             c.commit()
             d = seglog.describe_group(t.root, "g")

@@ -37,20 +37,25 @@ def resolved(futs: dict[cf.Future, bytes]) -> set[tuple[int, bytes]]:
     return {(f.result(), v) for f, v in futs.items() if f.exception() is None}
 
 
-class FlakyLog(Log):
-    """A log whose chosen appends fail (as another writer holding the lock would make
-    them) or wait for an event (a writer stuck on the lock)."""
+class Flaky:
+    """The producer's appends to ``log`` of which the chosen ones fail (as another
+    writer holding the lock would make them) or wait for ``gate`` (a writer stuck on
+    the lock); appends to other logs go through."""
 
-    fail_calls: set[int] = set()
-    gate: threading.Event | None = None
+    def __init__(self, monkeypatch, log: Log, fail_calls: set[int] = frozenset(),
+                 gate: threading.Event | None = None) -> None:
+        self.calls = 0
+        real = seglog.producer.append_encoded
 
-    def append_encoded(self, batches):
-        self.calls = getattr(self, "calls", 0) + 1
-        if self.gate is not None:
-            assert self.gate.wait(30)
-        if self.calls in self.fail_calls:
-            raise LogLockedError("held by another writer (injected)")
-        return super().append_encoded(batches)
+        def append_encoded(lg: Log, batches, atomic: bool = False) -> range:
+            if lg is log:
+                self.calls += 1
+                if gate is not None:
+                    assert gate.wait(30)
+                if self.calls in fail_calls:
+                    raise LogLockedError("held by another writer (injected)")
+            return real(lg, batches, atomic)
+        monkeypatch.setattr(seglog.producer, "append_encoded", append_encoded)
 
 
 def test_many_threads_futures_are_the_log_offsets(logdir):
@@ -234,11 +239,11 @@ def test_serializers_apply_and_none_stays_a_tombstone(logdir):
         assert got == {(a.result(), b"k", b'{"n": 1}'), (b.result(), b"k", None)}
 
 
-def test_a_failed_append_fails_exactly_its_records(logdir):
+def test_a_failed_append_fails_exactly_its_records(logdir, monkeypatch):
     # max_message_bytes 1000 and 100-byte values: about nine records per append call;
     # the second call is refused, the others go on
-    log = FlakyLog.open(logdir, max_message_bytes=1000)
-    log.fail_calls = {2}
+    log = Log.open(logdir, max_message_bytes=1000)
+    Flaky(monkeypatch, log, fail_calls={2})
     with log, Producer(log, linger_ms=60_000) as producer:
         futs = {producer.send(b"%03d" % i + b"-" * 97): b"%03d" % i + b"-" * 97 for i in range(40)}
         producer.flush()
@@ -325,10 +330,11 @@ def test_durable_fsync_failure_fails_the_unflushed_records(logdir):
     seglog.testing.abandon(log)
 
 
-def test_a_full_buffer_blocks_send_then_times_out(logdir):
+def test_a_full_buffer_blocks_send_then_times_out(logdir, monkeypatch):
     # the writer is stuck (an append waits for the gate, as on another writer's lock)
-    log = FlakyLog.open(logdir)
-    log.gate = threading.Event()
+    log = Log.open(logdir)
+    gate = threading.Event()
+    Flaky(monkeypatch, log, gate=gate)
     with log, Producer(log, linger_ms=60_000, max_buffer_bytes=1000, max_block_ms=200) as p:
         queued = [p.send(b"%02d" % i + b"." * 98) for i in range(10)]     # 1000 bytes
         t0 = time.monotonic()
@@ -336,7 +342,7 @@ def test_a_full_buffer_blocks_send_then_times_out(logdir):
             p.send(b"refused" + b"." * 93)
         assert time.monotonic() - t0 >= 0.19
         assert not any(f.done() for f in queued)
-        log.gate.set()
+        gate.set()
         later = p.send(b"later")
         p.flush()
         assert [m.value for m in log.iter()][-1] == b"later" and later.result() == 10
@@ -356,9 +362,10 @@ def test_a_blocked_sender_makes_the_writer_write_at_once(logdir):
         assert later.result() == 10
 
 
-def test_flush_and_close_with_a_stuck_writer(logdir):
-    log = FlakyLog.open(logdir)
-    log.gate = threading.Event()
+def test_flush_and_close_with_a_stuck_writer(logdir, monkeypatch):
+    log = Log.open(logdir)
+    gate = threading.Event()
+    Flaky(monkeypatch, log, gate=gate)
     p = Producer(log, linger_ms=0)
     f = p.send(b"stuck")
     with pytest.raises(ProducerTimeoutError):
@@ -367,7 +374,7 @@ def test_flush_and_close_with_a_stuck_writer(logdir):
         p.close(timeout=0.1)
     with pytest.raises(ProducerClosedError):
         p.send(b"after close")
-    log.gate.set()
+    gate.set()
     p.close()
     p.close()       # idempotent
     assert f.result() == 0 and [m.value for m in log.iter()] == [b"stuck"]

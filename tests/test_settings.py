@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from seglog import InvalidConfigError, Log, Record
+from seglog import InvalidConfigError, Log, LogConfig, Record
 
 
 def _tree(path) -> dict[str, str]:
@@ -153,3 +154,70 @@ def test_a_misspelt_option_is_refused_with_the_name_it_resembles(tmp_path):
                        match=r"segmnt_bytes \(did you mean segment_bytes\?\), zzz$"):
         Log.open(path, segmnt_bytes=1 << 20, zzz=1)
     assert not path.exists()        # refused before anything was made
+
+
+def test_config_object_gives_every_setting_exclusive_writer(tmp_path):
+    path = tmp_path / "l"
+    cfg = LogConfig(segment_bytes=4096, retention_bytes=10_000, cleanup_policy="compact")
+    with Log.open(path, config=cfg) as log:
+        assert log.config == cfg
+        log.append(b"v", key=b"k")
+    with open(path / "seglog.json") as f:
+        assert json.load(f)["config"] == dataclasses.asdict(cfg)
+    with Log.open(path) as log:                 # stored, as options given by name are
+        assert log.config == cfg
+    # every setting given: a stored one the config leaves at its default goes back
+    with Log.open(path, config=LogConfig()) as log:
+        assert log.config == LogConfig()
+
+
+def test_config_object_for_a_reader_applies_to_it_only(tmp_path):
+    path = tmp_path / "l"
+    with Log.open(path, segment_bytes=4096) as log:
+        log.append(b"x")
+    before = _tree(path)
+    cfg = LogConfig(segment_bytes=8192, flush_ms=None)
+    with Log.open(path, readonly=True, config=cfg) as r:
+        assert r.config == cfg and r.end_offset == 1
+    assert _tree(path) == before
+    with Log.open(path) as log:
+        assert log.config.segment_bytes == 4096
+
+
+def test_config_object_with_several_writers(tmp_path):
+    path = tmp_path / "l"
+    cfg = LogConfig(segment_bytes=4096, retention_check_ms=None)
+    with Log.open(path, multi_writer=True, config=cfg) as a:
+        assert a.config == cfg
+        with Log.open(path, multi_writer=True, config=cfg) as b:     # the same: joins
+            assert b.config == cfg
+            b.append(b"b")
+        before = _tree(path)
+        # a joining writer may not change what the others have
+        with pytest.raises(InvalidConfigError, match="segment_bytes"):
+            Log.open(path, multi_writer=True, config=LogConfig(segment_bytes=8192))
+        assert _tree(path) == before
+        assert a.end_offset == 1
+
+
+@pytest.mark.parametrize("mode", [{}, {"multi_writer": True}, {"readonly": True}])
+def test_config_object_beside_options_is_refused_naming_them(tmp_path, mode):
+    path = tmp_path / "l"
+    with pytest.raises(InvalidConfigError, match=r"flush_ms, segment_bytes given beside it"):
+        Log.open(path, config=LogConfig(), segment_bytes=4096, flush_ms=None, **mode)
+    assert not path.exists()        # refused before anything was made
+    with Log.open(path):
+        pass
+    before = _tree(path)
+    with pytest.raises(InvalidConfigError, match="segment_bytes"):
+        Log.open(path, config=LogConfig(), segment_bytes=4096, **mode)
+    assert _tree(path) == before
+
+
+@pytest.mark.parametrize("mode", [{}, {"multi_writer": True}, {"readonly": True}])
+@pytest.mark.parametrize("bad", [{"segment_bytes": 4096}, "segment_bytes=4096", 1])
+def test_config_that_is_not_a_logconfig_is_a_type_error(tmp_path, mode, bad):
+    path = tmp_path / "l"
+    with pytest.raises(TypeError, match="config must be a LogConfig"):
+        Log.open(path, config=bad, **mode)
+    assert not path.exists()

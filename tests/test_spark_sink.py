@@ -27,6 +27,7 @@ from seglog import InvalidConfigError, Log, MessageTooLargeError, Record, Topic 
 from seglog.errors import SeglogError  # noqa: E402
 from seglog.spark import _publish, _sink  # noqa: E402
 from seglog.spark._encode import Rows, encode_rows  # noqa: E402
+from seglog.log import encode_batches  # noqa: E402
 from seglog.spark._publish import WriteDir, make_manifest, publish, sweep_jobs  # noqa: E402
 from seglog.spark._sink_options import ColumnSpec, parse_sink_options  # noqa: E402
 from seglog.spark._stage import Stager, StagedGroup  # noqa: E402
@@ -90,7 +91,7 @@ def test_the_arrow_encoder_makes_the_batches_log_encode_makes(tmp_path):
                       **SYNTHETIC_CLOCK) as log:
             recs = random_records(rnd, rnd.randrange(1, 300), limit)
             want = [(b"".join(d) if isinstance(d, list) else d, n, ts)
-                    for d, n, ts, _ in log.encode(recs, NOW)]
+                    for d, n, ts, _ in encode_batches(log, recs, NOW)]
             rows = as_rows(recs, any(r.key is not None for r in recs) or rnd.random() < 0.5,
                            any(r.headers for r in recs) or rnd.random() < 0.5, rnd.randrange(3))
             got = [(b"".join(parts), n, ts) for parts, n, ts in
@@ -297,15 +298,15 @@ def test_a_commit_killed_at_any_group_is_finished_once_by_the_next(tmp_path, mon
         with wd.locked(10):
             wd.write_manifest(m)
             calls = []
-            real = Log.append_encoded
+            real = _publish.append_encoded
 
-            def dying(self, batches, atomic=False):
+            def dying(log, batches, atomic=False):
                 if len(calls) == cut:
                     raise KeyboardInterrupt("killed")
                 calls.append(1)
                 other.append(b"other", partition=rnd.randrange(3))   # another writer
-                return real(self, batches, atomic)
-            monkeypatch.setattr(Log, "append_encoded", dying)
+                return real(log, batches, atomic)
+            monkeypatch.setattr(_publish, "append_encoded", dying)
             if cut < len(m.groups):
                 with pytest.raises(KeyboardInterrupt):
                     publish(wd, m, resumed=False, timeout_ms=10_000)

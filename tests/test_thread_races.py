@@ -1,7 +1,7 @@
 """Races between threads of one process on one ``Log``, each forced to happen exactly:
 a hook the test patches in (a function the library calls at the point where a switch
 of the GIL would let the other thread in) runs the other thread to its end there,
-then lets the first go on. Checked: ``check_writable()`` during a ``close()`` raises
+then lets the first go on. Checked: ``check_writable(log)`` during a ``close()`` raises
 ``LogClosedError``; ``flushed_offset`` beside a close returns an int; an iteration
 whose segment grew and rolled after it measured it goes on and yields every offset;
 a readonly log refreshed after its close leaves no file open into the log
@@ -21,6 +21,7 @@ import pytest
 
 from seglog import Log, LogClosedError, OffsetOutOfRangeError
 from seglog import _live, _log_reads, _writers, local_log, recovery
+from seglog.log import check_writable
 
 DEADLINE = 30.0
 
@@ -66,7 +67,7 @@ def fds_into(directory: str) -> list[str]:
 
 def test_check_writable_while_another_thread_closes_the_log(tmp_path, monkeypatch):
     """A close marks the log not writable first, then seals it (fsyncs), and only then
-    marks it closed. ``check_writable()`` from another thread in between must raise
+    marks it closed. ``check_writable(log)`` from another thread in between must raise
     ``LogClosedError``, not take the log for one an I/O error poisoned (nor fail an
     assertion). Forced: writing the clean-close marker, inside that window, lets
     another thread call it; then a few closes beside a thread calling it in a loop."""
@@ -77,7 +78,7 @@ def test_check_writable_while_another_thread_closes_the_log(tmp_path, monkeypatc
 
     def write_marker(*a: Any, **k: Any) -> None:
         if not during:
-            during.append(in_another_thread(log.check_writable))
+            during.append(in_another_thread(lambda: check_writable(log)))
         real(*a, **k)
     with monkeypatch.context() as m:
         m.setattr(recovery, "write_marker", write_marker)
@@ -97,7 +98,7 @@ def test_check_writable_while_another_thread_closes_the_log(tmp_path, monkeypatc
                  got: list[BaseException] = got) -> None:
             while not stop.is_set():
                 try:
-                    lg.check_writable()
+                    check_writable(lg)
                 except BaseException as e:   # checked below
                     got.append(e)
                     return

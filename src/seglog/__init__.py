@@ -8,7 +8,8 @@
 """
 
 from .config import LogConfig
-from .consumer_group import Consumer, ConsumerMessage, describe_group
+from .consumer_group import (Consumer, ConsumerMessage, commit_offsets, committed_offsets,
+                             describe_group, list_groups)
 from .errors import (CommitFailedError, CorruptRecordError, GroupBusyError, InvalidConfigError,
                      LogClosedError, LogLockedError, MessageTooLargeError, NotALogError,
                      NotDurableError, OffsetOutOfRangeError, ProducerClosedError, ProducerTimeoutError,
@@ -25,6 +26,7 @@ __all__ = [
     "SeglogError", "OffsetOutOfRangeError", "MessageTooLargeError", "CorruptRecordError",
     "LogLockedError", "LogClosedError", "InvalidConfigError", "StorageError", "ReadOnlyError",
     "NotALogError", "Topic", "Consumer", "ConsumerMessage", "describe_group",
+    "list_groups", "committed_offsets", "commit_offsets",
     "CommitFailedError", "GroupBusyError", "Columns", "ArrowColumns", "arrow_schema",
     "Producer", "ProducerTimeoutError", "ProducerClosedError", "NotDurableError",
 ]

@@ -21,7 +21,7 @@ from ._cli_paths import (Found, Target, find_logs, is_log, missing_report, not_a
 from ._html import duration, num, size, when
 from .errors import CorruptRecordError, InvalidConfigError, NotALogError, OffsetOutOfRangeError
 from .log import Log
-from .message import as_ms
+from ._records import as_ms
 
 
 def _parse_time(s: str) -> int:

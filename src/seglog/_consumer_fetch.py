@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 from ._assignors import TP
 from .errors import LogClosedError, OffsetOutOfRangeError
 from .log import Log
-from .message import Headers, Message, field_getter, short_repr
+from ._records import field_getter, short_repr
+from .message import Headers, Message
 
 FETCH_BYTES = 1 << 18     # one read per partition; what a poll leaves waits for the next
 Deserializer = Callable[[bytes], Any]

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from . import codec
 from .config import LogConfig
-from .message import HEADER_FRAMING, PreparedBatch, prepare_batch
+from ._records import HEADER_FRAMING, PreparedBatch, prepare_batch
 
 # per-record bookkeeping bytes counted against max_message_bytes when cutting batches
 _RECORD_OVERHEAD = 24

@@ -26,8 +26,9 @@ from .local_log import LocalLog
 
 # what the read path reads: a writer's list, or a readonly reader's
 View = LocalLog | LiveLog
-from .message import (Message, MessageSet, arrow_modules, arrow_schema, as_ms,
-                      check_timestamp)
+from ._columns import arrow_modules, arrow_schema
+from ._records import as_ms, check_timestamp, make_message
+from .message import Message, MessageSet
 from .segment import Segment, SegmentGoneError
 
 _BASE = attrgetter("base_offset")
@@ -373,7 +374,7 @@ def _batch_iters(local: View, offset: int, end: int | None, columns: bool = Fals
                 else:
                     done = yield from codec.iter_messages(
                         step, 0, len(step), offset, end, expect=st[2], partial=True,
-                        message_type=Message)
+                        message_type=make_message)
             except CorruptRecordError as e:
                 local.metrics.corrupt_batch()
                 raise e.at(seg.path, pos + (e.position or 0), e.offset) from None

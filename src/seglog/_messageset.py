@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator
 from . import _html, codec
 from ._arrow_batches import ArrowColumns, arrow_columns
 from ._columns import Columns
-from ._records import Message, Record, messages_html, prepare_batch
+from ._records import Message, Record, make_message, messages_html, prepare_batch
 from .errors import CorruptRecordError, SeglogError
 
 
@@ -71,7 +71,7 @@ class MessageSet:
         if pos < end:
             raise CorruptRecordError("partial batch in message set", self._path, self._pos(pos))
 
-    def message_iters(self, message_type: Any = Message,
+    def message_iters(self, message_type: Any = make_message,
                       lead: tuple[Any, ...] = ()) -> Iterator[Iterable[Any]]:
         """The messages batch by batch: per batch (or run of one-record batches) an
         iterator of ``message_type((*lead, offset, timestamp, key, value, headers))``,

@@ -5,7 +5,7 @@ out (``Message``). ``seglog.message`` is the face of this module, ``_columns`` a
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Sequence, cast
 
 from . import _html, codec
 from .errors import MessageTooLargeError
@@ -37,16 +37,31 @@ else:
     _MessageBase = tuple
 
 
-class Message(_MessageBase):
+class _MessageType(type):
+    """``Message(offset, timestamp, key, value, headers=())`` by its fields. A
+    metaclass's ``__call__`` rather than ``Message.__new__``: the read path builds a
+    Message per message from one 5-tuple with ``make_message``, the C-level call of
+    ``tuple``'s own constructor, which a Python ``__new__`` would replace."""
+
+    def __call__(cls, offset: int, timestamp: int, key: bytes | None, value: bytes | None,
+                 headers: Headers = ()) -> Any:
+        return type.__call__(cls, (offset, timestamp, key, value, tuple(headers)))
+
+
+class Message(_MessageBase, metaclass=_MessageType):
     """A message read from a log: ``offset, timestamp, key, value, headers``.
 
-    A tuple (so it unpacks and compares like one) with named fields. Built from one
-    5-tuple: ``Message((offset, timestamp, key, value, headers))``; the single
-    argument keeps construction a C-level call on the read path.
+    A tuple (so it unpacks and compares like one) with named fields, as a
+    ``namedtuple`` is; made by its fields, by position or keyword:
+    ``Message(offset, timestamp, key, value, headers=())`` (``headers`` kept as a
+    tuple of ``(str, bytes)`` pairs).
     """
 
     __slots__ = ()
     _fields = ("offset", "timestamp", "key", "value", "headers")
+    if TYPE_CHECKING:
+        def __new__(cls, offset: int, timestamp: int, key: bytes | None,
+                    value: bytes | None, headers: Headers = ()) -> "Message": ...
     offset: int = field_getter(0, "Logical offset.")
     timestamp: int = field_getter(1, "Milliseconds since the epoch.")
     key: bytes | None = field_getter(2, "Key bytes or None.")
@@ -62,6 +77,12 @@ class Message(_MessageBase):
         return (f"Message(offset={self[0]}, timestamp={self[1]}, key={self[2]!r}, "
                 f"value={short_repr(self[3])}, headers={self[4]!r})")
 
+
+
+# a Message from one (offset, timestamp, key, value, headers) tuple: ``tuple``'s
+# constructor called in C (``type.__call__`` bound to Message skips its metaclass's
+# Python ``__call__``), as fast as calling a plain tuple subclass; the read path's
+make_message: Callable[[codec.MessageTuple], Message] = type.__call__.__get__(Message)
 
 
 def short_repr(b: bytes | None, n: int = 40) -> str:

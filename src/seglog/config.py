@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .errors import InvalidConfigError
@@ -138,6 +138,23 @@ class LogConfig:
     def deletes(self) -> bool:
         """Whether retention deletes segments (``cleanup_policy`` names ``delete``)."""
         return "delete" in self.cleanup_policy
+
+
+def open_options(config: object, options: dict[str, Any]) -> dict[str, Any]:
+    """The settings ``Log.open`` was given, checked, as keyword options: ``config``
+    (a ``LogConfig``: every setting, as if each were given by name) or the individual
+    ``options``, never both (``InvalidConfigError`` naming the options given beside
+    it); a ``config`` that is not a ``LogConfig`` is a ``TypeError``."""
+    if config is None:
+        LogConfig.from_kwargs(options)
+        return options
+    if not isinstance(config, LogConfig):
+        raise TypeError(f"config must be a LogConfig, not {type(config).__name__}")
+    if options:
+        raise InvalidConfigError(
+            f"config= gives every setting; {', '.join(sorted(options))} given beside it "
+            f"(use dataclasses.replace(config, ...) or the options alone)")
+    return asdict(config)
 
 
 def _int(name: str, value: Any, lo: int, hi: int | None, optional: bool = False) -> None:

@@ -104,12 +104,12 @@ class Consumer:
     that holds files seglog did not make is refused (``NotALogError``).
     """
 
-    def __init__(self, root: str | os.PathLike[str], group: str,
+    def __init__(self, root: str | os.PathLike[str], group: str, *,
                  topics: Iterable[str] | None = None, auto_offset_reset: str = "earliest",
                  auto_commit_ms: int | None = 5000, session_timeout_ms: int = 10_000,
                  assignor: str = "range", on_assign: Callback | None = None,
                  on_revoke: Callback | None = None, member_id: str | None = None,
-                 lock_timeout_ms: int = 10_000, *, pattern: str | None = None,
+                 lock_timeout_ms: int = 10_000, pattern: str | None = None,
                  key_deserializer: Deserializer | None = None,
                  value_deserializer: Deserializer | None = None) -> None:
         check_name(group, "group")

@@ -22,9 +22,10 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from . import _log_reads, _log_wait, _notebook, _scheduler, codec, recovery, repair
 from .cleaner import CompactionStats
-from .config import LogConfig
+from .config import LogConfig, open_options
 from .errors import (MessageTooLargeError, ReadOnlyError, SeglogError, StorageError,
                      storage_error)
+from ._append_line import Batches
 from ._files import abs_dir
 from ._log_encode import check_window, encode
 from ._log_open import DirLock, check_open_options, open_reader, open_shared, open_writer
@@ -32,7 +33,8 @@ from ._log_maintenance import Maintenance
 from ._live import LiveLog
 from ._metrics import Metrics
 from .local_log import LocalLog
-from .message import Headers, Message, MessageSet, Record, check_timestamp
+from ._records import check_timestamp
+from .message import Headers, Message, MessageSet, Record
 from .segment import Segment
 _log = logging.getLogger("seglog")
 _TAIL_1H = codec.ONE_TAIL
@@ -92,7 +94,8 @@ class Log:
     # -- opening and closing ------------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike[str], readonly: bool = False,
-             multi_writer: bool = False, lock_timeout_ms: int = 10_000, **config: Any) -> "Log":
+             multi_writer: bool = False, lock_timeout_ms: int = 10_000,
+             config: LogConfig | None = None, **options: Any) -> "Log":
         """Open (and for a writer, create) the log in directory ``path``.
 
         A writer takes an exclusive ``flock`` on ``<path>/.lock``
@@ -107,22 +110,28 @@ class Log:
         Settings: a log stores them (``seglog.json``). Opened without options it
         keeps them; options given to a writer override them and are saved; options
         given to a reader apply to that reader only. ``log.config`` is the result.
+        ``config=LogConfig(...)`` gives every setting at once (as if each were given
+        by name, so it overrides every stored one); options beside it are an
+        ``InvalidConfigError`` naming them, a ``config`` that is not a ``LogConfig`` a
+        ``TypeError``.
+
         A directory that holds files but no marker was not created by seglog:
         ``NotALogError``, and nothing in it is changed. So is a ``path`` that is a
         file, a symbolic link to nothing or a path through a file, and, for a
         reader, nothing at all (a writer makes the directory and missing parents);
         a path the process may not read or write is a ``StorageError``; ``""`` a ``ValueError``.
         """
-        LogConfig.from_kwargs(config)      # bad options: an error before anything is made
+        # bad options: an error before anything is made
+        settings = open_options(config, options)
         check_open_options(readonly, multi_writer, lock_timeout_ms)
         path = abs_dir(path, "log")     # "" would be the current directory: ValueError
         if readonly:
-            log = cls(open_reader(path, config))
+            log = cls(open_reader(path, settings))
             _READERS.add(log)
             return log
         view: LocalLog | LiveLog
         if multi_writer:
-            local, dir_lock, loaded = open_shared(path, config, lock_timeout_ms)
+            local, dir_lock, loaded = open_shared(path, settings, lock_timeout_ms)
             try:
                 view = open_reader(path, {}, local.metrics)
             except BaseException:
@@ -130,7 +139,7 @@ class Log:
                 dir_lock.release()
                 raise
         else:
-            local, dir_lock, loaded = open_writer(path, config)
+            local, dir_lock, loaded = open_writer(path, settings)
             view = local
         log = cls(view, local, dir_lock, loaded.report if loaded is not None else None)
         cfg = local.config
@@ -201,18 +210,6 @@ class Log:
             except Exception:
                 pass
 
-    def abandon(self) -> None:
-        """Drop the writer as a killed process would (``seglog.testing.abandon``, for
-        crash tests): no flush, no seal, no marker; the lock is released."""
-        for job in self._jobs:
-            job.cancel()
-        with self._flush_lock:
-            if self._local is not None:
-                self._local.abandon()
-            self._dir_lock.release()
-            if self._view is not self._local:
-                self._close_view()
-
     def _close_view(self) -> None:
         """Close the reader's list this log reads through, when it is not the writer's
         own (a readonly reader's, one of several writers')."""
@@ -246,7 +243,7 @@ class Log:
         """True once closed (``close()``, garbage collection, a fork's copy of a writer)."""
         return (self._view if self._local is None else self._local).closed
 
-    def check_writable(self) -> None:
+    def _check_writable(self) -> None:
         """Raise what an append would raise now: ``LogClosedError``, ``ReadOnlyError``,
         or ``StorageError`` after an I/O error poisoned the log."""
         self._writer()
@@ -324,41 +321,8 @@ class Log:
         if not items:
             end = self._writer().next_offset()
             return range(end, end)
-        return self.append_encoded(self.encode(items, _time_ns() // 1_000_000))
-
-    def encode(self, items: Sequence[Any], now: int) -> list[tuple[Any, int, int, int]]:
-        """Every input check of ``append_batch(items)`` (``now``: the writer's clock in
-        ms) and its batches, encoded for ``append_encoded``; writes nothing (a topic
-        encodes every partition's part before writing any)."""
-        return encode(items, now, self.config, self._compress)
-
-    def append_encoded(self, batches: list[tuple[Any, int, int, int]], atomic: bool = False
-                       ) -> range:
-        """Append what ``encode`` returned, atomically per batch; the range of offsets.
-
-        ``atomic``: all the batches as one unit, which readers and recovery see
-        whole or not at all (``Segment.append_group``). They must fit one segment:
-        more than ``segment_bytes`` + ``max_message_bytes`` in all is a
-        ``MessageTooLargeError``, and nothing is written."""
-        if atomic:
-            total = sum(b[3] for b in batches)
-            limit = self.config.segment_bytes + self.config.max_message_bytes
-            if total > limit:
-                raise MessageTooLargeError(
-                    f"an atomic append of {total} bytes does not fit one segment "
-                    f"(segment_bytes + max_message_bytes = {limit})")
-        local = self._local
-        if local is None:
-            local = self._writer()
-        try:
-            got = local.append_encoded(batches, atomic)
-        except StorageError:
-            raise
-        except OSError as e:
-            raise self._fail(e) from e
-        if self._flush_every is not None and got.stop - 1 >= local.flush_at:
-            self.flush()
-        return got
+        return append_encoded(self, encode(items, _time_ns() // 1_000_000, self.config,
+                                           self._compress))
 
     # -- flushing -----------------------------------------------------------------
     def flush(self) -> int:
@@ -494,7 +458,7 @@ class Log:
         """
         maint = self._maintenance()
         return maint.enforce(_now_ms() if now_ms is None else check_timestamp(now_ms),
-                             self.check_writable, self._fail)
+                             self._check_writable, self._fail)
 
     def compact(self, now_ms: int | None = None) -> CompactionStats:
         """One compaction pass (cleanup_policy "compact"): keep the latest record per key.
@@ -505,7 +469,7 @@ class Log:
         """
         maint = self._maintenance()
         return maint.compact(None if now_ms is None else check_timestamp(now_ms),
-                             self.check_writable, self._fail)
+                             self._check_writable, self._fail)
 
     def _maintenance(self) -> Maintenance:
         """The writer's maintenance, after raising what an append would, then (once) a
@@ -531,6 +495,64 @@ class Log:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "readonly" if self.readonly else "writer"
         return _describe(self._view, state)
+
+
+# -- the seams of Topic, Producer, the Spark sink and seglog.testing -------------------
+# Functions of this module, not methods: a user's Log shows none of them (nor does the
+# API reference), while the modules that build on a Log call them by a public name.
+def encode_batches(log: Log, items: Sequence[Any], now: int) -> Batches:
+    """Every input check of ``log.append_batch(items)`` (``now``: the writer's clock in
+    ms) and its batches, encoded for ``append_encoded``; writes nothing (a topic
+    encodes every partition's part before writing any)."""
+    return encode(items, now, log.config, log._compress)
+
+
+def append_encoded(log: Log, batches: Batches, atomic: bool = False) -> range:
+    """Append what ``encode_batches`` returned to ``log``, atomically per batch; the
+    range of offsets.
+
+    ``atomic``: all the batches as one unit, which readers and recovery see whole or
+    not at all (``Segment.append_group``). They must fit one segment: more than
+    ``segment_bytes`` + ``max_message_bytes`` in all is a ``MessageTooLargeError``,
+    and nothing is written."""
+    if atomic:
+        total = sum(b[3] for b in batches)
+        limit = log.config.segment_bytes + log.config.max_message_bytes
+        if total > limit:
+            raise MessageTooLargeError(
+                f"an atomic append of {total} bytes does not fit one segment "
+                f"(segment_bytes + max_message_bytes = {limit})")
+    local = log._local
+    if local is None:
+        local = log._writer()
+    try:
+        got = local.append_encoded(batches, atomic)
+    except StorageError:
+        raise
+    except OSError as e:
+        raise log._fail(e) from e
+    if log._flush_every is not None and got.stop - 1 >= local.flush_at:
+        log.flush()
+    return got
+
+
+def check_writable(log: Log) -> None:
+    """Raise what an append to ``log`` would raise now: ``LogClosedError``,
+    ``ReadOnlyError``, or ``StorageError`` after an I/O error poisoned the log."""
+    log._writer()
+
+
+def abandon(log: Log) -> None:
+    """Drop ``log``'s writer as a killed process would (``seglog.testing.abandon``,
+    for crash tests): no flush, no seal, no marker; the lock is released."""
+    for job in log._jobs:
+        job.cancel()
+    with log._flush_lock:
+        if log._local is not None:
+            log._local.abandon()
+        log._dir_lock.release()
+        if log._view is not log._local:
+            log._close_view()
 
 
 _WRITERS: "weakref.WeakSet[Log]" = weakref.WeakSet()
@@ -565,7 +587,7 @@ def _maintain(log: Log) -> None:
     if local is None or maint is None or local.failed is not None or local.closing \
             or local.closed:
         return
-    maint.run(_now_ms(), log.check_writable, log._fail)
+    maint.run(_now_ms(), log._check_writable, log._fail)
 
 
 def _metrics(metrics: Metrics, appended: tuple[int, int, int],

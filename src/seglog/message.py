@@ -1,21 +1,17 @@
 """Records going in (``Record``), messages coming out (``Message``), ``Columns`` and
-their conversion to Arrow, and ``MessageSet``.
+their conversion to Arrow, and ``MessageSet``: what users import.
 
-This module gathers three: ``_records`` (``Record``, ``Message``, input validation),
-``_columns`` (``Columns``, Arrow) and ``_messageset`` (``MessageSet``).
+This module gathers three: ``_records`` (``Record``, ``Message``; input validation
+is its own), ``_columns`` (``Columns``, Arrow) and ``_messageset`` (``MessageSet``).
+Other seglog modules import the internals from those modules directly.
 """
 
 from __future__ import annotations
 
 from ._arrow_batches import ArrowColumns
-from ._columns import ARROW_FIELDS, Columns, arrow_modules, arrow_schema
+from ._columns import Columns, arrow_schema
 from ._messageset import MessageSet
-from ._records import (HEADER_FRAMING, Headers, Message, PreparedBatch, Record, as_ms,
-                       check_timestamp, field_getter, messages_html, prepare_batch, short_repr)
+from ._records import Headers, Message, Record
 
-__all__ = [
-    "Record", "Message", "Headers", "field_getter", "short_repr", "messages_html",
-    "as_ms", "check_timestamp", "prepare_batch", "PreparedBatch", "HEADER_FRAMING",
-    "Columns", "ArrowColumns", "ARROW_FIELDS", "arrow_modules", "arrow_schema",
-    "MessageSet",
-]
+__all__ = ["Record", "Message", "Headers", "MessageSet", "Columns", "ArrowColumns",
+           "arrow_schema"]

@@ -4,7 +4,7 @@
 one background thread per producer writes what accumulated, one batch per
 partition, when ``linger_ms`` has passed since the oldest waiting record or when
 ``batch_size`` bytes wait. Each write is one encoded batch appended atomically
-(``Log.encode`` cuts, ``Log.append_encoded`` appends one batch per call): a failed
+(``log.encode_batches`` cuts, ``log.append_encoded`` appends one batch per call): a failed
 write fails exactly its records' futures. docs/PRODUCER.md has the contract.
 """
 
@@ -25,8 +25,9 @@ from ._future import finish_all, new_future, start_all
 from .errors import (InvalidConfigError, LogLockedError, MessageTooLargeError,
                      NotDurableError, ProducerClosedError, ProducerTimeoutError, ReadOnlyError,
                      StorageError)
-from .log import Log
-from .message import Headers, Record, prepare_batch
+from .log import Log, append_encoded, encode_batches
+from ._records import prepare_batch
+from .message import Headers, Record
 from .topic import Topic
 
 # bytes counted per record when cutting plain values into chunks, above what the
@@ -240,7 +241,7 @@ class Producer:
             # an iterator (zip, a generator) is read once: by the checks and the copy
             headers = tuple(headers)
         rec = Record(value, key, timestamp, headers)
-        batches = self._logs[p].encode((rec,), _time_ms())
+        batches = encode_batches(self._logs[p], (rec,), _time_ms())
         if headers and (not isinstance(headers, tuple)
                         or any(type(v) is not bytes for _, v in headers)):
             headers = tuple((k, memoryview(v).tobytes()) for k, v in headers)
@@ -422,7 +423,7 @@ class Producer:
         for a, b in self._chunks(p, items, part.plain):
             chunk = items[a:b]
             try:
-                batches = log.encode(chunk, _time_ms())
+                batches = encode_batches(log, chunk, _time_ms())
             except Exception:
                 # a check that passed in send() fails now (the timestamp window moved):
                 # fail the records it refuses, write the others
@@ -435,7 +436,7 @@ class Producer:
                 if not futs:
                     continue
                 try:
-                    written.append((futs, log.append_encoded([batch])))
+                    written.append((futs, append_encoded(log, [batch])))
                 except Exception as e:
                     _fail(futs, e)
         if self.durable and written:
@@ -507,7 +508,7 @@ class Producer:
         out: list[tuple[Any, int, int, int]] = []
         for item, fut in zip(chunk, futures):
             try:
-                out += log.encode((item,), _time_ms())
+                out += encode_batches(log, (item,), _time_ms())
             except Exception as e:
                 fut.set_exception(e)
                 out.append((None, 1, 0, 0))
@@ -517,7 +518,7 @@ class Producer:
                 ) -> list[tuple[int, int]]:
         """Index ranges of ``items``, each within ``max_message_bytes`` when plain
         bytes (found by C-level sums and bisection, not a loop per record); other
-        records in one range, which ``Log.encode`` cuts into batches itself."""
+        records in one range, which ``encode_batches`` cuts into batches itself."""
         n = len(items)
         if not plain or n == 1:
             return [(0, n)]

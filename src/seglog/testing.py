@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 from ._files import WRITER_SESSION
 from ._group_files import advance_clock
+from . import log as log_module
 from .log import Log
 
 SECTOR = 512
@@ -388,7 +389,7 @@ def abandon(log: Log) -> None:
     The page cache keeps what was appended (as after SIGKILL); the lock is
     released, so the directory can be opened again, which then recovers.
     """
-    log.abandon()
+    log_module.abandon(log)
 
 
 def advance_group_clock(seconds: float) -> None:

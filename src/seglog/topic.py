@@ -40,7 +40,7 @@ from ._files import (TOPICS_DIR, abs_dir, atomic_write, fsync_dir, list_dir, mak
 from ._marker import check_root
 from .config import LogConfig
 from .errors import InvalidConfigError, LogClosedError, LogLockedError
-from .log import Log
+from .log import Log, append_encoded, check_writable, encode_batches
 from .message import Headers, Record
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
@@ -264,10 +264,10 @@ class Topic:
                 raise TypeError(f"items must be bytes or Record, not {type(item).__name__}")
             keyed.setdefault(p, []).append(item)
         now = time.time_ns() // 1_000_000
-        encoded = {p: self._logs[p].encode(keyed[p], now) for p in sorted(keyed)}
+        encoded = {p: encode_batches(self._logs[p], keyed[p], now) for p in sorted(keyed)}
         for p in encoded:
-            self._logs[p].check_writable()
-        return {p: self._logs[p].append_encoded(b) for p, b in encoded.items()}
+            check_writable(self._logs[p])
+        return {p: append_encoded(self._logs[p], b) for p, b in encoded.items()}
 
     def flush(self) -> dict[int, int]:
         """fsync every partition; ``{partition: flushed offset}``."""

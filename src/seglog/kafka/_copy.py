@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import codec
 from ..errors import InvalidConfigError
-from ..log import Log
+from ..log import Log, append_encoded
 from ._partition import KafkaPartition
 
 # records of a Kafka batch per seglog batch, at most (one batch's size stays far
@@ -53,4 +53,4 @@ def _append(log: Log, msgs: list[Any]) -> None:
         keys=[m.key for m in msgs],
         headers=[[(k.encode(), b"" if v is None else v) for k, v in m.headers] for m in msgs],
         offset_deltas=deltas, last_offset_delta=deltas[-1])
-    log.append_encoded([(data, deltas[-1] + 1, max(m.timestamp for m in msgs), len(data))])
+    append_encoded(log, [(data, deltas[-1] + 1, max(m.timestamp for m in msgs), len(data))])

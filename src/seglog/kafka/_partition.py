@@ -16,7 +16,8 @@ from typing import Any, Iterator
 
 from .. import _html
 from ..errors import InvalidConfigError, NotALogError, OffsetOutOfRangeError
-from ..message import Message, messages_html
+from .._records import make_message, messages_html
+from ..message import Message
 from .._columns import arrow_modules
 from . import _arrow, _discover, _reads, _txn, _wire
 from ._segments import ARROW_CHUNK, Segment, list_segments, open_readonly
@@ -146,7 +147,7 @@ class KafkaPartition:
         ``CorruptRecordError`` (file, position) for damage."""
         segs, start, end, fates = self._range(start, end, isolation)
         found = _reads.walk(segs, start, end, fates)
-        return chain.from_iterable(_reads.message_iters(found, start, end, Message))
+        return chain.from_iterable(_reads.message_iters(found, start, end, make_message))
 
     def __iter__(self) -> Iterator[Message]:
         return self.iter()

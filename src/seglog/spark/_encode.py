@@ -14,7 +14,8 @@ from .._format import NULL_16 as _NULL16, NULL_32 as _NULL32
 from .._log_encode import check_window
 from ..config import LogConfig
 from ..errors import MessageTooLargeError
-from ..message import HEADER_FRAMING, arrow_modules
+from .._columns import arrow_modules
+from .._records import HEADER_FRAMING
 
 # what Log.append_batch counts per record against max_message_bytes when cutting
 # batches (its _encode: the same cut, so the same batches)

@@ -8,7 +8,7 @@ there (``_stage``); the commit, holding the directory's lock:
 1. writes the manifest: the groups to publish (staging files, by partition) and
    each partition's end offset now, durably, before anything is published;
 2. appends each group to its partition as one atomic append
-   (``Log.append_encoded(atomic=True)``), partition by partition, each partition
+   (``seglog.log.append_encoded(log, batches, atomic=True)``), partition by partition, each partition
    fsynced before the next;
 3. records the batch as published (a stream's ``committed``), removes the manifest
    and the staging files.
@@ -38,7 +38,7 @@ from .. import codec
 from .._files import SPARK_DIR, atomic_write, fsync_dir, make_dirs, remove
 from .._platform import boot_id, lock_within
 from ..errors import CorruptRecordError, LogLockedError, SeglogError
-from ..log import Log
+from ..log import Log, append_encoded
 from ..topic import partition_dir
 from ._stage import STAGE_SUFFIX, StagedGroup
 
@@ -263,7 +263,7 @@ def publish(wd: WriteDir, m: Manifest, resumed: bool, timeout_ms: int) -> dict[T
                 if i in skip:
                     continue
                 with staged_batches(os.path.join(wd.path, d, g.name), g) as batches:
-                    r = log.append_encoded(batches, atomic=True)
+                    r = append_encoded(log, batches, atomic=True)
                 first = r.start if first is None else first
                 last = r.stop
             if first is not None and last is not None:
@@ -277,7 +277,7 @@ def publish(wd: WriteDir, m: Manifest, resumed: bool, timeout_ms: int) -> dict[T
 @contextmanager
 def staged_batches(path: str, g: StagedGroup) -> Iterator[list[tuple[Any, int, int, int]]]:
     """The batches of a staging file, checked (framing, checksums, what the task
-    reported), as ``Log.append_encoded`` takes them: views of the file mapped."""
+    reported), as ``seglog.log.append_encoded`` takes them: views of the file mapped."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:

@@ -16,7 +16,7 @@ from .._files import fsync_dir, remove
 from ..config import LogConfig
 from ..errors import InvalidConfigError, MessageTooLargeError
 from ..log import Log
-from ..message import arrow_modules
+from .._columns import arrow_modules
 from ..topic import Topic, check_name, key_hashes, partition_dir, read_partition_count
 from ._encode import Rows, compute, encode_rows
 from ._sink_options import ColumnSpec, SinkOptions
@@ -44,7 +44,7 @@ def staged_name(topic: str, partition: int, task: int) -> str:
 
 
 def group_limit(config: LogConfig) -> int:
-    """The most bytes one atomic append may take in a log (``Log.append_encoded``)."""
+    """The most bytes one atomic append may take in a log (``seglog.log.append_encoded``)."""
     return config.segment_bytes + config.max_message_bytes
 
 
