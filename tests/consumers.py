@@ -1,14 +1,13 @@
 """Helpers shared by the consumer-group tests (test_groups.py, test_consumer_api.py,
-test_async.py, test_group_shutdown.py): what a consumer owns, seen through its public
-API, and waiting for a condition with a deadline."""
+test_consumer_shutdown.py, test_group_topic_lifecycle.py): what a consumer owns, seen
+through its public API, and deleting a topic. Waiting and filling: helpers.py."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import time
 
-from seglog import Consumer, InvalidConfigError, Topic
+from seglog import Consumer, InvalidConfigError
 
 
 def owned(c: Consumer) -> set[tuple[str, int]]:
@@ -22,25 +21,6 @@ def owned(c: Consumer) -> set[tuple[str, int]]:
             continue
         out.add(tp)
     return out
-
-
-def wait_for(cond, timeout: float, what: str, step: float = 0.02):
-    """``cond()``'s first true value, polled every ``step`` s; AssertionError after
-    ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def fill(topic: Topic, n: int, start: int = 0) -> None:
-    """Messages ``m<i>`` for i in [start, start + n), message i in partition
-    i % partitions (so it is at offset i // partitions there)."""
-    for i in range(start, start + n):
-        topic.append(b"m%06d" % i, partition=i % topic.num_partitions)
 
 
 def delete_topic(root: str, name: str, record_first: bool = True) -> None:

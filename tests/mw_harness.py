@@ -52,15 +52,6 @@ def gone(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def wait_for(cond, what: str, deadline: float = DEADLINE) -> None:
-    """Poll ``cond`` until true; fail after ``deadline`` seconds."""
-    end = time.monotonic() + deadline
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"waited {deadline} s for {what}")
-        time.sleep(0.002)
-
-
 def wait_stopped(pid: int) -> None:
     """Until the kernel reports ``pid`` stopped (it stops itself: SIGSTOP)."""
     end = time.monotonic() + DEADLINE

@@ -23,6 +23,8 @@ import pytest
 import seglog
 from seglog import Consumer, Log, LogClosedError, Topic
 
+from helpers import fill
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The loop may be late by this much, never blocked longer. A poll or wait run in the
 # loop's thread would block it for its whole span: a poll's 0.5 s, a wait's 1.2 s
@@ -72,11 +74,6 @@ async def until(cond, timeout: float, what: str) -> None:
     while not cond():
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
         await asyncio.sleep(0.005)
-
-
-def fill(topic: Topic, n: int, start: int = 0) -> None:
-    for i in range(start, start + n):
-        topic.append(b"m%06d" % i, partition=i % topic.num_partitions)
 
 
 @pytest.fixture

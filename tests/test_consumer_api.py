@@ -16,7 +16,8 @@ import pytest
 
 import seglog
 from seglog import Consumer, InvalidConfigError, OffsetOutOfRangeError, Topic, describe_group
-from consumers import fill, owned, wait_for
+from consumers import owned
+from helpers import fill, wait_for
 from seglog.consumer_group import committed_offsets
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from consumers import fill, wait_for
+from helpers import fill, wait_for
 from seglog import Consumer, Topic, describe_group
 from seglog.consumer_group import committed_offsets
 

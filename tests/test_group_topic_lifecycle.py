@@ -14,7 +14,8 @@ import traceback
 
 import pytest
 
-from consumers import delete_topic, wait_for
+from consumers import delete_topic
+from helpers import wait_for
 from seglog import Consumer, Topic, describe_group
 from seglog.consumer_group import committed_offsets
 

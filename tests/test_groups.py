@@ -24,7 +24,8 @@ import seglog
 from seglog import CommitFailedError, Consumer, InvalidConfigError, Log, Topic, describe_group
 from seglog.consumer_group import assign, commit_offsets, committed_offsets, list_groups
 from seglog.testing import advance_group_clock
-from consumers import delete_topic, fill, owned, wait_for
+from consumers import delete_topic, owned
+from helpers import fill, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MEMBER = os.path.join(HERE, "group_member.py")

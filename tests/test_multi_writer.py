@@ -24,9 +24,10 @@ import seglog
 from seglog import Log, LogLockedError, SeglogError, repair
 from seglog.testing import abandon
 
+from helpers import wait_for
 from mw_child import calls, record, stopped_values
-from mw_harness import (gone, SCALE, Reader, Writer, check_whole_log, read_line, readline,
-                        seed_for, spawn, wait_exit, wait_for, wait_stopped)
+from mw_harness import (DEADLINE, gone, SCALE, Reader, Writer, check_whole_log, read_line,
+                        readline, seed_for, spawn, wait_exit, wait_stopped)
 
 
 # -- writers killed at random instants ----------------------------------------------
@@ -109,7 +110,7 @@ def _kill_round(root, seed: int, variant: str) -> None:
             w = rnd.choice(live)
             target = rnd.randint(0, 12)
             wait_for(lambda: len(w.read_report()) >= target or w.proc.poll() is not None,
-                     f"writer {w.wid} to acknowledge {target} calls")
+                     DEADLINE, f"writer {w.wid} to acknowledge {target} calls", step=0.002)
             spin = time.perf_counter() + rnd.random() * 0.003
             while time.perf_counter() < spin:
                 pass

@@ -21,7 +21,8 @@ import seglog
 from seglog import Log, LogLockedError, OffsetOutOfRangeError, repair
 from seglog.testing import FaultyFS, abandon
 
-from mw_harness import DEADLINE, wait_for
+from helpers import wait_for
+from mw_harness import DEADLINE
 
 TIMEOUT_MS = 700
 OPTS = dict(segment_bytes=1024, max_message_bytes=512, flush_ms=None, retention_check_ms=None,
@@ -106,7 +107,7 @@ def test_a_stale_writers_retention_behind_a_stopped_writer_deletes_nothing_not_d
         # a writer deciding on its stale view moves the log start before it waits for
         # the lock; one that looks again under the lock gives up after lock_timeout_ms
         wait_for(lambda: checkpoint() != first or not t.is_alive(),
-                 "the stale writer's retention to decide or give up")
+                 DEADLINE, "the stale writer's retention to decide or give up", step=0.002)
         release()
         t.join(DEADLINE)
     assert not t.is_alive()
@@ -258,7 +259,7 @@ def test_a_writer_reads_its_compacted_segment_after_another_writer_compacted_it(
     with stopped_writer(path) as release:
         t, out = in_thread(b.compact)
         wait_for(lambda: any(n.startswith(swaps) for n in os.listdir(path))
-                 or not t.is_alive(), "b's pass to write or give up")
+                 or not t.is_alive(), DEADLINE, "b's pass to write or give up", step=0.002)
         release()
         t.join(DEADLINE)
     assert not t.is_alive()
@@ -299,7 +300,7 @@ def test_a_joining_writer_removes_what_a_killed_writers_retention_left(tmp_path)
     wait_for(lambda: time.time() - max(os.stat(os.path.join(path, n)).st_ctime
                                        for n in os.listdir(path)
                                        if n.startswith(".seglog-deleted.")) > 0.35,
-             "the delete delay to pass")
+             DEADLINE, "the delete delay to pass", step=0.002)
     with Log.open(path, multi_writer=True, **opts) as c:    # b still has the log open
         names = os.listdir(path)
         assert not [n for n in names if n.startswith(".seglog-deleted.")]
@@ -325,7 +326,7 @@ def test_a_close_that_times_out_leaves_the_log_open_and_working(tmp_path):
         release()
         assert a.append(b"a1") == 1
         # the timed flusher still runs
-        wait_for(lambda: a.flushed_offset == 2, "the timed flush")
+        wait_for(lambda: a.flushed_offset == 2, DEADLINE, "the timed flush", step=0.002)
     a.close()
     assert a.closed
     b.close()
@@ -371,7 +372,7 @@ def test_a_durable_producers_future_is_never_failed_for_a_written_record(tmp_pat
     p = seglog.Producer(log, linger_ms=0, durable=True)
     fut = p.send(b"durable")
     try:
-        wait_for(lambda: held, "the producer's flush")
+        wait_for(lambda: held, DEADLINE, "the producer's flush", step=0.002)
         try:
             got = fut.result(timeout=TIMEOUT_MS / 1000 + 5)
         except TimeoutError:

@@ -31,9 +31,10 @@ import seglog
 from seglog import Log, LogLockedError, OffsetOutOfRangeError, repair
 from seglog.testing import abandon
 
+from helpers import wait_for
 from mw_child import parse, record, stopped_values
-from mw_harness import (SCALE, Reader, Writer, acked_offsets, gone, readline, seed_for, spawn,
-                        wait_exit, wait_for, wait_stopped)
+from mw_harness import (DEADLINE, SCALE, Reader, Writer, acked_offsets, gone, readline,
+                        seed_for, spawn, wait_exit, wait_stopped)
 
 STALE_TIMEOUT_MS = 300
 SLACK = 3.0            # seconds past the timeout a loaded machine may take
@@ -185,7 +186,7 @@ def _round(root, seed: int, variant: str) -> None:
             w = rnd.choice(live)
             target = rnd.randint(1, 10)
             wait_for(lambda: len(w.read_report()) >= target or w.proc.poll() is not None,
-                     f"writer {w.wid} to acknowledge {target} calls")
+                     DEADLINE, f"writer {w.wid} to acknowledge {target} calls", step=0.002)
             kill(w)
             start()
             for _ in range(rnd.randint(0, 2)):
@@ -194,7 +195,7 @@ def _round(root, seed: int, variant: str) -> None:
         for w in list(live):
             kill(w)
         if stale.closed:
-            wait_for(reopen, "the stale writer to open the log again")
+            wait_for(reopen, DEADLINE, "the stale writer to open the log again", step=0.002)
         stale.enforce_retention()
         reader.catch_up()
         stale.close()

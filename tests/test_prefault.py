@@ -6,24 +6,16 @@ from __future__ import annotations
 import gc
 import os
 import threading
-import time
 import weakref
 
 import pytest
 
 from seglog import Log, _prefault
 
+from helpers import wait_for
+
 pytestmark = pytest.mark.skipif(_prefault.get() is None,
                                 reason="no ctypes madvise or MADV_POPULATE_WRITE here")
-
-
-def _wait_for(cond, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.005)
-    return cond()
 
 
 def test_reserved_pages_are_faulted_in_ahead_of_the_writer(logdir):
@@ -33,14 +25,16 @@ def test_reserved_pages_are_faulted_in_ahead_of_the_writer(logdir):
         # blocks are reserved a chunk past the data (small at first: the chunk grows
         # with the segment), and the thread faults them in
         assert seg.size + (32 << 10) <= seg._map.reserved <= 128 << 10
-        assert _wait_for(lambda: seg._map.populated >= seg._map.reserved)
+        assert wait_for(lambda: seg._map.populated >= seg._map.reserved, 5.0,
+                           "the reserved pages faulted in")
         # the writer comes back before the reserved end, so the thread stays ahead
         assert seg._alloc_end < seg._map.reserved
         for _ in range(800):
             log.append_batch([os.urandom(100)] * 50)
         # 4 MB in, the chunks have grown: the writer keeps half of one ahead
         assert seg._map.reserved - seg.size >= 2 << 20
-        assert _wait_for(lambda: seg._map.populated >= seg._map.reserved)
+        assert wait_for(lambda: seg._map.populated >= seg._map.reserved, 5.0,
+                           "the reserved pages faulted in")
 
 
 def test_rolling_and_closing_while_the_thread_works(logdir):
@@ -65,7 +59,8 @@ def test_a_closed_map_is_never_faulted_in(tmp_path):
     with open(tmp_path / "f", "wb+") as f:
         wmap = WritableMap(f.fileno(), 0, 1 << 20, lambda end: None)
         wmap.grow(4096)
-        assert _wait_for(lambda: wmap.populated >= wmap.reserved) and wmap.address
+        assert wait_for(lambda: wmap.populated >= wmap.reserved, 5.0,
+                        "the reserved pages faulted in") and wmap.address
         wmap.close()
         assert wmap.mm is None and wmap.address == 0
         wmap.reserved += 4096
@@ -81,7 +76,8 @@ def test_the_thread_keeps_no_log_objects_alive(logdir):
     log.close()
     del log
     # give the thread time to finish any queued work, then nothing may hold them
-    assert _wait_for(lambda: (gc.collect(), seg_ref() is None and log_ref() is None)[1])
+    assert wait_for(lambda: (gc.collect(), seg_ref() is None and log_ref() is None)[1], 5.0,
+                    "the segment and log collected")
 
 
 def test_one_thread_per_process(logdir, tmp_path):
@@ -107,7 +103,8 @@ def test_a_forked_child_starts_its_own_thread(tmp_path):
             with Log.open(str(tmp_path / "child"), flush_ms=None) as child:
                 child.append_batch([b"c" * 3000] * 10)
                 seg = child.segments[-1]
-                ok = _wait_for(lambda: seg._map.populated >= seg._map.reserved)
+                ok = wait_for(lambda: seg._map.populated >= seg._map.reserved, 5.0,
+                              "the reserved pages faulted in")
                 names = [t.name for t in threading.enumerate()]
                 code = 0 if ok and names.count("seglog-prefault") == 1 else 2
         finally:

@@ -23,23 +23,14 @@ import seglog.cli
 from seglog import InvalidConfigError, LogLockedError, Record, Topic, describe_group
 from seglog.topic import partition_for_key, read_partition_count
 
+from helpers import wait_for
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MEMBER = os.path.join(HERE, "group_member.py")
 DEADLINE = 30.0          # seconds any one wait may take before the test fails
 
 
 # -- helpers -----------------------------------------------------------------------------
-
-def wait_for(cond, what: str, deadline: float = DEADLINE, step: float = 0.02):
-    end = time.monotonic() + deadline
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError(f"waited {deadline} s for {what}")
-        time.sleep(step)
-
 
 def read_line(proc: subprocess.Popen, what: str) -> str:
     """The child's next stdout line, within DEADLINE (its stdout unbuffered)."""
@@ -426,8 +417,9 @@ def test_member_processes_consume_the_new_partitions_after_a_growth(tmp_path):
     procs = [subprocess.Popen([sys.executable, MEMBER, root, "g", "ev", m, trace, "5000"])
              for m in ("m0", "m1")]
     try:
-        wait_for(lambda: delivered() >= written, "the first records")
-        wait_for(lambda: len(describe_group(root, "g")["members"]) == 2, "both members in")
+        wait_for(lambda: delivered() >= written, DEADLINE, "the first records")
+        wait_for(lambda: len(describe_group(root, "g")["members"]) == 2, DEADLINE,
+                 "both members in")
         gen_before = describe_group(root, "g")["generation"]
         with Topic.open(root, "ev", partitions=5) as t:
             for i in range(90, 290):
@@ -437,14 +429,14 @@ def test_member_processes_consume_the_new_partitions_after_a_growth(tmp_path):
             ends = t.end_offsets()
         written = {(p, o) for p, end in ends.items() for o in range(end)}
         assert {p for p, _ in written} == set(range(5))
-        wait_for(lambda: delivered() >= written, "every record, the new partitions' too")
+        wait_for(lambda: delivered() >= written, DEADLINE, "every record, the new partitions' too")
 
         def settled():
             d = describe_group(root, "g")
             parts = d["partitions"]
             return d if set(parts) == {("ev", p) for p in range(5)} and all(
                 v["owner"] and v["committed"] == ends[p] for (_, p), v in parts.items()) else None
-        d = wait_for(settled, "all five partitions owned and committed to their ends")
+        d = wait_for(settled, DEADLINE, "all five partitions owned and committed to their ends")
         assert d["generation"] > gen_before
         owned = sorted(tuple(tp) for m in d["members"].values() for tp in m["assignment"])
         assert owned == [("ev", p) for p in range(5)]
