@@ -6,11 +6,11 @@ import os
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import seglog
-from seglog import Log, cleaner, repair
+from seglog import Log, Record, cleaner, codec, repair
 from seglog.testing import abandon
 
 from clock import SYNTHETIC_CLOCK
@@ -711,3 +711,83 @@ def test_outputs_of_nothing_join_a_neighbour_with_the_smallest_indexes(logdir):
         first = log.segments[0]
         assert [h[seglog.codec.H_COUNT] for _, h in first.batches()] == [0]
         assert log.segments[1].base_offset == 488 and len(log.segments) < 10
+
+
+# -- no holes: what compaction drops is covered --------------------------------------
+# Holes compaction leaves are not holes: an empty batch covers them, and every sealed
+# segment's batches end exactly where the next segment starts.
+
+def _records(log: Log) -> set[tuple[int, bytes | None, bytes | None]]:
+    return {(m.offset, m.key, m.value) for m in log.iter()}
+
+
+def _check_contiguous(log: Log) -> None:
+    """Every sealed segment's batches end exactly where the next segment starts."""
+    segs = log.segments
+    for seg, nxt in zip(segs, segs[1:]):
+        last = None
+        for _, hdr in seg.batches():
+            last = hdr
+        assert last is not None, f"sealed segment {seg.base_offset} is empty"
+        assert codec.last_offset(last) + 1 == nxt.base_offset
+
+
+def test_compaction_dropping_whole_batches_and_segments_is_not_a_hole(tmp_path):
+    path = tmp_path / "l"
+    log = Log.open(path, segment_bytes=1024, cleanup_policy="compact",
+                   min_cleanable_dirty_ratio=0.0, retention_check_ms=None)
+    # the same three keys over and over: most segments end up with nothing kept
+    for i in range(60):
+        log.append_batch([Record(b"%d" % i, key=b"k%d" % (j % 3)) for j in range(10)])
+    log.append(b"last", key=b"k0")
+    every = _records(log)
+    active = log.segments[-1].base_offset
+    log.compact()
+    _check_contiguous(log)
+    kept = _records(log)
+    # sealed: the latest record of each key among sealed ones; active: untouched
+    latest = {}
+    for off, key, value in sorted(every):
+        if off < active:
+            latest[key] = (off, key, value)
+    assert kept == set(latest.values()) | {r for r in every if r[0] >= active}
+    # the kept records fit in one sealed segment, whose last batch covers the
+    # offsets dropped up to the active segment
+    assert len(log.segments) == 2
+    reader = Log.open(path, readonly=True)
+    assert _records(reader) == kept
+    for off, key, value in kept:
+        for lg in (log, reader):
+            m = next(iter(lg.read(off)))
+            assert (m.offset, m.key, m.value) == (off, key, value)
+    # a read in a removed stretch goes on to the next kept record
+    assert next(iter(log.read(0))).offset == min(kept)[0]
+    reader.close()
+    log.close()
+    with Log.open(path) as again:
+        assert _records(again) == kept
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 12), st.booleans()), min_size=1, max_size=300),
+       st.integers(1, 20))
+def test_compaction_output_is_contiguous(tmp_path_factory, ops, batch):
+    path = tmp_path_factory.mktemp("c") / "l"
+    with Log.open(path, segment_bytes=1024, cleanup_policy="compact",
+                  min_cleanable_dirty_ratio=0.0, retention_check_ms=None) as log:
+        written: list[tuple[int, bytes, bytes | None]] = []
+        for i in range(0, len(ops), batch):
+            part = ops[i:i + batch]
+            recs = [Record(None if tomb else b"v%d" % (i + n), key=b"k%d" % k)
+                    for n, (k, tomb) in enumerate(part)]
+            r = log.append_batch(recs)
+            written += [(off, rec.key, rec.value) for off, rec in zip(r, recs)]
+        log.compact()
+        log.compact()
+        _check_contiguous(log)
+        # compaction's map covers the sealed segments: the latest record of each key
+        # among them is kept (tombstones too, for delete_retention_ms)
+        sealed_end = log.segments[-1].base_offset
+        latest = {k: (o, k, v) for o, k, v in written if o < sealed_end}
+        got = {(m.offset, m.key, m.value) for m in log.iter() if m.offset < sealed_end}
+        assert got == set(latest.values())

@@ -1,5 +1,6 @@
 """Crashes for real: SIGKILLed writers, simulated power loss, torn tails, bit flips,
-I/O errors, damaged indexes. Every randomized test prints its seed.
+I/O errors, damaged indexes, holes cut in the middle of the log. Every randomized
+test prints its seed.
 
 Scale the rounds with SEGLOG_TORTURE=10 (scripts/torture does).
 """
@@ -12,12 +13,15 @@ import random
 import shutil
 import signal
 import struct
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
 
 import seglog
-from seglog import Log, codec
+from seglog import CorruptRecordError, Log, Record, codec
 from seglog.testing import FaultyFS, abandon
 
 from clock import SYNTHETIC_CLOCK
@@ -572,3 +576,139 @@ def test_recovery_starts_at_the_last_index_entry_below_the_recovery_point(tmp_pa
         assert rep is not None and rep.scanned_bytes < 4096 + 10 * 200
         assert log.end_offset == 20010
         assert [m.value for m in log.iter(19998)] == [b"%099d" % 19998, b"%099d" % 19999] + [b"t" * 100] * 10
+
+
+# -- holes: a segment cut back at a batch boundary -----------------------------------
+# A hole in the middle of the log is damage: CorruptRecordError, never a hang or a
+# silent skip (holes compaction leaves are not holes: test_compaction.py).
+
+TS0 = 1_700_000_000_000
+
+
+def _deadline(fn, seconds: float = 20):
+    """fn() in a thread; its result or exception, or a failure if it hangs."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append(("ok", fn()))
+        except BaseException as e:   # noqa: BLE001 - handed to the caller
+            out.append(("err", e))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "hung"
+    kind, val = out[0]
+    if kind == "err":
+        raise val
+    return val
+
+
+def _build(path) -> Log:
+    log = Log.open(path, segment_bytes=2048, index_interval_bytes=256, flush_ms=None)
+    for i in range(0, 300, 3):
+        log.append_batch([Record(b"v%03d" % j + b"." * 30, timestamp=TS0 + j)
+                          for j in range(i, i + 3)])
+    log.flush()
+    assert len(log.segments) >= 4
+    return log
+
+
+def _boundaries(seg) -> list[tuple[int, int]]:
+    """(position, base offset) of every batch after the first."""
+    return [(p, h[0]) for p, h in seg.batches()][1:]
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_sealed_segment_cut_back_at_every_batch_boundary(tmp_path, which):
+    path = tmp_path / "l"
+    log = _build(path)
+    seg = log.segments[which]
+    cuts = _boundaries(seg)
+    log.close()
+    for pos, hole in cuts:
+        d = tmp_path / f"cut{pos}"
+        shutil.copytree(path, d)
+        with open(d / os.path.basename(seg.path), "r+b") as f:
+            f.truncate(pos)          # a batch boundary: every batch left is whole
+        nxt = seg.next_offset
+        for mode in ("writer", "reader"):
+            w = Log.open(d) if mode == "writer" else Log.open(d, readonly=True)
+            with pytest.raises(CorruptRecordError) as e:
+                _deadline(lambda: sum(1 for _ in w.iter()))
+            assert e.value.offset == hole and e.value.path.endswith(os.path.basename(seg.path))
+            for o in (hole, (hole + nxt) // 2, nxt - 1):
+                with pytest.raises(CorruptRecordError):
+                    _deadline(lambda: list(w.read(o)))
+            with pytest.raises(CorruptRecordError):
+                _deadline(lambda: w.offset_for_time(TS0 + hole))
+            # offsets before and after the hole still read
+            assert next(iter(w.read(0))).offset == 0
+            assert next(iter(w.read(nxt))).offset == nxt
+            assert [m.offset for m in w.iter(nxt)] == list(range(nxt, 300))
+            w.close()
+        shutil.rmtree(d)
+
+
+def test_a_writer_holding_a_segment_cut_back_sees_damage_not_a_spin(tmp_path):
+    """The writer knows the segment's old size: a short read is damage, not a spin."""
+    log = _build(tmp_path / "l")
+    seg = log.segments[1]
+    sum(1 for _ in log.iter())            # the writer has the file open, size known
+    pos, hole = _boundaries(seg)[2]
+    with open(seg.path, "r+b") as f:
+        f.truncate(pos)
+    with pytest.raises(CorruptRecordError):
+        _deadline(lambda: sum(1 for _ in log.iter()))
+    with pytest.raises(CorruptRecordError):
+        _deadline(lambda: list(log.read(hole)))
+    log.close()
+
+
+_READER = r"""
+import sys, seglog
+r = seglog.Log.open(sys.argv[1], readonly=True)
+try:
+    sum(1 for _ in r.iter())
+except seglog.CorruptRecordError as e:
+    print("corrupt", e.offset)
+else:
+    print("no error")
+"""
+
+
+def test_a_reader_in_another_process_sees_a_hole_as_damage(tmp_path):
+    log = _build(tmp_path / "l")
+    seg = log.segments[1]
+    pos, hole = _boundaries(seg)[1]
+    log.close()
+    with open(seg.path, "r+b") as f:
+        f.truncate(pos)
+    out = subprocess.run([sys.executable, "-c", _READER, str(tmp_path / "l")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["corrupt", str(hole)], out.stderr
+
+
+@pytest.mark.parametrize("bit", range(16, 32))
+def test_first_batch_length_claiming_past_the_data_is_damage(tmp_path, bit):
+    """A flipped high bit in a batch's length field makes it claim bytes past the
+    segment's data: before, iter() then ended silently at offset 0."""
+    path = tmp_path / "l"
+    with Log.open(path, segment_bytes=64 << 10) as log:
+        log.append_batch([b"v%d" % i for i in range(200)])
+        for i in range(200, 260):
+            log.append(b"w%d" % i)
+        seg = log.segments[0].path
+    with open(seg, "r+b") as f:
+        f.seek(8)
+        length = int.from_bytes(f.read(4), "little")
+        f.seek(8)
+        f.write((length ^ (1 << bit)).to_bytes(4, "little"))
+    for ro in (False, True):
+        with Log.open(path, readonly=ro) as log:
+            with pytest.raises(CorruptRecordError) as e:
+                _deadline(lambda: list(log.iter()))
+            assert e.value.path == seg
+            with pytest.raises(CorruptRecordError):
+                _deadline(lambda: list(log.read(0)))
