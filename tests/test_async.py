@@ -17,11 +17,12 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import seglog
-from seglog import Consumer, Log, LogClosedError, Topic
+from seglog import Consumer, Log, LogClosedError, Topic, _aio
 
 from helpers import fill
 
@@ -401,6 +402,55 @@ def test_wait_async_has_waits_contract(tmp_path):
             await reader.wait_async(5, timeout=1)
 
     run(main())
+
+
+class _CountingPool(ThreadPoolExecutor):
+    """A pool that counts the jobs submitted to it and the jobs its workers started."""
+
+    def __init__(self, workers: int, thread_name_prefix: str) -> None:
+        super().__init__(workers, thread_name_prefix=thread_name_prefix)
+        self._count_lock = threading.Lock()
+        self.submitted = 0
+        self.started = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        def run():
+            with self._count_lock:
+                self.started += 1
+            return fn(*args, **kwargs)
+        with self._count_lock:
+            self.submitted += 1
+        return super().submit(run)
+
+
+def test_wait_async_is_served_while_every_worker_waits_on_another_log(tmp_path, monkeypatch):
+    """Each log's async waiters are served by a worker of a bounded pool (128
+    threads; two here). Logs awaited and idle must not hold every worker for as
+    long as they stay idle: a wait on a log that grows returns."""
+    pool = _CountingPool(2, thread_name_prefix="two-workers")
+    monkeypatch.setattr(_aio, "_pool", pool)
+    logs = [Log.open(str(tmp_path / f"l{i}"), flush_ms=None) for i in range(3)]
+    try:
+        async def main() -> bool:
+            idle = [asyncio.create_task(lg.wait_async(0)) for lg in logs[:2]]
+            # both workers taken, each by an idle log's step
+            await until(lambda: pool.started >= 2, 10, "the idle logs' workers to run")
+            busy = asyncio.create_task(logs[2].wait_async(0))
+            # the growing log's step queued behind them
+            await until(lambda: pool.submitted >= 3, 10, "the growing log's step to be queued")
+            logs[2].append(b"grown")
+            try:
+                return await asyncio.wait_for(busy, 5)
+            finally:
+                for t in idle:
+                    t.cancel()
+                await asyncio.gather(*idle, return_exceptions=True)
+
+        assert asyncio.run(main()) is True
+    finally:
+        for lg in logs:
+            lg.close()
+        _aio.pool().shutdown(wait=True)
 
 
 # -- the Producer's futures --------------------------------------------------------------------

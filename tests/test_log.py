@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import array
+import asyncio
+import ctypes
+import math
 import os
 import random
 import threading
@@ -10,7 +14,7 @@ import time
 import pytest
 
 import seglog
-from seglog import InvalidConfigError, Log, LogConfig, Record
+from seglog import InvalidConfigError, Log, LogConfig, MessageTooLargeError, Record
 from seglog.testing import abandon
 
 from clock import SYNTHETIC_CLOCK
@@ -509,3 +513,137 @@ def test_an_iterator_keeps_its_unreferenced_log_open(logdir):
         w.append_batch([b"x" * 100] * 50)
     assert sum(1 for _ in Log.open(logdir, readonly=True).iter()) == 50
     assert sum(1 for _ in iter(Log.open(logdir, readonly=True))) == 50
+
+
+# -- edges: empty readers, wait()'s arguments, null values, buffers, header framing ---
+
+def test_a_readonly_reader_may_open_a_directory_no_writer_opened_yet(tmp_path):
+    """A reader may start before the writer ever opened the directory."""
+    path = tmp_path / "l"
+    os.makedirs(path)
+    r = seglog.Log.open(path, readonly=True)
+    assert (r.start_offset, r.end_offset) == (0, 0)
+    assert list(r.iter()) == []
+    assert list(r.read(0)) == []
+    assert r.offset_for_time(0) is None
+    assert r.wait(0, timeout=0) is False
+    with seglog.Log.open(path) as w:
+        w.append(b"a")
+        assert r.wait(0, timeout=10)
+        assert [m.value for m in r.iter()] == [b"a"]
+    r.close()
+
+
+def test_readonly_reader_of_new_log_is_empty(tmp_path):
+    path = tmp_path / "l"
+    os.makedirs(path)
+    with seglog.Log.open(path) as w:
+        r = seglog.Log.open(path, readonly=True)
+        assert list(r.iter()) == []
+        assert list(r.read(0)) == []
+        assert r.offset_for_time(0) is None
+        assert r.wait(0, timeout=0) is False
+        w.append(b"a")
+        assert [m.value for m in r.iter()] == [b"a"]
+        r.close()
+
+
+def test_wait_takes_infinite_and_zero_timeouts_and_refuses_nan(tmp_path):
+    with seglog.Log.open(tmp_path / "l") as log:
+        log.append(b"a")
+        assert log.wait(0, timeout=math.inf) is True          # no OverflowError
+        assert log.wait(5, timeout=0) is False
+        t0 = time.monotonic()
+        assert log.wait(5, timeout=0.05) is False
+        assert time.monotonic() - t0 < 5
+        with pytest.raises(ValueError):
+            log.wait(5, timeout=math.nan)                     # never blocks for ever
+        with pytest.raises(TypeError):
+            log.wait(5, timeout="1")
+        r = seglog.Log.open(tmp_path / "l", readonly=True)
+        assert r.wait(0, timeout=math.inf) is True
+        with pytest.raises(ValueError):
+            r.wait(5, timeout=math.nan)
+        r.close()
+
+
+@pytest.mark.parametrize("mode", ["writer", "multi_writer", "readonly"])
+def test_wait_refuses_negative_arguments_and_a_closed_log(tmp_path, mode):
+    def both(offset, timeout):          # wait and wait_async: one contract
+        yield lambda: log.wait(offset, timeout=timeout)
+        yield lambda: asyncio.run(log.wait_async(offset, timeout=timeout))
+
+    with seglog.Log.open(tmp_path / "l", multi_writer=mode == "multi_writer") as w:
+        w.append(b"a")
+        log = seglog.Log.open(tmp_path / "l", readonly=True) if mode == "readonly" else w
+        for offset, timeout in ((-1, None), (-1, 0), (-5, 1), (0, -1), (5, -1), (5, -0.001),
+                                (5, -math.inf), (-1, math.inf)):
+            for call in both(offset, timeout):
+                with pytest.raises(ValueError):
+                    call()
+        assert log.wait(0, timeout=0) is True and log.wait(1, timeout=0) is False
+        assert asyncio.run(log.wait_async(1, timeout=0)) is False
+        # closed: LogClosedError, even where the end passed the offset
+        log.close()
+        for offset, timeout in ((0, None), (0, 0), (5, 0), (0, math.inf)):
+            for call in both(offset, timeout):
+                with pytest.raises(seglog.LogClosedError):
+                    call()
+
+
+def test_null_values_without_key_both_paths(tmp_path):
+    with seglog.Log.open(tmp_path / "l") as log:
+        a = log.append(None)
+        b = log.append_batch([None, b"", Record(None)])
+        assert [(m.offset, m.value) for m in log.iter()] == [
+            (a, None), (b.start, None), (b.start + 1, b""), (b.start + 2, None)]
+
+
+BUFFERS = [
+    (ctypes.c_int32 * 3)(1, 2, 3),
+    (ctypes.c_char * 3)(b"a", b"b", b"c"),
+    array.array("i", [7, 8]),
+    array.array("d", [1.5]),
+    memoryview(b"abcdefgh").cast("i"),
+    memoryview(bytearray(b"0123456789ab")).cast("B", (3, 4)),
+    bytearray(b"ba"),
+]
+
+
+@pytest.mark.parametrize("i", range(len(BUFFERS)))
+def test_buffers_keep_their_bytes(tmp_path, i):
+    """A buffer's bytes are stored, whatever its len() counts (items, rows)."""
+    buf = BUFFERS[i]
+    raw = memoryview(buf).tobytes()
+    with seglog.Log.open(tmp_path / "l") as log:
+        o1 = log.append(buf)
+        r2 = log.append_batch([buf, b"tail", buf])
+        r3 = log.append_batch([Record(buf, key=buf)])
+        got = {m.offset: (m.key, m.value) for m in log.iter()}
+    assert got[o1] == (None, raw)
+    assert [got[o][1] for o in r2] == [raw, b"tail", raw]
+    assert got[r3.start] == (raw, raw)
+
+
+def test_header_framing_counts_against_max_message_bytes(tmp_path):
+    with seglog.Log.open(tmp_path / "l", segment_bytes=1024, max_message_bytes=4096) as log:
+        headers = [("", b"")] * 600            # no bytes of their own, 8 of framing each
+        with pytest.raises(MessageTooLargeError):
+            log.append(b"v", headers=headers)
+        with pytest.raises(MessageTooLargeError):
+            log.append_batch([Record(b"v", headers=headers)])
+        assert log.end_offset == 0
+        ok = [("", b"")] * 400
+        off = log.append(b"v", headers=ok)
+        assert next(iter(log.read(off))).headers == tuple(ok)
+
+
+def test_active_segment_next_offset_follows_every_append(tmp_path):
+    """append()'s fast path used to update only the segment's size: after 5 appends
+    end_offset was 5 and the active segment's next_offset 2."""
+    with seglog.Log.open(tmp_path / "l", index_interval_bytes=1 << 20) as log:
+        for i in range(5):
+            log.append(b"x")
+            assert log.segments[-1].next_offset == log.end_offset == i + 1
+        log.append_batch([b"a", b"b"])
+        assert log.segments[-1].next_offset == log.end_offset == 7

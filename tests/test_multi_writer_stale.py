@@ -9,6 +9,7 @@ changed nothing; reads never need the lock and answer as a readonly reader does.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -418,3 +419,46 @@ def test_a_writer_of_several_says_it_is_a_writer_while_it_reads_as_a_reader(tmp_
         assert a.metrics()["messages_appended"] == 1
     with Log.open(path, readonly=True) as r:
         assert r.stats()["readonly"] is True
+
+
+# -- a flush behind a stopped writer says what was written ----------------------------
+
+def _says_flush_did_not_happen(text: str) -> bool:
+    return ("did not happen" in text and "written" in text and "not yet safe from power loss"
+            in text and "nothing was written" not in text)
+
+
+def test_a_flush_behind_a_stopped_writer_says_what_was_written(tmp_path, caplog):
+    """Another writer stopped while holding the append lock: a flush (the caller's or
+    the timed flusher's) cannot happen, and says so; the appends stay written."""
+    path = tmp_path / "l"
+    with seglog.Log.open(path, multi_writer=True, lock_timeout_ms=100, flush_ms=50) as log:
+        # the stopped writer: the append lock (the .writers file's flock) taken and kept
+        stopped = os.open(path / ".writers", os.O_RDWR)
+        try:
+            log.append(b"a")
+            fcntl.flock(stopped, fcntl.LOCK_EX)
+            with pytest.raises(LogLockedError) as e:
+                log.flush()
+            assert _says_flush_did_not_happen(str(e.value)), str(e.value)
+            deadline = time.monotonic() + 60
+            with caplog.at_level(logging.WARNING, logger="seglog"):
+                while True:
+                    # the flusher's next turns find the lock held; if it flushed just
+                    # before it was taken, append again (the lock let go meanwhile)
+                    fcntl.flock(stopped, fcntl.LOCK_UN)
+                    log.append(b"b")
+                    fcntl.flock(stopped, fcntl.LOCK_EX)
+                    turn = time.monotonic() + 2
+                    while time.monotonic() < min(turn, deadline) and not any(
+                            "timed flush" in r.getMessage() for r in caplog.records):
+                        time.sleep(0.01)
+                    lines = [r.getMessage() for r in caplog.records if "timed flush" in r.getMessage()]
+                    if lines or time.monotonic() >= deadline:
+                        break
+            assert lines and all(_says_flush_did_not_happen(x) for x in lines), lines
+        finally:
+            os.close(stopped)
+        # the lock let go: the appends were there all along, and now flush
+        assert [m.value for m in log.iter()][:2] == [b"a", b"b"]
+        assert log.flush() == log.end_offset

@@ -12,6 +12,8 @@ import pytest
 import seglog
 from seglog import Log, Record, Topic
 
+from helpers import wait_for
+
 FD_DIR = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
 
 
@@ -215,3 +217,99 @@ def test_the_active_segments_file_is_as_long_as_its_reservation(tmp_path):
     finally:
         a.close()
         b.close()
+
+
+# -- a pass or a look over hundreds of segments under a small descriptor limit ------
+
+MAINTENANCE_CHILD = textwrap.dedent("""
+    import resource, sys, time, seglog
+    path, what = sys.argv[1:]
+    old = int(time.time() * 1000) - 10 * 86400_000
+    opts = dict(segment_bytes=1024, flush_ms=None, retention_ms=None, cleanup_policy="compact")
+    with seglog.Log.open(path, **opts) as log:      # 120 segments
+        for i in range(120):
+            log.append_batch([seglog.Record(b"m%d-%d" % (i, j) + b"q" * 200, key=b"k%d" % i,
+                                            timestamp=old + i) for j in range(3)])
+        n = len(log.segments)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    if what == "compact":
+        with seglog.Log.open(path, **opts) as log:
+            st = log.compact()
+            latest = {m.key: m.value for m in log.iter()}
+            assert latest == {b"k%d" % i: b"m%d-2" % i + b"q" * 200 for i in range(120)}
+            print(n, st.segments_before, len(log.segments), len(latest))
+    else:
+        opts.update(retention_ms=86400_000, cleanup_policy="delete")
+        with seglog.Log.open(path, **opts) as log:
+            print(n, len(log.enforce_retention()), len(log.segments), len(log))
+""")
+
+
+@pytest.mark.parametrize("what", ["compact", "retention"])
+def test_a_maintenance_pass_over_hundreds_of_segments_holds_few_descriptors(tmp_path, what):
+    """RLIMIT_NOFILE 64: a compaction pass over 120 sealed segments, and a retention
+    pass over 120 expired ones of a reopened log (their largest timestamps read from
+    their files), each counted as one read in flight for the whole pass, kept every
+    file it touched open (three descriptors a segment): EMFILE, and the log
+    poisoned. Counted segment by segment, the log closes idle files between them."""
+    p = subprocess.run([sys.executable, "-c", MAINTENANCE_CHILD, str(tmp_path / "log"), what],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    n, done, left, messages = map(int, p.stdout.split())
+    assert n >= 120
+    if what == "compact":
+        # every sealed segment cleaned, the latest record of every key kept (checked
+        # by the child), in fewer segments
+        assert done == n - 1 and left < n / 2 and messages == 120, p.stdout
+    else:
+        assert done == n - 1 and left == 1 and messages == 3, p.stdout
+
+
+LOOK_CHILD = textwrap.dedent("""
+    import resource, sys, time, seglog
+    path = sys.argv[1]
+    t0 = int(time.time() * 1000) - 3600_000
+    with seglog.Log.open(path, segment_bytes=1024, flush_ms=None,
+                         cleanup_policy="compact") as log:      # 120 segments
+        for i in range(120):
+            log.append_batch([seglog.Record(b"m%d-" % i + b"q" * 200, key=b"k%d" % i,
+                                            timestamp=t0 + i)] * 3)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    with seglog.Log.open(path, readonly=True) as reader:
+        st = reader.stats()
+        html = reader._repr_html_()
+        print(st["segments"], st["messages"], st["newest_timestamp"] - t0,
+              reader.offset_for_time(t0 + 119), "seglog.Log" in html)
+""")
+
+
+def test_a_readers_stats_and_time_lookup_over_hundreds_of_segments_hold_few_descriptors(
+        tmp_path):
+    """RLIMIT_NOFILE 64, a reader of a log of 120 segments it never read: ``stats()``
+    (and the notebook view) measure every segment, ``offset_for_time`` of a late
+    timestamp looks at every segment's time index. Each was one read in flight for
+    all segments, so every file it opened stayed open: EMFILE (a bare OSError)."""
+    p = subprocess.run([sys.executable, "-c", LOOK_CHILD, str(tmp_path / "log")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["120", "360", "119", "357", "True"], p.stdout
+
+
+# -- threads: one flusher and one maintenance thread however many logs --------------
+
+def test_one_flusher_and_one_maintenance_thread_for_many_logs(tmp_path):
+    first = seglog.Log.open(tmp_path / "first")     # the process's threads exist now
+    first.append(b"x")
+    before = threading.active_count()
+    logs = [seglog.Log.open(tmp_path / f"p{i}", flush_ms=20, retention_check_ms=50)
+            for i in range(64)]
+    for i, log in enumerate(logs):
+        log.append(b"%d" % i)
+    assert threading.active_count() <= before + 2
+    # and every log's timed flush still runs, within a deadline
+    wait_for(lambda: all(log.flushed_offset >= 1 for log in logs), 10,
+             "every log's timed flush", step=0.01)
+    assert all(log.flushed_offset == 1 for log in logs)
+    for log in logs:
+        log.close()
+    first.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io as real_io
 import os
 import random
 import shutil
@@ -9,14 +10,16 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 
 import seglog
-from seglog import Log
+from seglog import Log, OffsetOutOfRangeError, _segment_file
 from seglog.testing import FaultyFS
 
 from clock import SYNTHETIC_CLOCK
+from helpers import wait_for
 
 # records here carry made-up timestamps near 0 ms
 
@@ -258,3 +261,70 @@ def test_readonly_reader_that_never_opened_a_deleted_segment(logdir):
             list(r.iter(0))
         assert [m.offset for m in r.iter(r.start_offset)] == list(range(log.start_offset, 200))
         r.close()
+
+
+# -- a segment deleted as a reader reopens it -----------------------------------------
+
+def test_a_segment_retention_deletes_while_it_is_reopened_is_gone_not_vanished(
+        tmp_path, monkeypatch):
+    """An iteration holds a segment between two chunks while the log closes its idle
+    files; retention deletes the segment just as the iteration opens its file again
+    (after checking the segment was not retired, before the open: made here by
+    running the pass at that instant). The iteration must say its offset was
+    deleted by retention (``OffsetOutOfRangeError``), not that a file of the log
+    vanished behind the writer's back (``CorruptRecordError``)."""
+    path = str(tmp_path / "r")
+    with Log.open(path, segment_bytes=2 << 20, flush_ms=None, file_delete_delay_ms=0,
+                  retention_ms=None, retention_bytes=1) as log:
+        for i in range(20000):
+            log.append(b"%06d" % i + b"r" * 1000)
+        segs = log.segments
+        assert len(segs) >= 9
+        it = log.iter(0)
+        assert next(it).offset == 0            # one chunk of segment 0 read
+        for seg in segs[1:9]:                   # segment 0's files closed as idle
+            log.read(seg.base_offset, 100)
+        first = segs[0].path
+        fired = []
+
+        def file_io(p, *a, **kw):
+            if p == first and not fired:
+                fired.append(p)
+                log.enforce_retention()         # at this instant, in another thread
+            return real_io.FileIO(p, *a, **kw)
+        monkeypatch.setattr(_segment_file, "io", types.SimpleNamespace(FileIO=file_io))
+        with pytest.raises(OffsetOutOfRangeError):
+            for _ in it:
+                pass
+        assert fired and log.start_offset > 0
+
+
+# -- maintenance refused on a reader, failing in the background ----------------------
+
+def test_maintenance_on_readonly_is_refused_whatever_the_policy(tmp_path):
+    with seglog.Log.open(tmp_path / "l", cleanup_policy="compact"):
+        pass
+    for policy in ("compact", "delete"):
+        r = seglog.Log.open(tmp_path / "l", readonly=True, cleanup_policy=policy)
+        with pytest.raises(seglog.ReadOnlyError):
+            r.enforce_retention()
+        with pytest.raises(seglog.ReadOnlyError):
+            r.compact()
+        r.close()
+
+
+def test_background_maintenance_failure_is_logged_and_reported(tmp_path, monkeypatch, caplog):
+    import seglog._log_maintenance
+    log = seglog.Log.open(tmp_path / "l", retention_check_ms=10)
+
+    def broken(*args):
+        raise OSError(5, "injected")
+
+    monkeypatch.setattr(seglog._log_maintenance, "expired_prefix", broken)
+    wait_for(lambda: log._maint.background_error is not None, 10,
+             "the background pass to fail", step=0.01)
+    assert "maintenance of" in caplog.text and "injected" in caplog.text
+    monkeypatch.undo()
+    with pytest.raises(seglog.StorageError, match="injected"):
+        log.compact()
+    log.close()
