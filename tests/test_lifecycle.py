@@ -7,20 +7,18 @@ readers see exactly the writer's kept records after compaction or retention.
 
 from __future__ import annotations
 
-import fcntl
 import gc
 import os
 import random
 import subprocess
 import sys
-import termios
 import threading
 import time
 
 import pytest
 
 import seglog
-from seglog import Log, LogClosedError, LogLockedError, OffsetOutOfRangeError, Record, codec
+from seglog import LogClosedError, LogLockedError, OffsetOutOfRangeError, Record
 
 from helpers import wait_for
 
@@ -420,138 +418,6 @@ def test_reader_with_open_segments_sees_compaction_in_the_same_tick(tmp_path):
         assert (m.offset, m.key, m.value) == by_off[off]
     reader.close()
     log.close()
-
-
-# -- idle files closed under a reader, a walk, a send ---------------------------------
-# A log closes the idle files of its oldest-opened segments; whoever still uses one
-# (a reader that remembers it, a walk of its batches, a stalled sendfile) goes on in
-# the right file and waits for nobody.
-
-def _fds_on(path: str) -> int:
-    """Descriptors of this process open on ``path``."""
-    n = 0
-    for f in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{f}") == path:
-                n += 1
-        except OSError:
-            pass                # the listing's own descriptor, closed since
-    return n
-
-
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
-def test_a_reader_tells_a_new_file_that_took_its_closed_files_inode_number(tmp_path):
-    """A readonly reader closes an idle segment's file and remembers its inode
-    number; compaction replaces the file, and the old inode is freed. ext4 hands a
-    freed inode number to the next file it creates, so a later compaction's output
-    can sit at the path under the very number the reader remembers (made here
-    directly: the compacted file's bytes under the old inode). The reader must see
-    a new file there, not read it as the old one (whose size and offsets it
-    cached): it reads the compacted log, never a false corruption."""
-    path = str(tmp_path / "c")
-    with Log.open(path, segment_bytes=4 << 10, cleanup_policy="compact", flush_ms=None) as log:
-        for i in range(600):
-            log.append(b"v%d-" % i + b"p" * 100, key=b"k%d" % (i % 7))
-        with Log.open(path, readonly=True) as reader:
-            everything = [(m.offset, m.key, m.value) for m in reader.iter()]
-            first = reader.segments[0].path
-            assert _fds_on(first) == 0          # both closed it: idle
-            old_inode = os.stat(first).st_ino
-            keep = first + ".keep"               # the old inode, for its number only
-            os.link(first, keep)
-            assert log.compact().skipped is None
-            assert os.stat(first).st_ino != old_inode
-            with open(first, "rb") as f:
-                compacted = f.read()
-            with open(keep, "r+b") as f:         # a new file under the old number
-                f.truncate(0)
-                f.write(compacted)
-            os.rename(keep, first)
-            assert os.stat(first).st_ino == old_inode
-            got = [(m.offset, m.key, m.value) for m in reader.iter()]
-            latest = {k: (o, v) for o, k, v in everything}
-            assert {k: (o, v) for o, k, v in got} == latest
-            offsets = [o for o, _, _ in got]
-            assert offsets == sorted(set(offsets)) and set(got) <= set(everything)
-
-
-def _pipe_fill(fd: int) -> int:
-    buf = bytearray(4)
-    fcntl.ioctl(fd, termios.FIONREAD, buf)
-    return int.from_bytes(buf, "little")
-
-
-def test_a_stalled_sendfile_blocks_no_reader(tmp_path):
-    """``MessageSet.write_to`` a pipe nobody drains blocks inside ``sendfile`` on
-    an old segment's file. Other threads then read enough other segments that the
-    log closes its idle files, the oldest first (that one): they must not wait for
-    the stalled send (the writer's roll would wait there too, holding the append
-    lock)."""
-    path = str(tmp_path / "s")
-    with Log.open(path, segment_bytes=128 << 10, flush_ms=None) as log:
-        for i in range(1200):
-            log.append(b"%06d" % i + b"s" * 1000)
-    with Log.open(path, flush_ms=None) as log:
-        segs = log.segments
-        assert len(segs) >= 9
-        ms = log.read(0, 1 << 20)               # segment 0's batches: > a pipe's 64 KiB
-        assert ms.size_in_bytes > 100 << 10
-        r, w = os.pipe()
-        sent: list[int] = []
-        sender = threading.Thread(target=lambda: sent.append(ms.write_to(w)))
-        sender.start()
-        try:
-            # the sender is inside sendfile, stalled
-            wait_for(lambda: _pipe_fill(r) >= 16 << 10, 10, "the sender to start", step=0.001)
-            done = threading.Event()
-            errors: list[BaseException] = []
-
-            def read_others() -> None:
-                try:
-                    for seg in segs[1:9]:
-                        assert log.read(seg.base_offset, 100).first_offset == seg.base_offset
-                except BaseException as e:      # reported below
-                    errors.append(e)
-                done.set()
-
-            reader = threading.Thread(target=read_others)
-            reader.start()
-            blocked = not done.wait(10)
-        finally:
-            got = bytearray()
-            while len(got) < ms.size_in_bytes:  # drain: the sender finishes
-                got += os.read(r, 1 << 16)
-            sender.join(10)
-            reader.join(10)
-            os.close(r)
-            os.close(w)
-        assert not blocked, "reads waited for a stalled sendfile on another segment"
-        assert not errors, errors
-        assert sent == [ms.size_in_bytes]
-        with open(segs[0].path, "rb") as f:
-            assert bytes(got) == f.read(ms.size_in_bytes)     # what the set holds
-
-
-def test_walking_a_segment_survives_its_file_closed_as_idle(tmp_path):
-    """A tool walks the batches of ``log.segments[0]`` and, between two batches,
-    reads other segments through the log, which closes the idle files of the
-    oldest-opened segments (the walked one) and opens others (one may take the
-    closed descriptor's number). The walk must go on in its own segment's file:
-    every batch it yields is one of that segment, in order."""
-    path = str(tmp_path / "w")
-    with Log.open(path, segment_bytes=200 << 10, flush_ms=None) as log:
-        for i in range(2000):
-            log.append(b"%06d" % i + b"b" * 1000)
-    with Log.open(path, flush_ms=None) as log:
-        segs = log.segments
-        assert len(segs) >= 9
-        first = segs[0]
-        walk = first.batches()
-        bases = [next(walk)[1][codec.H_BASE]]
-        for seg in segs[1:9]:                   # opens 8 others: the first is closed
-            log.read(seg.base_offset, 100)
-        bases += [hdr[codec.H_BASE] for _, hdr in walk]
-        assert bases == list(range(first.base_offset, segs[1].base_offset))
 
 
 # -- a writer nobody references, a process that exits without close -----------------
