@@ -72,7 +72,9 @@ def test_compaction_matches_model(tmp_path_factory, entries):
             model_after(records, active_base, 0, True)
 
 
-def fill(log: Log, n: int, keys: int = 20, start_ts: int = 1000) -> list[tuple]:
+def append_keyed(log: Log, n: int, keys: int = 20, start_ts: int = 1000) -> list[tuple]:
+    """Append n records ``v<i>`` over ``keys`` keys (``k<i % keys>``), timestamps from
+    ``start_ts`` up; their (offset, key, value)."""
     recs = []
     for i in range(n):
         k = b"k%d" % (i % keys)
@@ -83,7 +85,7 @@ def fill(log: Log, n: int, keys: int = 20, start_ts: int = 1000) -> list[tuple]:
 
 def test_policy_delete_does_not_compact(logdir):
     with Log.open(logdir, segment_bytes=2048, **SYNTHETIC_CLOCK) as log:
-        fill(log, 300)
+        append_keyed(log, 300)
         before = [m for m in log.iter()]
         stats = log.compact()
         assert stats.skipped and "cleanup_policy" in stats.skipped
@@ -105,13 +107,13 @@ def test_keyless_records_dropped_and_active_untouched(logdir):
 def test_dirty_ratio_and_lag_are_honoured(logdir):
     with Log.open(logdir, **{**CFG, "min_cleanable_dirty_ratio": 0.5,
                              "min_compaction_lag_ms": 5000}, **SYNTHETIC_CLOCK) as log:
-        fill(log, 400, keys=400, start_ts=100_000)
+        append_keyed(log, 400, keys=400, start_ts=100_000)
         # every segment is younger than the lag: nothing cleanable
         stats = log.compact(now_ms=100_500)
         assert stats.skipped
         stats = log.compact(now_ms=1_000_000)
         assert stats.skipped is None and stats.records_kept > 300   # distinct keys stay
-        fill(log, 60, keys=5, start_ts=1_000_000)   # a little new dirt: ratio below 0.5
+        append_keyed(log, 60, keys=5, start_ts=1_000_000)   # a little new dirt: ratio below 0.5
         stats = log.compact(now_ms=2_000_000)
         assert stats.skipped and "ratio" in stats.skipped
 
@@ -144,7 +146,7 @@ def test_offset_map_memory_and_semantics():
 
 def test_reads_across_holes(logdir):
     with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
-        recs = fill(log, 400, keys=5)
+        recs = append_keyed(log, 400, keys=5)
         log.compact()
         kept = [m.offset for m in log.iter()]
         hole = next(o for o in range(400) if o not in kept)
@@ -156,7 +158,7 @@ def test_reads_across_holes(logdir):
 
 def test_interrupted_swap_rolls_forward(logdir, monkeypatch):
     with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
-        recs = fill(log, 400, keys=200)       # kept data for more than one group
+        recs = append_keyed(log, 400, keys=200)       # kept data for more than one group
         active = log.segments[-1].base_offset
         real = cleaner.swap_in
         calls = []
@@ -190,7 +192,7 @@ def test_interrupted_swap_rolls_forward(logdir, monkeypatch):
 
 def test_uncommitted_cleaned_files_are_dropped(logdir):
     with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
-        fill(log, 300)
+        append_keyed(log, 300)
         before = [m for m in log.iter()]
         seg = log.segments[0]
     junk = os.path.join(os.path.dirname(seg.path), ".seglog-cleaned." + os.path.basename(seg.path))
@@ -203,7 +205,7 @@ def test_uncommitted_cleaned_files_are_dropped(logdir):
 
 def test_readonly_reader_during_compaction(logdir):
     with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
-        recs = fill(log, 500, keys=10)
+        recs = append_keyed(log, 500, keys=10)
         r = Log.open(logdir, readonly=True)
         it = r.iter()
         first = [next(it) for _ in range(50)]
@@ -227,7 +229,7 @@ def test_reader_thread_and_process_during_compaction(logdir):
     import sys
     import threading
     with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
-        recs = fill(log, 600, keys=15)
+        recs = append_keyed(log, 600, keys=15)
         errors: list = []
         stop = threading.Event()
 
@@ -393,7 +395,7 @@ def test_compaction_groups_by_output_and_keeps_every_latest_value(
 def test_failure_while_grouping_removes_the_new_files_and_loses_nothing(logdir, monkeypatch):
     monkeypatch.setattr(cleaner, "_READ_CHUNK", 64)    # outputs go to their files at once
     with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
-        recs = fill(log, 600, keys=200)
+        recs = append_keyed(log, 600, keys=200)
         before = latest_per_key(log)
         real = cleaner._clean_segment
         calls = []
@@ -422,7 +424,7 @@ def test_failure_while_grouping_removes_the_new_files_and_loses_nothing(logdir, 
 def test_crash_while_grouping_loses_nothing(logdir, monkeypatch):
     monkeypatch.setattr(cleaner, "_READ_CHUNK", 64)
     with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
-        recs = fill(log, 600, keys=200)
+        recs = append_keyed(log, 600, keys=200)
         before = latest_per_key(log)
         real = cleaner._Writer.absorb
         calls = []
@@ -461,13 +463,13 @@ def test_compaction_never_merges_past_the_index_relative_offsets(logdir):
     # two small sealed segments of 2**32 offsets each (rolled by the index's 32-bit
     # relative offsets): merged, their offsets would not fit one segment's index
     with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
-        fill(log, 5, keys=5)
+        append_keyed(log, 5, keys=5)
     _end_with_a_gap(logdir, (1 << 32) - 4)
     with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
-        fill(log, 8, keys=5)
+        append_keyed(log, 8, keys=5)
     _end_with_a_gap(logdir, (1 << 33) - 8)
     with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
-        fill(log, 8, keys=5)
+        append_keyed(log, 8, keys=5)
         sealed = log.segments[:-1]
         assert len(sealed) == 2 and sum(s.size for s in sealed) < CFG["segment_bytes"]
         before = latest_per_key(log)
@@ -486,7 +488,7 @@ def test_compaction_merges_no_more_than_one_index_holds(logdir):
     from seglog import _scan
     cfg = dict(CFG, segment_bytes=1 << 16, max_index_bytes=96, index_interval_bytes=64)
     with Log.open(logdir, **cfg, **SYNTHETIC_CLOCK) as log:
-        fill(log, 400, keys=400)        # distinct keys: compaction keeps everything
+        append_keyed(log, 400, keys=400)        # distinct keys: compaction keeps everything
         assert len(log.segments) > 10
         before = latest_per_key(log)
         assert log.compact().skipped is None
@@ -519,7 +521,7 @@ def _fail_writes_to(monkeypatch, prefix: str, err: int) -> list[str]:
 def test_full_disk_at_the_swap_manifest_removes_the_new_files(logdir, monkeypatch):
     import errno
     with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
-        recs = fill(log, 400, keys=150)
+        recs = append_keyed(log, 400, keys=150)
         before = latest_per_key(log)
         failed = _fail_writes_to(monkeypatch, ".seglog-tmp..seglog-swap.", errno.ENOSPC)
         with pytest.raises(seglog.StorageError) as e:
@@ -553,7 +555,7 @@ def test_failed_sync_of_the_swap_manifest_takes_the_swap_back(logdir, monkeypatc
             raise OSError(5, "Input/output error")
         return real(path)
     with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
-        recs = fill(log, 400, keys=150)
+        recs = append_keyed(log, 400, keys=150)
         before = latest_per_key(log)
         monkeypatch.setattr(_files, "fsync_dir", fsync_dir)
         monkeypatch.setattr(cleaner, "fsync_dir", fsync_dir)
@@ -658,7 +660,7 @@ def test_an_io_error_at_any_step_of_a_pass_leaves_no_new_files(tmp_path, monkeyp
     monkeypatch.setattr(cleaner, "_READ_CHUNK", 64)   # outputs go to their files
     src = str(tmp_path / "src")
     with Log.open(src, **CFG, **SYNTHETIC_CLOCK) as log:
-        recs = fill(log, 300, keys=40)
+        recs = append_keyed(log, 300, keys=40)
         before = latest_per_key(log)
     for nth in range(1, 200):
         d = str(tmp_path / f"{op}{nth}")

@@ -26,8 +26,9 @@ from helpers import wait_for
 DAY = 86_400_000
 
 
-def fill(log: Log, n: int, ts0: int, step: int = 1, size: int = 100) -> None:
-    """Append n messages whose value starts with their own offset."""
+def append_dated(log: Log, n: int, ts0: int, step: int = 1, size: int = 100) -> None:
+    """Append n messages whose value starts with their own offset, timestamps
+    ``ts0 + i * step``."""
     for i in range(n):
         off = log.end_offset
         log.append(b"%06d" % off + b"x" * size, key=b"k%d" % (off % 50), timestamp=ts0 + i * step)
@@ -36,7 +37,7 @@ def fill(log: Log, n: int, ts0: int, step: int = 1, size: int = 100) -> None:
 def test_empty_and_single_segment(logdir):
     with Log.open(logdir, retention_ms=1, **SYNTHETIC_CLOCK) as log:
         assert log.enforce_retention(now_ms=10**13) == []
-        fill(log, 10, 1000)
+        append_dated(log, 10, 1000)
         assert len(log.segments) == 1
         assert log.enforce_retention(now_ms=10**13) == []     # the active segment stays
         assert log.end_offset == 10
@@ -45,7 +46,7 @@ def test_empty_and_single_segment(logdir):
 def test_time_retention_deletes_old_segments_oldest_first(logdir):
     with Log.open(logdir, segment_bytes=2048, retention_ms=1000, file_delete_delay_ms=0,
                   **SYNTHETIC_CLOCK) as log:
-        fill(log, 100, 10_000, step=100)                        # ts 10_000 .. 19_900
+        append_dated(log, 100, 10_000, step=100)                        # ts 10_000 .. 19_900
         segs = log.segments
         assert len(segs) > 4
         cutoff = segs[2].max_timestamp + 1000 + 1              # the first three are due
@@ -64,7 +65,7 @@ def test_time_retention_deletes_old_segments_oldest_first(logdir):
 def test_all_expired_keeps_the_active_segment(logdir):
     with Log.open(logdir, segment_bytes=2048, retention_ms=10, file_delete_delay_ms=0,
                   **SYNTHETIC_CLOCK) as log:
-        fill(log, 100, 1000)
+        append_dated(log, 100, 1000)
         n = len(log.segments)
         assert len(log.enforce_retention(now_ms=10**12)) == n - 1
         assert len(log.segments) == 1 and log.end_offset == 100
@@ -73,7 +74,7 @@ def test_all_expired_keeps_the_active_segment(logdir):
 
 def test_clock_backwards_and_future_timestamps(logdir):
     with Log.open(logdir, segment_bytes=2048, retention_ms=1000, **SYNTHETIC_CLOCK) as log:
-        fill(log, 60, 10**9 * 3)                                # timestamps in the "future"
+        append_dated(log, 60, 10**9 * 3)                                # timestamps in the "future"
         assert log.enforce_retention(now_ms=10**9) == []         # now before the data
         assert log.enforce_retention(now_ms=10**9 * 3 + 500) == []
 
@@ -81,7 +82,7 @@ def test_clock_backwards_and_future_timestamps(logdir):
 def test_size_retention(logdir):
     with Log.open(logdir, segment_bytes=2048, retention_ms=None, retention_bytes=5000,
                   file_delete_delay_ms=0, **SYNTHETIC_CLOCK) as log:
-        fill(log, 200, 1000)
+        append_dated(log, 200, 1000)
         log.enforce_retention()
         total = sum(s.size for s in log.segments)
         assert total >= 5000 - 2048 and sum(s.size for s in log.segments[1:]) < 5000
@@ -91,7 +92,7 @@ def test_size_retention(logdir):
 def test_delayed_delete_renames_aside_then_unlinks(logdir):
     with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=100,
                   **SYNTHETIC_CLOCK) as log:
-        fill(log, 60, 1000)
+        append_dated(log, 60, 1000)
         first = log.segments[0]
         assert log.enforce_retention(now_ms=10**12)
         aside = os.path.join(logdir, ".seglog-deleted." + os.path.basename(first.path))
@@ -104,7 +105,7 @@ def test_delayed_delete_renames_aside_then_unlinks(logdir):
 def test_background_maintenance_applies_retention(logdir):
     with Log.open(logdir, segment_bytes=2048, retention_ms=1, retention_check_ms=20,
                   file_delete_delay_ms=0, **SYNTHETIC_CLOCK) as log:
-        fill(log, 100, 1000)
+        append_dated(log, 100, 1000)
         deadline = time.monotonic() + 10
         while len(log.segments) > 1 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -114,7 +115,7 @@ def test_background_maintenance_applies_retention(logdir):
 def test_crash_between_checkpoint_and_delete(logdir, monkeypatch):
     log = Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0,
                    **SYNTHETIC_CLOCK)
-    fill(log, 60, 1000)
+    append_dated(log, 60, 1000)
     keep = log.segments[-1].base_offset
     import seglog.retention
     monkeypatch.setattr(seglog.retention.DelayedDeletes, "delete",
@@ -133,7 +134,7 @@ def test_crash_between_checkpoint_and_delete(logdir, monkeypatch):
 def test_readers_survive_retention(logdir):
     with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0,
                   **SYNTHETIC_CLOCK) as log:
-        fill(log, 300, 1000)
+        append_dated(log, 300, 1000)
         errors: list = []
         stop = threading.Event()
 
@@ -163,7 +164,7 @@ def test_readers_survive_retention(logdir):
                              stdout=subprocess.PIPE, text=True)
         assert p.stdout.readline().strip() == "ready"  # type: ignore[union-attr]
         for i in range(5):
-            fill(log, 30, 2000 + i * 100)
+            append_dated(log, 30, 2000 + i * 100)
             log.enforce_retention(now_ms=10**12)
         out, _ = p.communicate("go\n", timeout=60)
         stop.set()
@@ -205,7 +206,7 @@ def test_crash_at_every_step_of_retention(tmp_path):
 
     def build():
         log = Log.open(src, **cfg, **SYNTHETIC_CLOCK)
-        fill(log, 120, 1000)
+        append_dated(log, 120, 1000)
         log.flush()
         return log
     states = _crash_states_during(lambda log: log.enforce_retention(now_ms=10**12), src, build, seed)
@@ -251,7 +252,7 @@ def test_crash_at_every_step_of_compaction(tmp_path, keys):
 def test_readonly_reader_that_never_opened_a_deleted_segment(logdir):
     with Log.open(logdir, segment_bytes=2048, retention_ms=1, file_delete_delay_ms=0,
                   **SYNTHETIC_CLOCK) as log:
-        fill(log, 200, 1000)
+        append_dated(log, 200, 1000)
         r = Log.open(logdir, readonly=True)
         assert r.start_offset == 0
         log.enforce_retention(now_ms=10**12)
