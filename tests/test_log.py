@@ -18,6 +18,7 @@ from seglog import InvalidConfigError, Log, LogConfig, MessageTooLargeError, Rec
 from seglog.testing import abandon
 
 from clock import SYNTHETIC_CLOCK
+from helpers import wait_for
 
 # records here carry made-up timestamps near 0 ms
 
@@ -247,9 +248,7 @@ def test_flush_messages_policy(logdir, monkeypatch):
 def test_flush_ms_is_honoured_when_the_writer_goes_idle(logdir):
     with Log.open(logdir, flush_ms=50, **SYNTHETIC_CLOCK) as log:
         log.append(b"x")
-        deadline = time.monotonic() + 5
-        while log.flushed_offset < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: log.flushed_offset >= 1, 5, "the timed flush", step=0.01)
         assert log.flushed_offset == 1
 
 

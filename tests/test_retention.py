@@ -106,9 +106,8 @@ def test_background_maintenance_applies_retention(logdir):
     with Log.open(logdir, segment_bytes=2048, retention_ms=1, retention_check_ms=20,
                   file_delete_delay_ms=0, **SYNTHETIC_CLOCK) as log:
         append_dated(log, 100, 1000)
-        deadline = time.monotonic() + 10
-        while len(log.segments) > 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: len(log.segments) <= 1, 10, "the background retention pass",
+                 step=0.02)
         assert len(log.segments) == 1 and log.start_offset > 0
 
 
