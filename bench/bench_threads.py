@@ -34,7 +34,6 @@ target ratios with ok / MISSED. Run by hand on a quiet machine; never as a test.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import multiprocessing as mp
 import os
@@ -46,6 +45,8 @@ import threading
 import time
 import traceback
 from typing import Any
+
+import _common  # bench/'s own (the script's directory is first on sys.path)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", "src"))
@@ -347,28 +348,17 @@ def run_multi(root: str, kind: str, n: int, procs: int, nthreads: int, repeat: i
     return n / best
 
 
-def _load() -> str:
-    a, b, c = os.getloadavg()
-    return f"load average {a:.2f} {b:.2f} {c:.2f}"
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=400_000, help="messages per workload")
-    ap.add_argument("--quick", action="store_true", help="one run of each, not best of 3")
-    ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
-    ap.add_argument("--compare", default=None, metavar="DIR",
-                    help="also run the one-process workloads with DIR/src's seglog")
-    args = ap.parse_args()
-    repeat = 1 if args.quick else 3
-    old = os.path.abspath(os.path.join(args.compare, "src")) if args.compare else None
+    args = _common.parser(__doc__, "messages per workload",
+                          "also run the one-process workloads with DIR/src's seglog").parse_args()
+    repeat = _common.repeats(args)
+    old = _common.old_src(args)
     import lmdb
     root = tempfile.mkdtemp(prefix="seglog-threads-", dir=args.dir)
     print(f"{args.n:,} messages of {MSG} bytes per workload, best of {repeat}; "
           f"{platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
           f"Python {platform.python_version()}, lmdb {lmdb.__version__}; "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {_load()}")
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {_common.load()}")
     one = [("append(), 1 thread", "append", 1), ("append_batch(50), 1 thread", "batch", 1),
            ("append(), 8 threads", "append", 8),
            ("Producer.send(), 1 thread", "producer", 1),
@@ -411,7 +401,7 @@ def main() -> None:
     print(f"\n  {'ratio, same run':<56} {'got':>7} {'target':>8}")
     for name, got, target in checks:
         print(f"  {name:<56} {got:6.2f}x {target:6.2f}x  {'ok' if got >= target else 'MISSED'}")
-    print(f"\n  {time.strftime('%H:%M UTC', time.gmtime())}; {_load()}")
+    print(f"\n  {time.strftime('%H:%M UTC', time.gmtime())}; {_common.load()}")
 
 
 if __name__ == "__main__":

@@ -62,7 +62,6 @@ MISSED. Run by hand on a quiet machine; never as a test.
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import gc
 import mmap
@@ -77,6 +76,8 @@ import tempfile
 import time
 import traceback
 from typing import Any
+
+import _common  # bench/'s own (the script's directory is first on sys.path)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "src")))
@@ -430,33 +431,23 @@ def append_profile(root: str, n: int, repeat: int) -> dict[str, float]:
         shutil.rmtree(os.path.join(root, "profile"), ignore_errors=True)
 
 
-def _load() -> str:
-    a, b, c = os.getloadavg()
-    return f"load average {a:.2f} {b:.2f} {c:.2f}"
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=400_000, help="messages per workload, in total")
-    ap.add_argument("--quick", action="store_true", help="one run of each, not best of 3")
-    ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    ap = _common.parser(__doc__, "messages per workload, in total",
+                        "also run seglog's workloads with DIR/src's seglog (old code)")
     ap.add_argument("--sqlite-fraction", type=float, default=0.2,
                     help="of N, what sqlite3 batch 1 writes (one transaction per message)")
-    ap.add_argument("--compare", default=None, metavar="DIR",
-                    help="also run seglog's workloads with DIR/src's seglog (old code)")
     args = ap.parse_args()
-    old = os.path.abspath(os.path.join(args.compare, "src")) if args.compare else None
+    old = _common.old_src(args)
     unit = PROCS * BATCH
     n = args.n - args.n % unit
     nsq = max(unit, int(n * args.sqlite_fraction) // unit * unit)
-    repeat = 1 if args.quick else 3
+    repeat = _common.repeats(args)
     root = tempfile.mkdtemp(prefix="seglog-writers-", dir=args.dir)
     print(f"{n:,} messages of {MSG} bytes per workload, best of {repeat}; {platform.machine()}, "
           f"{os.cpu_count()} cores, Linux {platform.release()}, Python "
           f"{platform.python_version()}, lmdb {lmdb.__version__}, sqlite "
           f"{sqlite3.sqlite_version}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-          f"{_load()}; in {root}")
+          f"{_common.load()}; in {root}")
     r: dict[str, float] = {}
     try:
         for b in (1, BATCH):
@@ -529,7 +520,7 @@ def main() -> None:
                  r[f"seglog 4 procs, batch {b}"] / r[f"old: seglog 4 procs, batch {b}"], 0.95)]
     for name, got, target in checks:
         print(f"  {name:<56} {got:6.2f}x {target:6.1f}x  {'ok' if got >= target else 'MISSED'}")
-    print(f"\n  {time.strftime('%H:%M UTC', time.gmtime())}; {_load()}")
+    print(f"\n  {time.strftime('%H:%M UTC', time.gmtime())}; {_common.load()}")
 
 
 if __name__ == "__main__":
