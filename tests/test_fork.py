@@ -117,6 +117,29 @@ def test_a_live_child_does_not_keep_the_lock(tmp_path):
         os.waitpid(pid, 0)
 
 
+def test_close_releases_the_lock_while_another_process_holds_a_copy_of_its_descriptor(tmp_path):
+    """What a child forked a moment ago holds until its after-fork handler has run
+    (on a loaded machine, after the parent closed): a copy of the lock's descriptor.
+    Made deterministic with a process that inherits the copy and keeps it."""
+    import subprocess
+    import sys
+    path = tmp_path / "l"
+    log = seglog.Log.open(path)
+    log.append(b"x")
+    lock = os.path.realpath(path / ".lock")
+    fds = [int(f) for f in os.listdir("/proc/self/fd")
+           if os.path.realpath(f"/proc/self/fd/{f}") == lock]
+    assert fds, "the writer's lock file is open"
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE, pass_fds=fds)
+    try:
+        log.close()
+        with seglog.Log.open(path) as again:
+            assert again.end_offset == 1
+    finally:
+        child.communicate(timeout=60)
+
+
 def test_readers_opened_before_fork_keep_working(tmp_path):
     path = tmp_path / "l"
     log = seglog.Log.open(path, segment_bytes=4096)

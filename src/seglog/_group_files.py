@@ -350,8 +350,14 @@ class Flock:
 
     def __exit__(self, *exc: object) -> None:
         _CHILD_CLOSES.discard(self.fd)
-        os.close(self.fd)          # releases the lock
-        self.fd = -1
+        try:
+            # released explicitly: a child forked while it was held keeps a copy of
+            # the descriptor until its after-fork handler runs, and a flock belongs
+            # to the open file, so a close alone would leave it held by that copy
+            _platform.flock(self.fd, _platform.LOCK_UN)
+        finally:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class GroupFiles:

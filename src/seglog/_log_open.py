@@ -73,10 +73,16 @@ class DirLock:
             return False
 
     def release(self) -> None:
-        """Close the descriptor, which releases the flock; then nothing."""
+        """Release the flock, then close the descriptor. Released explicitly: a flock
+        belongs to the open file, and a process forked meanwhile holds a copy of the
+        descriptor until its after-fork handler closes it (a child the scheduler has
+        not run yet), so a close alone would leave the lock held by the copy."""
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            try:
+                _platform.flock(self._fd, _platform.LOCK_UN)
+            finally:
+                os.close(self._fd)
+                self._fd = -1
 
     def drop_copy(self) -> None:
         """In a forked child: close this process's copy of the descriptor, which
