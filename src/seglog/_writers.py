@@ -87,9 +87,8 @@ class Shared(NamedTuple):
 
 class Tail(NamedTuple):
     """What moved when only appends happened since a writer last looked: the active
-    segment's size and next offset, and the header's counter word."""
+    segment's size and next offset (where the header stands, ``enter`` recorded)."""
 
-    current: int
     size: int
     next_offset: int
 
@@ -175,7 +174,7 @@ class WritersFile:
                     size, nxt = _SIZE_NEXT.unpack_from(mm, at + _SIZE_NEXT_AT)
                     self._cur = cur
                     words[_HOLDER] = self._token
-                    return Tail(int(cur), size, nxt)
+                    return Tail(size, nxt)
             return self.read()
         except BaseException:
             _flock(fd, _UN)
