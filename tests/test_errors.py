@@ -279,6 +279,40 @@ def test_path_that_is_not_a_directory_is_refused_untouched(tmp_path, entry, kind
     assert _tree(tmp_path) == before
 
 
+@pytest.mark.parametrize("made", ["directory", "link"])
+def test_a_directory_another_writer_makes_between_the_looks_is_opened(tmp_path, monkeypatch, made):
+    """Writers opening a new log together (Celery's prefork workers at start): the
+    directory may appear between ``open``'s looks at the path. Found by a run of the
+    Celery example: the second look took the new directory for a link to nothing and
+    ``readlink`` failed with EINVAL."""
+    from seglog import _files
+    path = tmp_path / "log"
+    real_stat = os.stat
+    calls = []
+
+    def stat_then_another_writer_makes_it(p, *a, **k):
+        calls.append(p)
+        if len(calls) == 1:
+            try:
+                return real_stat(p, *a, **k)         # nothing there yet
+            finally:
+                if made == "directory":
+                    os.mkdir(path)                   # meanwhile, another writer
+                else:
+                    os.mkdir(tmp_path / "elsewhere")
+                    os.symlink(tmp_path / "elsewhere", path)
+        return real_stat(p, *a, **k)
+
+    monkeypatch.setattr(_files.os, "stat", stat_then_another_writer_makes_it)
+    log = Log.open(str(path), multi_writer=True)
+    monkeypatch.undo()
+    try:
+        assert log.append(b"x") == 0
+    finally:
+        log.close()
+    assert len(calls) >= 2
+
+
 # a reader of nothing creates nothing (a writer makes the directory and its parents)
 @pytest.mark.parametrize("entry", ["Log.open readonly", "Topic.open readonly", "Consumer",
                                    "describe_group", "repair.check", "spark.offset_ranges"])

@@ -56,11 +56,8 @@ def require_dir(path: str, what: str, create: bool) -> bool:
     ``create``) nothing at all; ``StorageError`` (with the errno) if the path
     cannot be looked at. Touches nothing."""
     try:
-        st = os.stat(path)
+        st = _stat_settled(path)
     except FileNotFoundError:
-        if os.path.lexists(path):
-            raise NotALogError(f"{path} is a symbolic link to {os.readlink(path)!r}, which "
-                               f"does not exist; nothing was changed") from None
         if create:
             return False
         raise NotALogError(f"no {what} directory at {path}") from None
@@ -72,6 +69,29 @@ def require_dir(path: str, what: str, create: bool) -> bool:
     if not stat.S_ISDIR(st.st_mode):
         raise NotALogError(f"{path} is a file, not a {what} directory; nothing was changed")
     return True
+
+
+def _stat_settled(path: str) -> os.stat_result:
+    """``os.stat(path)``; ``FileNotFoundError`` only if nothing is there,
+    ``NotALogError`` for a symbolic link to nothing. Another process may make the
+    directory between the looks (writers opening a new log together): what is there
+    by the last look is what counts, never a mix of two looks."""
+    for _ in range(100):
+        try:
+            return os.stat(path)
+        except FileNotFoundError:
+            try:
+                target = os.readlink(path)
+            except FileNotFoundError:
+                raise                       # nothing there (nor a link)
+            except OSError:
+                continue                    # not a link: it was made since; look again
+            try:
+                return os.stat(path)        # a link made since, to what exists now
+            except FileNotFoundError:
+                raise NotALogError(f"{path} is a symbolic link to {target!r}, which does "
+                                   f"not exist; nothing was changed") from None
+    raise NotALogError(f"{path} keeps appearing and vanishing; nothing was changed")
 
 
 def list_dir(path: str) -> list[str]:
