@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import threading
 import time
 import traceback
@@ -21,13 +22,24 @@ import seglog
 from seglog import Log, LogLockedError, Record
 
 SCALE = int(os.environ.get("SEGLOG_TORTURE", "1"))
-DEADLINE = 120.0
+DEADLINE = float(os.environ.get("SEGLOG_DEADLINE", "120"))
 
 
 def _seed(name: str) -> int:
     seed = int(os.environ.get("SEGLOG_SEED", "0")) or random.randrange(1 << 30)
     print(f"\n{name}: seed {seed} (rerun with SEGLOG_SEED={seed})")
     return seed
+
+
+def _hung(threads: list[threading.Thread]) -> str:
+    """Which threads are still alive, and where each stands (its stack)."""
+    frames = sys._current_frames()
+    out = []
+    for th in threads:
+        if th.is_alive() and th.ident in frames:
+            out.append(f"thread {th.name} hung at:\n"
+                       + "".join(traceback.format_stack(frames[th.ident])))
+    return "\n".join(out) or "a thread hung"
 
 
 def value(t: int, i: int, size: int) -> bytes:
@@ -116,16 +128,24 @@ def _round(path: str, seed: int, mode: str) -> None:
                 errors.append((name, e, traceback.format_exc()))
                 return
 
+    nxt = [0]
+
     def read() -> None:
-        last = -1
-        for m in log.iter(log.start_offset):
+        # a consumer's reads: on from where the last pass ended (from the start again
+        # once retention passed it), then a wait for more. A pass over the whole log
+        # each time grew with the log (compaction keeps it all) and, never waiting,
+        # held the interpreter lock against the appenders: one seed took 100-230 s
+        last = nxt[0] - 1
+        for m in log.iter(max(nxt[0], log.start_offset)):
             assert m.offset > last
             last = m.offset
+        nxt[0] = last + 1
+        log.wait(nxt[0], timeout=0.5)
 
-    others = [threading.Thread(target=keep, args=(fn, name), daemon=True) for name, fn in (
+    others = [threading.Thread(target=keep, args=(fn, name), name=name, daemon=True) for name, fn in (
         ("flush", log.flush), ("read", read),
         ("maintain", log.compact if compacted else log.enforce_retention))]
-    appenders = [threading.Thread(target=_appender, daemon=True,
+    appenders = [threading.Thread(target=_appender, name=f"appender {t}", daemon=True,
                                   args=(log, t, seed, 300, told[t], errors))
                  for t in range(8)]
     for th in others + appenders:
@@ -135,7 +155,7 @@ def _round(path: str, seed: int, mode: str) -> None:
     stop.set()
     for th in others:
         th.join(DEADLINE)
-    assert not any(th.is_alive() for th in others + appenders), "a thread hung"
+    assert not any(th.is_alive() for th in others + appenders), _hung(others + appenders)
     assert not errors, "\n".join(e[2] for e in errors[:3])
     log.close()
     _check(path, told, compacted)
