@@ -314,6 +314,46 @@ def test_threads_doing_everything_at_once(tmp_path):
         assert again.end_offset > 1000
 
 
+def test_close_is_not_held_off_by_threads_calling_in_a_loop(tmp_path):
+    """Threads appending, flushing and compacting in loops, beside readers that keep
+    the interpreter busy: close() waits for what is in flight, not for the loops to
+    stop. Locks are not fair: a thread that lets go of one and calls again took it
+    before the waiting close() was woken (on the code before, close waited past 30 s
+    in three runs of four, and as long as the loops went on)."""
+    log = seglog.Log.open(tmp_path / "l", flush_ms=None, segment_bytes=4096,
+                          cleanup_policy="compact", min_cleanable_dirty_ratio=0.0,
+                          retention_check_ms=None)
+    errors: list[BaseException] = []
+
+    def loop(fn) -> None:
+        while True:
+            try:
+                fn()
+            except LogClosedError:
+                return
+            except BaseException as e:   # noqa: BLE001 - every other error fails the test
+                errors.append(e)
+                return
+
+    calls = [lambda: log.append(b"x" * 100, key=b"k"), log.flush, log.compact,
+             lambda: sum(1 for _ in log.iter(log.start_offset))]
+    threads = [threading.Thread(target=loop, args=(fn,), daemon=True)
+               for fn in calls for _ in range(2)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: log.end_offset > 100, 60, "the appenders did not get going")
+    closer = threading.Thread(target=log.close, daemon=True)
+    began = time.monotonic()
+    closer.start()
+    closer.join(60)
+    took = time.monotonic() - began
+    print(f"close took {took:.2f} s")
+    assert not closer.is_alive(), "close() was held off for 60 s by threads calling in a loop"
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads) and not errors, errors
+
+
 def test_readonly_reader_through_many_compaction_and_retention_passes(tmp_path):
     """Readers that listed segments but did not open them, readers holding open
     segments, and readers in between, while the writer compacts and deletes."""

@@ -118,6 +118,7 @@ class LocalLog:
         self._watch = EndWatch()
         self._counts = AppendCounts(end)
         self._batches = 0          # batches appended since open (under the append lock)
+        self._closing_gate: threading.RLock | None = None   # held by a close under way
         if segments:
             self._set(tuple(segments))
             self._reads.found(self._segs[:-1])
@@ -247,6 +248,7 @@ class LocalLog:
         """Take the append lock for a change other than an append, on a refreshed view
         (``LogLockedError`` naming ``what`` was not done, after ``lock_timeout_ms``
         with several writers); refused (lock released) if the log is not writable."""
+        self._await_close()
         if self._w is None:
             self._lock.acquire()
         else:
@@ -731,6 +733,33 @@ class LocalLog:
         the holder stays for the next writer's repair. Idempotent."""
         if self._closed:
             return
+        # while this close waits for the append lock, other threads' changes wait for
+        # its outcome instead of taking the lock: it is not fair, and threads
+        # appending or flushing in a loop took it again before close was woken (for
+        # seconds). Then they find the log closed, or open still if the close failed.
+        begin, gate = self._begin, threading.RLock()
+
+        def begin_after_close(blocking: bool) -> bool:
+            with gate:          # (the closing thread holds it already: at once)
+                pass
+            return begin(blocking)
+        with gate:
+            self._closing_gate = gate
+            self._begin = begin_after_close
+            try:
+                self._close_locked(clean, mode_lock)
+            finally:
+                self._begin = begin
+                self._closing_gate = None
+
+    def _await_close(self) -> None:
+        """A close under way in another thread: its outcome first."""
+        gate = self._closing_gate
+        if gate is not None:
+            with gate:
+                pass
+
+    def _close_locked(self, clean: bool, mode_lock: ModeLock) -> None:
         w = self._w
         if w is None:
             self._lock.acquire()

@@ -74,6 +74,9 @@ class Log:
         config = view.config
         self.readonly = writer is None
         self._flush_lock = threading.Lock()
+        # held by close() throughout: a flush, compaction or retention call that comes
+        # meanwhile waits for its outcome (see _after_close)
+        self._closing = threading.Lock()
         self._maint = (None if writer is None else
                        Maintenance(writer, shared=view is not writer))
         self._flush_every = config.flush_messages
@@ -179,8 +182,8 @@ class Log:
         if local.closed:
             return
         # a compact() or enforce_retention() in another thread (or the maintenance
-        # thread's pass) finishes first
-        with maint.lock:
+        # thread's pass) finishes first; one called meanwhile waits for the outcome
+        with self._closing, maint.lock:
             self._close(local)
         for job in self._jobs:
             job.cancel()
@@ -222,6 +225,7 @@ class Log:
         the child's copy refuses every operation (``close`` is a no-op) and drops its
         copy of the lock descriptor (closing it never releases the parent's flock)."""
         self._flush_lock = threading.Lock()   # a thread of the parent may have held it
+        self._closing = threading.Lock()
         self._view.after_fork()
         if self._local is None or self._maint is None:
             return
@@ -331,6 +335,7 @@ class Log:
         With several writers, what every writer appended (they share the active
         segment's file); ``LogLockedError`` if another writer held the append lock for
         ``lock_timeout_ms`` (nothing was flushed; what was appended is written)."""
+        self._after_close()
         with self._flush_lock:
             local = self._writer()
             try:
@@ -471,9 +476,19 @@ class Log:
         return maint.compact(None if now_ms is None else check_timestamp(now_ms),
                              self._check_writable, self._fail)
 
+    def _after_close(self) -> None:
+        """If a close is under way, wait for its outcome (then the caller finds the log
+        closed, or open still if the close failed). Locks are not fair: a thread
+        calling flush(), compact() or enforce_retention() in a loop takes their locks
+        again before a waiting close() is woken, which held close() for seconds."""
+        if self._closing.locked():
+            with self._closing:
+                pass
+
     def _maintenance(self) -> Maintenance:
         """The writer's maintenance, after raising what an append would, then (once) a
         failure of the background pass."""
+        self._after_close()
         self._writer()
         maint = self._maint
         assert maint is not None
