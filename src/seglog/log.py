@@ -169,7 +169,8 @@ class Log:
 
         Idempotent. Waits for a running compaction or retention pass and for reads in
         flight in other threads; those threads' next read raises ``LogClosedError``,
-        as do pending ``wait`` calls. Every descriptor the log opened is closed. In a
+        as do pending ``wait`` calls. Appends, flushes and passes that other threads
+        start meanwhile wait for its outcome (then ``LogClosedError``). Every descriptor the log opened is closed. In a
         process forked from the writer's, ``close`` touches no file. One of several
         writers that is not the last fsyncs what was appended before it lets go;
         ``LogLockedError`` if another writer held the append lock for
