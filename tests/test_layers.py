@@ -20,7 +20,7 @@ LAYERS = [
     "_messageset",
     "message", "_notebook", "index", "_scan", "_segment_file", "_segment_read", "_writable_map",
     "_segment_indexes", "segment", "_writers", "_marker", "retention", "cleaner",
-    "recovery", "_walk", "repair", "_inflight", "_live", "_append_line", "_flush_marks", "_end_watch",
+    "recovery", "_walk", "repair", "_inflight", "_live", "_append_line", "_close_gate", "_flush_marks", "_end_watch",
     "_shared_mode", "local_log", "_log_reads", "_log_wait", "_log_encode",
     "_log_open", "_log_maintenance", "log", "topic", "_future", "producer", "_assignors",
     "_group_files", "_group_ops", "_group_view", "_group_admin", "_consumer_fetch",

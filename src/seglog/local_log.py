@@ -32,6 +32,7 @@ from . import recovery
 from ._files import LOG_START, read_checkpoint, write_checkpoint
 from ._flush_marks import FlushMarks
 from ._append_line import AppendLine, Batches
+from ._close_gate import CloseGate
 from ._end_watch import EndWatch
 from ._inflight import InFlight
 from ._shared_mode import SharedMode
@@ -118,7 +119,7 @@ class LocalLog:
         self._watch = EndWatch()
         self._counts = AppendCounts(end)
         self._batches = 0          # batches appended since open (under the append lock)
-        self._closing_gate: threading.RLock | None = None   # held by a close under way
+        self._gate = CloseGate()   # shut by a close under way
         if segments:
             self._set(tuple(segments))
             self._reads.found(self._segs[:-1])
@@ -248,7 +249,7 @@ class LocalLog:
         """Take the append lock for a change other than an append, on a refreshed view
         (``LogLockedError`` naming ``what`` was not done, after ``lock_timeout_ms``
         with several writers); refused (lock released) if the log is not writable."""
-        self._await_close()
+        self._gate.wait()
         if self._w is None:
             self._lock.acquire()
         else:
@@ -722,7 +723,8 @@ class LocalLog:
     def close(self, clean: bool, mode_lock: ModeLock) -> None:
         """Close. A writer takes the append lock first (with several writers,
         ``LogLockedError`` after ``lock_timeout_ms``, and the log stays open and
-        working), then refuses new reads and waits for those in flight. ``clean``:
+        working; other threads' changes meanwhile wait for the outcome: ``_close_gate``),
+        then refuses new reads and waits for those in flight. ``clean``:
         the clean shutdown (seal the active segment, checkpoint, write the
         clean-shutdown marker; an ``OSError`` propagates); one of several writers does
         that only if it is the last (``mode_lock.alone()``), else it fsyncs what is
@@ -733,31 +735,12 @@ class LocalLog:
         the holder stays for the next writer's repair. Idempotent."""
         if self._closed:
             return
-        # while this close waits for the append lock, other threads' changes wait for
-        # its outcome instead of taking the lock: it is not fair, and threads
-        # appending or flushing in a loop took it again before close was woken (for
-        # seconds). Then they find the log closed, or open still if the close failed.
-        begin, gate = self._begin, threading.RLock()
-
-        def begin_after_close(blocking: bool) -> bool:
-            with gate:          # (the closing thread holds it already: at once)
-                pass
-            return begin(blocking)
-        with gate:
-            self._closing_gate = gate
-            self._begin = begin_after_close
+        begin = self._begin
+        with self._gate.shut(begin) as self._begin:
             try:
                 self._close_locked(clean, mode_lock)
             finally:
                 self._begin = begin
-                self._closing_gate = None
-
-    def _await_close(self) -> None:
-        """A close under way in another thread: its outcome first."""
-        gate = self._closing_gate
-        if gate is not None:
-            with gate:
-                pass
 
     def _close_locked(self, clean: bool, mode_lock: ModeLock) -> None:
         w = self._w
@@ -865,6 +848,7 @@ class LocalLog:
         """In a forked child: new locks (another thread of the parent may have held
         one at the fork), no reads in flight; a writer's copy is closed for good."""
         self._lock = threading.Lock()
+        self._gate = CloseGate()
         self._bind_mode()
         self._marks.after_fork()
         self._watch.after_fork()
