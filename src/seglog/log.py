@@ -170,8 +170,9 @@ class Log:
         Idempotent. Waits for a running compaction or retention pass and for reads in
         flight in other threads; those threads' next read raises ``LogClosedError``,
         as do pending ``wait`` calls. Appends, flushes and passes that other threads
-        start meanwhile wait for its outcome (then ``LogClosedError``). Every descriptor the log opened is closed. In a
-        process forked from the writer's, ``close`` touches no file. One of several
+        start meanwhile wait for its outcome (then ``LogClosedError``). Every
+        descriptor the log opened is closed. In a process forked from the writer's,
+        ``close`` touches no file. One of several
         writers that is not the last fsyncs what was appended before it lets go;
         ``LogLockedError`` if another writer held the append lock for
         ``lock_timeout_ms``: the log is then still open and working (close it again).
