@@ -311,3 +311,55 @@ def test_a_forked_child_gets_a_refusing_copy_of_a_multi_writer(tmp_path):
     other.close()
     with Log.open(path, readonly=True) as r:
         assert {m.offset: m.value for m in r.iter()} == acked
+
+
+# -- writers taking turns write what one writer would ---------------------------------
+@pytest.mark.parametrize("compression", [None, "lz4"])
+def test_writers_taking_turns_write_the_files_one_writer_would(tmp_path, compression):
+    """A writer that takes the lock after another takes only the tail it published
+    when only appends happened (size and next offset, or with them the index entries
+    and timestamps an append moved): three writers taking turns at random, through
+    appends, batches, keys, headers and rolls, leave the very bytes (batches, offset
+    and time indexes) that one writer makes of the same calls."""
+    seed = seed_for(f"writers taking turns ({compression})")
+    rnd = random.Random(seed)
+    opts = dict(segment_bytes=6000, index_interval_bytes=300, compression=compression,
+                flush_ms=None)
+    calls = []
+    ts = 1_700_000_000_000
+    for i in range(400):
+        ts += rnd.choice([0, 0, 1, 3])
+        if rnd.random() < 0.5:
+            calls.append(("one", b"v%d" % i + bytes(rnd.randint(0, 120)), ts))
+        else:
+            n = rnd.choice([1, 2, 5, rnd.randint(1, 40)])
+            recs = [seglog.Record(b"b%d-%d" % (i, j) * rnd.randint(1, 30),
+                                  key=rnd.choice([None, b"k%d" % (j % 3)]),
+                                  timestamp=ts + rnd.choice([0, 0, -2, 2]),
+                                  headers=rnd.choice([(), (("h", b"x"),)]))
+                    for j in range(n)]
+            calls.append(("batch", recs, ts))
+    alone = str(tmp_path / "alone")
+    turns = str(tmp_path / "turns")
+    with Log.open(alone, **opts) as log:
+        for kind, what, t in calls:
+            log.append(what, timestamp=t) if kind == "one" else log.append_batch(what)
+    writers = [Log.open(turns, multi_writer=True, **opts) for _ in range(3)]
+    try:
+        for kind, what, t in calls:
+            w = rnd.choice(writers)
+            w.append(what, timestamp=t) if kind == "one" else w.append_batch(what)
+            # each writer reads what all appended, at once
+            assert w.end_offset == writers[0].end_offset
+        report = repair.check(turns)
+        assert report.ok, report.summary()
+    finally:
+        for w in writers:
+            w.close()
+    names = sorted(n for n in os.listdir(alone) if n.endswith((".log", ".index", ".timeindex")))
+    assert names == sorted(n for n in os.listdir(turns)
+                           if n.endswith((".log", ".index", ".timeindex")))
+    assert len([n for n in names if n.endswith(".log")]) > 3, "the calls must roll"
+    for name in names:
+        with open(os.path.join(alone, name), "rb") as a, open(os.path.join(turns, name), "rb") as b:
+            assert a.read() == b.read(), f"{name} differs (seed {seed})"

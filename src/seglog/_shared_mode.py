@@ -15,15 +15,15 @@ import time
 from typing import Callable
 
 from ._flush_marks import FlushMarks
-from ._writers import Shared, Tail, WritersFile
+from ._writers import Shared, WritersFile
 from .errors import LogClosedError, SeglogError
-from .segment import Segment
+from .segment import Segment, WriterState
 
 
 class SharedMode:
     """Built by ``LocalLog`` around its append lock and its handle on the header;
-    ``follow(moved)`` is how the writer takes what the others published (a ``Tail``
-    or the whole ``Shared`` state, lock held); ``fail_line(e)`` fails the appends
+    ``follow(moved)`` is how the writer takes what the others published (the active
+    segment's ``WriterState`` or the whole ``Shared`` state, lock held); ``fail_line(e)`` fails the appends
     waiting in the writer's line when the way in fails for them too."""
 
     __slots__ = ("_lock", "_w", "_closed_error", "_fail_line", "_follow",
@@ -32,7 +32,7 @@ class SharedMode:
     def __init__(self, lock: threading.Lock, w: WritersFile,
                  closed_error: Callable[[], SeglogError],
                  fail_line: Callable[[BaseException], None],
-                 follow: Callable[[Tail | Shared], None]) -> None:
+                 follow: Callable[[WriterState | Shared], None]) -> None:
         self._lock = lock
         self._w = w
         self._closed_error = closed_error
@@ -72,12 +72,12 @@ class SharedMode:
                 raise w.timed_out(what)
             moved = self._enter_waiting(w.timeout - (time.monotonic() - start), what)
         if moved is not None:
-            if type(moved) is Tail:
+            if type(moved) is WriterState:
                 self._end = moved.next_offset   # the header's end is this writer's
             self._follow(moved)
         return True
 
-    def _enter_waiting(self, left: float, what: str) -> Tail | Shared | None:
+    def _enter_waiting(self, left: float, what: str) -> WriterState | Shared | None:
         """(this process's lock held) The other writers' lock, waited for at most
         ``left`` seconds, and what moved; a failure lets go of both."""
         w = self._w
@@ -94,14 +94,21 @@ class SharedMode:
     def commit(self, seg: Segment, end: int, changes: int, gen: int, start: int,
                marks: FlushMarks) -> None:
         """Publish what changed since this writer last published (everything when more
-        than the active segment's size and next offset moved), then let go of both
-        locks. ``seg``: the active segment; ``end``: the next offset; ``changes`` and
+        than the active segment's tail moved: the list, the start, the flushed
+        offset), then let go of both locks. ``seg``: the active segment; ``end``: the next offset; ``changes`` and
         ``gen``: the writer's change count and list generation."""
         w = self._w
         try:
-            if seg.marks != self._marks or changes != self._changes:
+            if changes != self._changes:
                 self.publish(seg, end, changes, gen, start, marks)
                 w.leave()
+            elif seg.marks != self._marks:
+                # appends alone, which moved an index entry or the largest timestamp:
+                # the active segment's tail at the same version (a whole publish would
+                # make the next writer read and follow it all)
+                self._end = end
+                self._marks = seg.marks
+                w.leave_state(seg.writer_state())
             elif end != self._end:
                 self._end = end
                 w.leave_tail(seg.size, end)

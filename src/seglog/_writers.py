@@ -42,7 +42,7 @@ from .segment import Segment, WriterState
 
 # the header's layout; a writer of another layout refuses the file (``live`` is False
 # for it, and the first writer of a session rewrites it whole)
-MAGIC = b"SEGLOGW2"
+MAGIC = b"SEGLOGW3"
 _SIZE = 4096
 _HEAD = Struct("<8sQ")              # magic, boot hash (at 0)
 # single words, each written by one 8-byte store (a memoryview item: struct's pack
@@ -58,8 +58,10 @@ _CURRENT, _HOLDER, _SESSION, _RESERVED, _ROLLING = 2, 3, 4, 5, 6
 # position, largest timestamp and its offset, first timestamp)
 _SLOT = Struct("<13q")
 _SLOT_AT = (64, 64 + _SLOT.size)
+_STATE = Struct("<9q")              # a slot's WriterState
+_STATE_AT = 32                      # its place in a slot
 _SIZE_NEXT = Struct("<qq")          # the WriterState's size and next offset
-_SIZE_NEXT_AT = 40                  # their place in a slot
+_SIZE_NEXT_AT = _STATE_AT + 8       # their place in a slot
 _VERSION = Struct("<q")             # a slot's first field
 _FLUSHED_AT = 24                    # a slot's flushed offset
 
@@ -69,7 +71,7 @@ class Shared(NamedTuple):
 
     ``current``: the change counter word; ``holder``: the token of a writer that held
     the lock and did not let go of it (it died, or failed inside a write: the taker
-    repairs); ``version``: bumped when more than size and next offset changed;
+    repairs); ``version``: bumped when more than the active segment's tail changed;
     ``list_gen``: bumped by every change of the segment list; ``rolling``: the base
     offset its holder was sealing (-1: none); ``reserved``: the end of the disk blocks
     reserved in the active segment; ``state``: the active segment's ``WriterState``."""
@@ -83,14 +85,6 @@ class Shared(NamedTuple):
     reserved: int
     rolling: int
     state: WriterState
-
-
-class Tail(NamedTuple):
-    """What moved when only appends happened since a writer last looked: the active
-    segment's size and next offset (where the header stands, ``enter`` recorded)."""
-
-    size: int
-    next_offset: int
 
 
 def _boot_hash() -> int:
@@ -107,7 +101,8 @@ class WritersFile:
     The lock: ``enter`` takes it if it is free now (``BlockingIOError`` else),
     ``lock`` waits at most ``timeout`` seconds (``LogLockedError``). Under it:
     ``enter`` / ``read`` say what moved, ``followed`` records that the writer took it,
-    ``publish`` / ``leave_tail`` publish, ``leave`` / ``leave_for_repair`` let go;
+    ``publish`` / ``leave_tail`` / ``leave_state`` publish, ``leave`` /
+    ``leave_for_repair`` let go;
     ``reserve``, the rolling mark, ``begin`` / ``end`` of a session. ``flushed_now``
     reads without it. One object per writer ``Log``: its descriptor is its own open
     file description, so two ``Log`` objects of one process exclude each other as two
@@ -147,15 +142,16 @@ class WritersFile:
         return self._fd < 0
 
     # -- the append lock across processes ---------------------------------------------
-    def enter(self, held: bool = False) -> Tail | Shared | None:
+    def enter(self, held: bool = False) -> WriterState | Shared | None:
         """The way in: take the lock if it is free now (``BlockingIOError`` if another
         holds it; ``LogClosedError`` once closed), or (``held``) this writer took it
         already (``lock``; a failure lets go of it either way); then what moved
         since this writer last looked: None
-        (nothing, and no writer died holding the lock), a ``Tail`` (appends only), or
-        the whole ``Shared`` state. After None or a ``Tail`` this writer holds the
-        lock and stands where the header does (following two ints cannot fail);
-        after ``Shared`` it follows, then calls ``followed``."""
+        (nothing, and no writer died holding the lock), the active segment's
+        ``WriterState`` (appends only: the same segment list, start and flushed
+        offset), or the whole ``Shared`` state. After None or a ``WriterState`` this
+        writer holds the lock and stands where the header does; after ``Shared`` it
+        follows, then calls ``followed``."""
         fd = self._fd
         if fd < 0:
             raise LogClosedError("the writers' file is closed")
@@ -171,10 +167,10 @@ class WritersFile:
                 at = _SLOT_AT[cur & 1]
                 mm = self._mm
                 if _VERSION.unpack_from(mm, at)[0] == self._version:
-                    size, nxt = _SIZE_NEXT.unpack_from(mm, at + _SIZE_NEXT_AT)
+                    tail = WriterState._make(_STATE.unpack_from(mm, at + _STATE_AT))
                     self._cur = cur
                     words[_HOLDER] = self._token
-                    return Tail(size, nxt)
+                    return tail
             return self.read()
         except BaseException:
             _flock(fd, _UN)
@@ -203,16 +199,33 @@ class WritersFile:
         _flock(self._fd, _UN)
 
     def leave_tail(self, size: int, next_offset: int) -> None:
-        """The append path's way out when only appends happened: the active segment's
-        size and next offset published (the current slot copied with them), then
-        ``leave``."""
-        cur = self._cur
-        slot = (cur & 1) ^ 1
+        """The append path's way out when appends moved only the active segment's size
+        and next offset: those published at the same version (the current slot copied
+        with them), then ``leave``."""
+        dst = self._flip_slot()
+        _SIZE_NEXT.pack_into(self._mm, dst + _SIZE_NEXT_AT, size, next_offset)
+        self._flipped()
+
+    def leave_state(self, st: WriterState) -> None:
+        """The append path's way out when appends moved more of the active segment's
+        tail (an index entry, the largest timestamp): ``st`` published at the same
+        version (the current slot's other fields copied with it), then ``leave``."""
+        dst = self._flip_slot()
+        _STATE.pack_into(self._mm, dst + _STATE_AT, *st)
+        self._flipped()
+
+    def _flip_slot(self) -> int:
+        # the slot not current, filled with the current one; where it starts
+        slot = (self._cur & 1) ^ 1
         mm = self._mm
         dst, src = _SLOT_AT[slot], _SLOT_AT[slot ^ 1]
         mm[dst:dst + _SLOT.size] = mm[src:src + _SLOT.size]
-        _SIZE_NEXT.pack_into(mm, dst + _SIZE_NEXT_AT, size, next_offset)
-        self._cur = new = ((cur >> 1) + 1) << 1 | slot
+        return dst
+
+    def _flipped(self) -> None:
+        # the slot filled by _flip_slot made current (one store), then leave
+        cur = self._cur
+        self._cur = new = ((cur >> 1) + 1) << 1 | ((cur & 1) ^ 1)
         words = self._words
         words[_CURRENT] = new
         words[_HOLDER] = 0

@@ -37,12 +37,12 @@ from ._end_watch import EndWatch
 from ._inflight import InFlight
 from ._shared_mode import SharedMode
 from ._metrics import AppendCounts, Metrics
-from ._writers import (Shared, Tail, WritersFile, adopt, follow, remove_unwritten, rolling_cut,
+from ._writers import (Shared, WritersFile, adopt, follow, remove_unwritten, rolling_cut,
                        stray_segments)
 from .config import LogConfig
 from .codec import LENGTH_END, MAGIC, ONE_PREFIX as _ONE_PREFIX
 from .errors import LogClosedError, LogLockedError, SeglogError, StorageError, storage_error
-from .segment import Segment
+from .segment import Segment, WriterState
 
 # what a refused call did not do, said by its LogLockedError
 _NOT_FLUSHED = ("the flush did not happen: what was appended is written (readable, safe "
@@ -442,17 +442,17 @@ class LocalLog:
             e = self._w.timed_out()         # said of an append: nothing was written
         self._line.fail(e)
 
-    def _follow(self, moved: Tail | Shared) -> None:
+    def _follow(self, moved: WriterState | Shared) -> None:
         """(lock held) Take what the other writers published since this writer last
         looked; after a writer that died holding the lock, repair what it left. A
         failure lets go of the lock for the next writer's repair and makes this writer
         follow the files afresh at its next lock (an ``OSError`` is a
         ``StorageError`` naming the log)."""
-        if type(moved) is Tail:          # only appends: two ints
-            self._active.set_measured(moved.size, moved.next_offset)
-            self._end = moved.next_offset
-            return
         try:
+            if type(moved) is WriterState:   # only appends: the active segment's tail
+                self._active.follow_tail(moved)
+                self._end = moved.next_offset
+                return
             self._follow_state(moved)    # type: ignore[arg-type]
         except BaseException as e:
             self._abort_shared()

@@ -142,8 +142,9 @@ class Segment:
         self._roll_bytes = self._roll_ms = None  # type: int | None
         self._roll_size = self._roll_ts = self._roll_off = NEVER
         self.writer = writer        # this process owns the directory: it may repair files
-        # bumped by appends that changed more than size and next offset (what other
-        # writers must reload); _on_reserve: told each reservation's end before a write
+        # bumped by appends that moved more than size and next offset (an index
+        # entry, the largest or first timestamp: several writers then publish the
+        # whole tail); _on_reserve: told each reservation's end before a write
         self.marks = 0
         self._on_reserve: Callable[[int], None] | None = None
         self.index_repairs = 0      # indexes found damaged and rebuilt
@@ -213,6 +214,20 @@ class Segment:
         self._max_ts_offset = state.max_ts_offset
         self.first_timestamp = None if state.first_timestamp < 0 else state.first_timestamp
         self._set_roll_limits()
+
+    def follow_tail(self, state: WriterState) -> None:
+        """Another writer of this active segment appended, moving its tail to
+        ``state``: its size and next offset, and (``reload``) the rest when an index
+        entry, the largest timestamp or the first one moved (an index entry moves
+        the next index position)."""
+        first = self.first_timestamp
+        if (state.next_index_pos != self._next_index_pos
+                or state.max_timestamp != self._max_ts
+                or state.first_timestamp != (NO_TIMESTAMP if first is None else first)):
+            self.reload(state)
+            return
+        self._size = state.size
+        self.next_offset = state.next_offset
 
     def _reserved(self, end: int) -> None:
         reserve_room((self._index, self._timeindex), end, self._interval)
@@ -489,14 +504,16 @@ class Segment:
         """
         if pos >= self._next_index_pos:
             self._add_index_entry(base_offset, pos)
+            self.marks += 1
         if max_timestamp > self._max_ts:
             self._max_ts = max_timestamp
             self._max_ts_offset = base_offset
-        self.marks += 1
+            self.marks += 1
         if self.first_timestamp is None:
             # the first batch's, or (a segment reopened without it known) the first
             # seen: segment_ms then rolls a little late, never not at all
             self.first_timestamp = max_timestamp
+            self.marks += 1
         self._size = end
         self.next_offset = next_offset
         if not pos:
