@@ -43,6 +43,7 @@ import os
 import platform
 import shutil
 import sqlite3
+import struct
 import subprocess
 import sys
 import tempfile
@@ -215,6 +216,7 @@ def iter_parts(path: str, values: list[bytes]) -> list[tuple[str, float]]:
     parts, best of 3 each, in one run."""
     files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".log"))
     n, chunk = len(values), 1 << 20
+    u32 = struct.Struct("<I")
 
     def walk(check: bool) -> None:
         # iter()'s reads: whole batches of 1 MiB chunks, the next chunk from the first
@@ -226,12 +228,14 @@ def iter_parts(path: str, values: list[bytes]) -> list[tuple[str, float]]:
                 buf = os.pread(fd, chunk, pos)
                 mv, p, end = memoryview(buf), 0, len(buf)
                 while p + codec.HEADER_SIZE <= end:
-                    hdr = codec.HEADER.unpack_from(buf, p)
-                    nxt = p + codec.LENGTH_END + hdr[codec.H_LENGTH]
+                    # batch_length alone (at 8; it counts the bytes after 12) and the
+                    # checksum's span (from 21): the floor of a reader, for any seglog
+                    (length,) = u32.unpack_from(buf, p + 8)
+                    nxt = p + 12 + length
                     if nxt > end:
                         break
                     if check:
-                        codec.CHECKSUM(mv[p + codec.CHECKSUM_FROM:nxt])
+                        codec.CHECKSUM(mv[p + 21:nxt])
                     p = nxt
                 pos += p
             os.close(fd)

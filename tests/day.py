@@ -129,7 +129,7 @@ def build(root: str, seed: int = 7, orders: int = 30_000, live: bool = False,
         day.clicks_segment, day.clicks_end = seg.path, log.end_offset
         first = seg.first_header()
         assert first is not None
-        size = seglog.codec.batch_size(first)
+        size = first.size
         day.clicks_damage_offset = seg.base_offset
     damage(day.clicks_segment, size // 2)         # inside the segment's first batch
     _groups(day, live)

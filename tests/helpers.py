@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from seglog import Topic
+from seglog import Topic, _format
+from seglog.codec import BatchHeader
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str, step: float = 0.02) -> Any:
@@ -29,3 +30,14 @@ def fill(topic: Topic, n: int, start: int = 0) -> None:
     i % partitions (so it is at offset i // partitions there)."""
     for i in range(start, start + n):
         topic.append(b"m%06d" % i, partition=i % topic.num_partitions)
+
+
+def header(data: Any, pos: int = 0) -> BatchHeader:
+    """The batch header at ``pos`` by its fields, whatever its bytes say (the codec's
+    ``read_header`` refuses impossible framing): for tests that make bad batches."""
+    return BatchHeader._make(_format.HEADER.unpack_from(data, pos))
+
+
+def put_header(buf: Any, pos: int, hdr: BatchHeader) -> None:
+    """Write ``hdr`` at ``pos`` of ``buf`` (a bytearray)."""
+    _format.HEADER.pack_into(buf, pos, *hdr)

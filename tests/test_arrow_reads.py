@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from seglog import (CorruptRecordError, Log, LogClosedError, MessageSet, OffsetOutOfRangeError,
                     Record, codec)
+from seglog import _format
 from seglog._columns import ARROW_FIELDS
 from seglog.message import Columns, arrow_schema
 from seglog.spark import arrow_schema as spark_schema, spark_batch
@@ -152,8 +153,8 @@ def batches(log: Log) -> list[tuple[int, int, int, int, int]]:
         ms = log.read(off, 1 << 30)
         with ms.buffer() as buf:
             for _, h in codec.batches_in(buf, 0, len(buf)):
-                out.append((h[codec.H_BASE], codec.last_offset(h), h[codec.H_ATTRS],
-                            h[codec.H_COUNT], codec.batch_size(h)))
+                out.append((h.base_offset, h.last_offset, h.attributes,
+                            h.record_count, h.size))
         assert ms.next_offset > off
         off = ms.next_offset
     return out
@@ -695,8 +696,8 @@ def damage_sources(tmp_path_factory) -> dict[str, tuple[str, dict[str, Any]]]:
             for where, seg in (("sealed", segs[0]), ("active", segs[-1])):
                 with open(seg.path, "rb") as f:
                     raw = f.read(seg.size)
-                found = [(pos, codec.batch_size(h), h[codec.H_BASE], codec.last_offset(h),
-                          h[codec.H_ATTRS]) for pos, h in codec.batches_in(raw, 0, len(raw))]
+                found = [(pos, h.size, h.base_offset, h.last_offset,
+                          h.attributes) for pos, h in codec.batches_in(raw, 0, len(raw))]
                 assert len(found) >= 3, (kind, where, len(found))
                 target = found[len(found) // 2]
                 if kind == "lz4":
@@ -915,7 +916,7 @@ def _zeros_lz4_batch(base: int, zeros: int) -> bytes:
     checked = struct.pack("<HIIqq", codec.CODEC_LZ4 | codec.F_WIDE, 1, 2, 7, 7) \
         + struct.pack("<I", usize) + block
     # batch_length counts the bytes after itself: magic and checksum, then the rest
-    head = struct.pack("<qIBQ", base, codec.CHECKSUM_FROM - codec.LENGTH_END + len(checked),
+    head = struct.pack("<qIBQ", base, _format.CHECKSUM_FROM - _format.LENGTH_END + len(checked),
                        codec.MAGIC, codec.CHECKSUM(checked))
     return head + checked
 

@@ -11,7 +11,10 @@ import sys
 import pytest
 
 import seglog
+from seglog import _format
 from seglog import CorruptRecordError, Log, MessageSet, OffsetOutOfRangeError, Record, codec
+
+from helpers import header, put_header
 
 from clock import SYNTHETIC_CLOCK
 
@@ -151,14 +154,13 @@ def _plain_batch_with_bad_lengths(overrun: bool) -> bytes:
     """A plain batch with a good checksum whose record lengths do not fit it: a length
     array longer than the batch (``overrun``) or lengths that do not add up."""
     b = bytearray(codec.encode_batch(0, [b"aa", b"bb"], 1000))
-    hdr = list(codec.HEADER.unpack_from(b))
+    hdr = header(b)
     if overrun:
-        hdr[codec.H_COUNT], hdr[codec.H_LAST_DELTA] = 100, 99
+        hdr = hdr._replace(record_count=100, last_offset_delta=99)
     else:
         b[codec.HEADER_SIZE + 2] = 3                       # the second length: 2 -> 3
-    codec.HEADER.pack_into(b, 0, *hdr)
-    hdr[codec.H_CHECKSUM] = codec.CHECKSUM(bytes(b[codec.CHECKSUM_FROM:]))
-    codec.HEADER.pack_into(b, 0, *hdr)
+    put_header(b, 0, hdr)
+    put_header(b, 0, hdr._replace(checksum=codec.CHECKSUM(bytes(b[_format.CHECKSUM_FROM:]))))
     return bytes(b)
 
 

@@ -285,7 +285,7 @@ def test_compaction_of_segments_with_compressed_and_plain_batches(logdir):
                 off = log.append(v, key=b"k%d" % (10 + j), timestamp=ts)
                 records.append((off, b"k%d" % (10 + j), v))
             ts += 1
-        codecs = {(h[codec.H_COUNT] > 1, h[codec.H_ATTRS] & codec.CODEC_MASK)
+        codecs = {(h.record_count > 1, h.attributes & codec.CODEC_MASK)
                   for s in log.segments for _, h in s.batches()}
         assert codecs == {(True, codec.CODEC_LZ4), (False, codec.CODEC_NONE)}
         assert len(log.segments) > 3
@@ -295,10 +295,10 @@ def test_compaction_of_segments_with_compressed_and_plain_batches(logdir):
         assert got == model_after(records, active_base, 10_000, False)
         for seg in log.segments:
             for _, h in seg.batches():
-                if h[codec.H_COUNT] <= 1:
-                    assert h[codec.H_ATTRS] & codec.CODEC_MASK == codec.CODEC_NONE
-        cleaned = [h for s in log.segments[:-1] for _, h in s.batches() if h[codec.H_COUNT] > 1]
-        assert cleaned and all(h[codec.H_ATTRS] & codec.CODEC_LZ4 for h in cleaned)
+                if h.record_count <= 1:
+                    assert h.attributes & codec.CODEC_MASK == codec.CODEC_NONE
+        cleaned = [h for s in log.segments[:-1] for _, h in s.batches() if h.record_count > 1]
+        assert cleaned and all(h.attributes & codec.CODEC_LZ4 for h in cleaned)
     with Log.open(logdir, **cfg, **SYNTHETIC_CLOCK) as again:
         assert [(m.offset, m.key, m.value) for m in again.iter()] == \
             model_after(records, active_base, 10_000, False)
@@ -355,7 +355,7 @@ def test_each_pass_groups_by_output_as_the_log_grows(logdir):
             assert latest_per_key(log) == before
             assert_grouped_by_output(log, 4096)
             empties = [s.base_offset for s in log.segments[:-1]
-                       if all(h[seglog.codec.H_COUNT] == 0 for _, h in s.batches())]
+                       if all(h.record_count == 0 for _, h in s.batches())]
             assert not empties
 
 
@@ -603,13 +603,13 @@ def test_a_cleaned_segment_keeps_its_largest_timestamp_with_small_indexes(tmp_pa
     with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
         for view in (log, r):
             for seg in view.segments[:-1]:
-                newest = max(h[codec.H_MAX_TS] for _, h in seg.batches())
+                newest = max(h.max_timestamp for _, h in seg.batches())
                 assert seg.max_timestamp == newest, (seg.base_offset, seg.max_timestamp, newest)
             for t in range(999, 1152):
                 assert view.offset_for_time(t) == next((o for o, ts in kept if ts >= t), None), t
         # retention as of the first sealed segment's newest record: nothing goes yet
         first = log.segments[0]
-        newest = max(h[codec.H_MAX_TS] for _, h in first.batches())
+        newest = max(h.max_timestamp for _, h in first.batches())
         log.enforce_retention(now_ms=newest + retention)
         assert [(m.offset, m.timestamp) for m in log.iter()] == kept
     r.close()
@@ -711,7 +711,7 @@ def test_outputs_of_nothing_join_a_neighbour_with_the_smallest_indexes(logdir):
         assert latest_per_key(log) == before
         # 490 superseded records are one segment of one empty batch
         first = log.segments[0]
-        assert [h[seglog.codec.H_COUNT] for _, h in first.batches()] == [0]
+        assert [h.record_count for _, h in first.batches()] == [0]
         assert log.segments[1].base_offset == 488 and len(log.segments) < 10
 
 
@@ -731,7 +731,7 @@ def _check_contiguous(log: Log) -> None:
         for _, hdr in seg.batches():
             last = hdr
         assert last is not None, f"sealed segment {seg.base_offset} is empty"
-        assert codec.last_offset(last) + 1 == nxt.base_offset
+        assert last.last_offset + 1 == nxt.base_offset
 
 
 def test_compaction_dropping_whole_batches_and_segments_is_not_a_hole(tmp_path):

@@ -334,7 +334,7 @@ def _data_size(path: str) -> int:
             return end                      # the preallocated zeros
         if hdr is None:
             return end
-        end += codec.batch_size(hdr)
+        end += hdr.size
 
 
 def test_damage_followed_by_valid_data_is_corruption_in_the_same_boot(tmp_path):
@@ -483,7 +483,7 @@ def test_rebuilt_index_too_small_for_its_entries_keeps_the_largest_timestamp(
         for i in range(200):
             log.append(value(i % 10), timestamp=1000 + i)
         first = log.segments[0]
-        newest = max(h[codec.H_MAX_TS] for _, h in first.batches())
+        newest = max(h.max_timestamp for _, h in first.batches())
         newest_offset = next(m.offset for m in log.iter() if m.timestamp == newest)
         with open(first.timeindex_path, "r+b") as f:
             f.truncate(13)                        # damaged: rebuilt at the next use
@@ -519,7 +519,7 @@ def test_segment_sealed_under_smaller_indexes_keeps_its_largest_timestamp(tmp_pa
         assert [s.base_offset for s in log.segments] == [0, 200]
     with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
         first = log.segments[0]
-        newest = max(h[codec.H_MAX_TS] for _, h in first.batches())
+        newest = max(h.max_timestamp for _, h in first.batches())
         assert newest == 1199 and first.max_timestamp == newest
         assert log.offset_for_time(1150) == 150
         assert log.offset_for_time(newest) == 199

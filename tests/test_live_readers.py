@@ -14,9 +14,12 @@ import time
 import pytest
 
 from seglog import Log, _live, codec, recovery
+from seglog import _format
 from seglog.retention import DelayedDeletes
 from seglog.segment import Segment
 from seglog.testing import abandon
+
+from helpers import header
 
 from kills import kill_inside_compaction_swap
 
@@ -149,10 +152,10 @@ def test_an_index_entry_is_trusted_where_a_batch_frames_whatever_its_attribute_b
     points (magic, length, base offset): a batch a newer seglog wrote, with an attribute
     bit this version does not know, starts there too."""
     first = codec.encode_batch(0, [b"a", b"b"], 100)
-    hdr = list(codec.HEADER.unpack_from(codec.encode_batch(2, [b"c"], 101)))
-    hdr[codec.H_ATTRS] |= 1 << 11
+    hdr = header(codec.encode_batch(2, [b"c"], 101))
+    hdr = hdr._replace(attributes=hdr.attributes | 1 << 11)
     with open(tmp_path / f"{0:020d}.log", "wb") as f:
-        f.write(first + codec.HEADER.pack(*hdr) + bytes(3))
+        f.write(first + _format.HEADER.pack(*hdr) + bytes(3))
     seg = Segment(str(tmp_path), 0)
     try:
         assert _live.batch_starts_at(seg, len(first), 2)

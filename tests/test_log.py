@@ -414,7 +414,7 @@ def _access_lines(n: int, seed: int = 7) -> list[bytes]:
 def _codecs(log: Log) -> list[tuple[int, int]]:
     """(record count, codec bits) of every batch, in order."""
     from seglog import codec
-    return [(h[codec.H_COUNT], h[codec.H_ATTRS] & codec.CODEC_MASK)
+    return [(h.record_count, h.attributes & codec.CODEC_MASK)
             for s in log.segments for _, h in s.batches()]
 
 
@@ -458,7 +458,7 @@ def test_lz4_mixed_batches_in_one_segment(tmp_path):
         assert len(log.segments) == 1
         from seglog import codec
         _, first = next(iter(log.segments[0].batches()))
-        assert codec.batch_size(first) <= 0.5 * sum(map(len, lines[:50]))
+        assert first.size <= 0.5 * sum(map(len, lines[:50]))
         assert values(log) == want
         for off in range(len(want)):
             assert next(iter(log.read(off))).value == want[off]

@@ -57,7 +57,7 @@ def clean_then_flipped(path: str, n: int = 40) -> tuple[str, int]:
         seg = log.segments[0]
         first = seg.first_header()
         assert first is not None
-    size = seglog.codec.batch_size(first)
+    size = first.size
     day.damage(seg.path, size + size // 2)              # in the second batch
     return seg.path, 10
 

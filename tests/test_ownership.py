@@ -13,8 +13,11 @@ import zlib
 import pytest
 
 import seglog
+from seglog import _format
 from seglog import CorruptRecordError, Log, NotALogError, Record, _files, codec
 from seglog.testing import abandon
+
+from helpers import header
 
 
 def _tree(path) -> dict[str, tuple[int, str]]:
@@ -131,10 +134,10 @@ def _rewrite_as_format_1(path) -> None:
             old = []
             pos = 0
             while data[pos:pos + codec.HEADER_SIZE].strip(b"\0"):    # to the preallocated zeros
-                hdr = codec.HEADER.unpack_from(data, pos)
-                end = pos + codec.batch_size(hdr)
-                rest = data[pos + codec.CHECKSUM_FROM:end]
-                old.append(struct.pack("<qIBI", hdr[0], 5 + len(rest), 1, zlib.crc32(rest)) + rest)
+                hdr = header(data, pos)
+                end = pos + hdr.size
+                rest = data[pos + _format.CHECKSUM_FROM:end]
+                old.append(struct.pack("<qIBI", hdr.base_offset, 5 + len(rest), 1, zlib.crc32(rest)) + rest)
                 pos = end
             f.seek(0)
             f.write(b"".join(old) + data[pos:])     # as long as before: zeros stay zeros

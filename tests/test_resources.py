@@ -291,10 +291,10 @@ def test_walking_a_segment_survives_its_file_closed_as_idle(tmp_path):
         assert len(segs) >= 9
         first = segs[0]
         walk = first.batches()
-        bases = [next(walk)[1][codec.H_BASE]]
+        bases = [next(walk)[1].base_offset]
         for seg in segs[1:9]:                   # opens 8 others: the first is closed
             log.read(seg.base_offset, 100)
-        bases += [hdr[codec.H_BASE] for _, hdr in walk]
+        bases += [hdr.base_offset for _, hdr in walk]
         assert bases == list(range(first.base_offset, segs[1].base_offset))
 
 

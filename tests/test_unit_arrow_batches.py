@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seglog import codec
+from seglog import _decode
 from seglog.errors import CorruptRecordError
 from seglog.message import Columns
 
@@ -22,7 +23,7 @@ from seglog._arrow_batches import arrow_columns  # noqa: E402
 
 def reference(data: bytes, start: int, end: int, lo: int, hi: int | None, **kw):
     """What the general walk makes of the buffer: rows and where it ended."""
-    walk = codec.iter_column_parts(data, start, end, lo, hi, **kw)
+    walk = _decode.iter_column_parts(data, start, end, lo, hi, **kw)
     parts = []
     while True:
         try:

@@ -13,7 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seglog import codec
+from seglog import _decode, _encode, _format
 from seglog.errors import CorruptRecordError
+
+from helpers import header, put_header
 
 
 def decode_all(data: bytes, **kw) -> list[tuple]:
@@ -23,7 +26,7 @@ def decode_all(data: bytes, **kw) -> list[tuple]:
     return out
 
 
-def walk_chunk(data: bytes, pos: int, end: int, expect: int) -> tuple[list[tuple], codec.WalkEnd]:
+def walk_chunk(data: bytes, pos: int, end: int, expect: int) -> tuple[list[tuple], _decode.WalkEnd]:
     """The messages of the whole batches in a chunk, and where the walk ended."""
     out: list[tuple] = []
     walk = codec.iter_messages(data, pos, end, expect=expect, partial=True)
@@ -82,15 +85,15 @@ def test_plain_batch_overhead_is_small():
     data = codec.encode_batch(0, values, 1234)
     overhead = (len(data) - 200 * 50) / 50
     assert overhead < 3.0  # 47-byte header + 2-byte length per record
-    size, parts = codec.encode_values_parts(b"".join(values), [200] * 50, 1234)
+    size, parts = _encode.encode_values_parts(b"".join(values), [200] * 50, 1234)
     assert b"".join(parts) == data and size == len(data)
 
 
 def test_wide_values_and_timestamps():
     big = os.urandom(0x10000)
     data = codec.encode_batch(3, [big, b"s"], [0, 2**62])
-    hdr = codec.HEADER.unpack_from(data)
-    assert hdr[4] & codec.F_WIDE and hdr[4] & codec.F_WIDE_TS
+    hdr = header(data)
+    assert hdr.attributes & codec.F_WIDE and hdr.attributes & codec.F_WIDE_TS
     assert [(m[1], m[3]) for m in decode_all(data)] == [(0, big), (2**62, b"s")]
 
 
@@ -101,8 +104,8 @@ def test_value_of_0xffff_bytes_is_not_mistaken_for_null():
 
 def test_compacted_batch_with_offset_holes():
     data = codec.encode_batch(100, [b"a", b"b"], 1, offset_deltas=[2, 7], last_offset_delta=9)
-    hdr = codec.HEADER.unpack_from(data)
-    assert codec.last_offset(hdr) == 109
+    hdr = header(data)
+    assert hdr.last_offset == 109
     assert [m[0] for m in decode_all(data)] == [102, 107]
     assert [m[0] for m in decode_all(data, min_offset=103)] == [107]
     assert [m[0] for m in decode_all(data, max_offset=107)] == [102]
@@ -117,16 +120,16 @@ def test_min_and_max_offset_filter():
 def test_lz4_compresses_repetitive_data_and_skips_incompressible():
     lines = [b'{"path": "/api/v1/items", "status": 200, "n": %d}' % i for i in range(50)]
     packed = codec.encode_batch(0, lines, 1, codec=codec.CODEC_LZ4)
-    assert codec.HEADER.unpack_from(packed)[4] & codec.CODEC_MASK == codec.CODEC_LZ4
+    assert header(packed).attributes & codec.CODEC_MASK == codec.CODEC_LZ4
     assert len(packed) < 0.5 * sum(map(len, lines))
     noise = [os.urandom(100) for _ in range(5)]
     raw = codec.encode_batch(0, noise, 1, codec=codec.CODEC_LZ4)
-    assert codec.HEADER.unpack_from(raw)[4] & codec.CODEC_MASK == codec.CODEC_NONE
+    assert header(raw).attributes & codec.CODEC_MASK == codec.CODEC_NONE
     assert [m[3] for m in decode_all(raw)] == noise
 
 
 def _rechecksum(data: bytearray) -> bytes:
-    struct.pack_into("<Q", data, 13, codec.CHECKSUM(bytes(data[codec.CHECKSUM_FROM:])))
+    struct.pack_into("<Q", data, 13, codec.CHECKSUM(bytes(data[_format.CHECKSUM_FROM:])))
     return bytes(data)
 
 
@@ -174,17 +177,17 @@ def test_a_header_alone():
     data = codec.encode_batch(5, [b"abc"], 1)
     head = data[:codec.HEADER_SIZE]
     assert codec.read_header(head, 0) == codec.read_header(data, 0, len(data))
-    assert codec.sane_header(head) == codec.read_header(data, 0, len(data))
-    assert codec.read_header(head[:-1], 0) is None and codec.sane_header(head[:-1]) is None
-    assert codec.sane_header(bytes(100)) is None
+    assert _format.sane_header(head) == codec.read_header(data, 0, len(data))
+    assert codec.read_header(head[:-1], 0) is None and _format.sane_header(head[:-1]) is None
+    assert _format.sane_header(bytes(100)) is None
     with pytest.raises(CorruptRecordError):
         codec.read_header(bytes(100), 0)
 
 
 def test_offsets_continue_exactly_or_above_in_a_compacted_batch():
-    assert codec.continues(10, 10, 0) and codec.continues(10, 10, codec.F_OFFSETS)
-    assert not codec.continues(10, 11, 0) and codec.continues(10, 11, codec.F_OFFSETS)
-    assert not codec.continues(10, 9, 0) and not codec.continues(10, 9, codec.F_OFFSETS)
+    assert _format.continues(10, 10, 0) and _format.continues(10, 10, codec.F_OFFSETS)
+    assert not _format.continues(10, 11, 0) and _format.continues(10, 11, codec.F_OFFSETS)
+    assert not _format.continues(10, 9, 0) and not _format.continues(10, 9, codec.F_OFFSETS)
 
 
 def test_delete_horizon():
@@ -213,7 +216,7 @@ def test_fuzz_decoding_garbage_raises_only_corrupt_record(junk, seed):
 @settings(max_examples=300, deadline=None)
 def test_fuzz_flipped_bytes_never_decode_silently(payload):
     data = bytearray(codec.encode_batch(0, [payload, b"tail"], 1))
-    for i in range(codec.CHECKSUM_FROM, len(data), max(1, len(data) // 16)):
+    for i in range(_format.CHECKSUM_FROM, len(data), max(1, len(data) // 16)):
         bad = bytearray(data)
         bad[i] ^= 0x10
         with pytest.raises(CorruptRecordError):
@@ -225,7 +228,7 @@ def test_fuzz_flipped_bytes_never_decode_silently(payload):
 def test_fuzz_flipped_bytes_of_one_record_batches_never_decode_silently(payload):
     # Log.append's batches, which the reader decodes on a path of their own
     data = codec.encode_batch(7, [payload], 1) + codec.encode_batch(8, [b"next"], 1)
-    for i in range(codec.CHECKSUM_FROM, len(data), max(1, len(data) // 24)):
+    for i in range(_format.CHECKSUM_FROM, len(data), max(1, len(data) // 24)):
         bad = bytearray(data)
         bad[i] ^= 0x10
         with pytest.raises(CorruptRecordError):
@@ -256,23 +259,23 @@ def test_every_single_bit_flip_is_detected(shape):
     the checksum) fails the checksum itself, not a later plausibility check; a flip
     of the base offset, length or magic fails framing or continuity."""
     data = _shapes()[shape]
-    hdr = codec.HEADER.unpack_from(data)
-    assert hdr[codec.H_MAGIC] == codec.MAGIC == 2
+    hdr = header(data)
+    assert hdr.magic == codec.MAGIC == 2
     assert codec.checksum_ok(data, 0, hdr)
-    assert hdr[codec.H_CHECKSUM] == xxh3_64(data[codec.CHECKSUM_FROM:])
+    assert hdr.checksum == xxh3_64(data[_format.CHECKSUM_FROM:])
     decode_all(data, expect=5)
     bad = bytearray(data)
     for i in range(len(data)):
         for bit in range(8):
             bad[i] ^= 1 << bit
             flipped = bytes(bad)
-            if i >= codec.CHECKSUM_FROM - 8:      # the checksum and what it covers
-                assert not codec.checksum_ok(flipped, 0, codec.HEADER.unpack_from(flipped)), (i, bit)
-            if (i < 8 and hdr[codec.H_ATTRS] & codec.F_OFFSETS
-                    and codec.HEADER.unpack_from(flipped)[codec.H_BASE] > 5):
+            if i >= _format.CHECKSUM_FROM - 8:      # the checksum and what it covers
+                assert not codec.checksum_ok(flipped, 0, header(flipped)), (i, bit)
+            if (i < 8 and hdr.attributes & codec.F_OFFSETS
+                    and header(flipped).base_offset > 5):
                 # a compacted batch may start anywhere above its predecessor's end: a
                 # larger base offset is found by the segment's coverage check instead
-                assert decode_all(flipped, expect=5) or not hdr[codec.H_COUNT]
+                assert decode_all(flipped, expect=5) or not hdr.record_count
             else:
                 with pytest.raises(CorruptRecordError):
                     decode_all(flipped, expect=5)
@@ -287,8 +290,8 @@ def xxh3_64(data: bytes) -> int:
 
 def _as_format_1(batch: bytes) -> bytes:
     """The batch as format 1 wrote it: magic 1, a 4-byte CRC-32 (zlib's) of the rest."""
-    base, *_ = codec.HEADER.unpack_from(batch)
-    rest = batch[codec.CHECKSUM_FROM:]
+    base = header(batch).base_offset
+    rest = batch[_format.CHECKSUM_FROM:]
     return struct.pack("<qIBI", base, 5 + len(rest), 1, zlib.crc32(rest)) + rest
 
 
@@ -296,7 +299,7 @@ def _as_format_1(batch: bytes) -> bytes:
 def test_format_1_batch_is_refused_naming_its_format(values):
     old = _as_format_1(codec.encode_batch(0, values, 1))
     new = codec.encode_batch(0, values, 1)
-    assert old[17:] == new[codec.CHECKSUM_FROM:] and len(old) == len(new) - 4
+    assert old[17:] == new[_format.CHECKSUM_FROM:] and len(old) == len(new) - 4
     clear = r"format 1 .*this seglog reads format 2 only"
     with pytest.raises(CorruptRecordError, match=clear):
         decode_all(old)
@@ -382,15 +385,15 @@ def test_runs_read_in_chunks_with_progress(shapes, sizes):
         some, done = walk_chunk(data, pos, end, expect)
         if done.position == pos:
             assert done == (pos, expect) and not some
-            end = pos + codec.batch_size(codec.HEADER.unpack_from(data, pos))   # read it whole
+            end = pos + header(data, pos).size   # read it whole
             some, done = walk_chunk(data, pos, end, expect)
         got += some
         assert pos < done.position <= end
         hdr = None
         for q, hdr in codec.batches_in(data, pos, done.position):
             pass
-        assert hdr is not None and q + codec.batch_size(hdr) == done.position
-        assert done.next_offset == codec.last_offset(hdr) + 1
+        assert hdr is not None and q + hdr.size == done.position
+        assert done.next_offset == hdr.last_offset + 1
         pos, expect = done
     assert got == msgs
 
@@ -431,7 +434,7 @@ def test_damage_inside_a_run_is_raised_after_the_messages_before_it(at, damage):
         struct.pack_into("<H", bad, codec.HEADER_SIZE, len(b"value 0") + 1)
         bad = bytearray(_rechecksum(bad))
     elif damage == "offset span":       # one record claiming three offsets, likewise
-        struct.pack_into("<I", bad, codec.CHECKSUM_FROM + 2, 2)
+        struct.pack_into("<I", bad, _format.CHECKSUM_FROM + 2, 2)
         bad = bytearray(_rechecksum(bad))
     data = b"".join(parts[:at]) + bytes(bad) + b"".join(parts[at + 1:])
     got, ei = _until_refused(data)
@@ -465,14 +468,14 @@ def test_damage_among_plain_batches_is_raised_after_the_messages_before_it(at, d
     bad = _simple_damage(parts[at], damage, base)
     if bad is None:      # under a valid checksum, as a forger would
         bad = bytearray(parts[at])
-        hdr = list(codec.HEADER.unpack_from(bad))
+        hdr = header(bad)
         if damage == "lengths":
             bad[codec.HEADER_SIZE] += 1
         elif damage == "overrun":
-            hdr[codec.H_COUNT], hdr[codec.H_LAST_DELTA] = 100, 99
+            hdr = hdr._replace(record_count=100, last_offset_delta=99)
         else:
-            hdr[codec.H_LAST_DELTA] += 2
-        codec.HEADER.pack_into(bad, 0, *hdr)
+            hdr = hdr._replace(last_offset_delta=hdr.last_offset_delta + 2)
+        put_header(bad, 0, hdr)
         bad = bytearray(_rechecksum(bad))
     data = b"".join(parts[:at]) + bytes(bad) + b"".join(parts[at + 1:])
     got, ei = _until_refused(data)

@@ -22,7 +22,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from seglog import Log, codec
+from seglog import _encode
 from seglog.segment import Segment
+
+from helpers import header
 
 SHORT_MAX = 0xFFFE            # the longest value with a 16-bit length (0xFFFF means null)
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -90,7 +93,7 @@ def _parts_batch(base: int, values: list[bytes], ts: int, c: int) -> bytes:
     """What append_batch's fast path writes: the parts joined, base offset stamped."""
     body = b"".join(values)
     lens = list(map(len, values))
-    size, parts = codec.encode_values_parts(body, lens, ts, c)
+    size, parts = _encode.encode_values_parts(body, lens, ts, c)
     data = b"".join(parts)
     assert size == len(data)
     assert data[:8] == bytes(8)         # left at 0 for Segment.append to stamp
@@ -143,7 +146,7 @@ def test_lz4_compresses_only_when_it_pays():
                                ([os.urandom(1000), os.urandom(1000)], False),
                                ([b"a" * 10_000], False), ([os.urandom(1000)], False)):
         data = _parts_batch(0, values, 5, codec.CODEC_LZ4)
-        assert bool(codec.HEADER.unpack_from(data, 0)[4] & codec.CODEC_LZ4) is compressed
+        assert bool(header(data).attributes & codec.CODEC_LZ4) is compressed
         assert data == codec.encode_batch(0, values, 5, codec=codec.CODEC_LZ4)
 
 

@@ -10,9 +10,12 @@ import os
 import pytest
 
 from seglog import _files, codec, recovery
+from seglog import _format
 from seglog.errors import CorruptRecordError
 from seglog.index import entries_valid, next_entry_position
 from seglog.segment import Segment
+
+from helpers import header, put_header
 
 CAP = 1 << 20
 INTERVAL = 256
@@ -224,12 +227,12 @@ def test_damage_followed_by_batches_of_a_newer_format_in_the_same_boot_raises(d)
     with open(_name(d, 0), "r+b") as f:
         data = bytearray(f.read())
         for i in (6, 7):
-            hdr = list(codec.HEADER.unpack_from(data, pos[i]))
-            hdr[codec.H_ATTRS] |= 1 << 11
-            codec.HEADER.pack_into(data, pos[i], *hdr)
-            hdr[codec.H_CHECKSUM] = codec.CHECKSUM(bytes(data[pos[i] + codec.CHECKSUM_FROM:
-                                                               pos[i + 1]]))
-            codec.HEADER.pack_into(data, pos[i], *hdr)
+            hdr = header(data, pos[i])
+            hdr = hdr._replace(attributes=hdr.attributes | 1 << 11)
+            put_header(data, pos[i], hdr)
+            hdr = hdr._replace(checksum=codec.CHECKSUM(bytes(data[pos[i] + _format.CHECKSUM_FROM:
+                                                               pos[i + 1]])))
+            put_header(data, pos[i], hdr)
         data[pos[5] + codec.HEADER_SIZE + 4] ^= 0xFF
         f.seek(0)
         f.write(data)

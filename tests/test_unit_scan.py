@@ -9,9 +9,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from seglog import _scan, codec
+from seglog import _format
 from seglog._scan import Damage
 from seglog.errors import CorruptRecordError
 from seglog.segment import Segment
+
+from helpers import header, put_header
 
 
 def _batches(n: int, base: int = 0, size: int = 10, per: int = 2, ts: int = 100) -> list[bytes]:
@@ -57,7 +60,7 @@ def mkfile(tmp_path):
 
 
 def _expected(batches: list[bytes]) -> list[tuple[int, int]]:
-    return [(p, codec.HEADER.unpack_from(b)[0]) for p, b in zip(_positions(batches), batches)]
+    return [(p, header(b).base_offset) for p, b in zip(_positions(batches), batches)]
 
 
 def _summary(walked):
@@ -101,7 +104,7 @@ def test_walk_batch_larger_than_chunk_is_read_whole(mkfile):
     got = list(_scan.walk(f.fd, 0, f.size, expect=0, check=True, chunk=256))
     assert [(p + fp, h[0]) for _, p, fp, h in got] == _expected(bs)
     buf, p, _, hdr = got[1]
-    assert buf[p:p + codec.batch_size(hdr)] == bs[1]     # the whole batch in one buffer
+    assert buf[p:p + hdr.size] == bs[1]     # the whole batch in one buffer
     assert codec.checksum_ok(buf, p, hdr)
 
 
@@ -161,11 +164,11 @@ def test_damage_framing_bad_magic(mkfile):
 
 def test_damage_framing_bad_timestamps_only_when_checking(mkfile):
     good = codec.encode_batch(0, [b"a"], 100)
-    hdr = list(codec.HEADER.unpack_from(good))
-    hdr[8] = 50                             # max timestamp below the base timestamp
-    body = codec.HEADER.pack(*hdr)[codec.CHECKSUM_FROM:] + good[codec.HEADER_SIZE:]
-    hdr[3] = codec.CHECKSUM(body)           # a right checksum: only the timestamps are wrong
-    bad = codec.HEADER.pack(*hdr) + good[codec.HEADER_SIZE:]
+    hdr = header(good)
+    hdr = hdr._replace(max_timestamp=50)    # max timestamp below the base timestamp
+    body = _format.HEADER.pack(*hdr)[_format.CHECKSUM_FROM:] + good[codec.HEADER_SIZE:]
+    hdr = hdr._replace(checksum=codec.CHECKSUM(body))   # right: only the timestamps are wrong
+    bad = _format.HEADER.pack(*hdr) + good[codec.HEADER_SIZE:]
     f = mkfile(bad)
     assert len(f.walk()) == 1
     d = _damage(f, check=True)
@@ -200,13 +203,13 @@ def test_damage_offsets_gap_or_overlap_between_batches(mkfile):
         f = mkfile(a + second, name=f"f{id(second)}.log")
         d = _damage(f)
         assert d.reason == "offsets"
-        assert (d.position, d.offset) == (len(a), codec.HEADER.unpack_from(second)[0])
+        assert (d.position, d.offset) == (len(a), header(second).base_offset)
 
 
 def test_compacted_batch_may_start_above_but_not_below(mkfile):
     a = codec.encode_batch(0, [b"a", b"b"], 1)
     above = codec.encode_batch(10, [b"c", b"d"], 2, offset_deltas=[0, 3])
-    assert codec.HEADER.unpack_from(above)[4] & codec.F_OFFSETS
+    assert header(above).attributes & codec.F_OFFSETS
     f = mkfile(a + above + codec.encode_batch(14, [b"e"], 3))
     assert _summary(f.walk(expect=0, check=True)) == [(0, 0), (len(a), 10),
                                                      (len(a) + len(above), 14)]
@@ -344,13 +347,13 @@ def test_walk_yields_exactly_the_batches(scratch, sizes, chunk, check):
         f.write(data)
     fd = os.open(scratch, os.O_RDONLY)
     try:
-        got = [(fp + p, hdr, bytes(buf[p:p + codec.batch_size(hdr)]))
+        got = [(fp + p, hdr, bytes(buf[p:p + hdr.size]))
                for buf, p, fp, hdr in _scan.walk(fd, 0, len(data), expect=0, check=check,
                                                  chunk=chunk)]
     finally:
         os.close(fd)
     assert [(p, h[0], raw) for p, h, raw in got] == [
-        (p, codec.HEADER.unpack_from(b)[0], b) for p, b in zip(_positions(bs), bs)]
+        (p, header(b).base_offset, b) for p, b in zip(_positions(bs), bs)]
 
 
 def test_survey_counts_what_lies_past_a_bad_batch(mkfile):
@@ -378,12 +381,11 @@ def test_survey_counts_what_lies_past_a_bad_batch(mkfile):
 def _with_unknown_attribute(batch: bytes, bit: int = 1 << 11) -> bytes:
     """``batch`` as a newer seglog might write it: an attribute bit this version does not
     know, and a checksum that matches."""
-    hdr = list(codec.HEADER.unpack_from(batch))
-    hdr[codec.H_ATTRS] |= bit
+    hdr = header(batch)
+    hdr = hdr._replace(attributes=hdr.attributes | bit)
     b = bytearray(batch)
-    codec.HEADER.pack_into(b, 0, *hdr)
-    hdr[codec.H_CHECKSUM] = codec.CHECKSUM(bytes(b[codec.CHECKSUM_FROM:]))
-    codec.HEADER.pack_into(b, 0, *hdr)
+    put_header(b, 0, hdr)
+    put_header(b, 0, hdr._replace(checksum=codec.CHECKSUM(bytes(b[_format.CHECKSUM_FROM:]))))
     return bytes(b)
 
 

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from seglog import _scan, codec
+from seglog import _format
 from seglog.errors import CorruptRecordError
 from seglog.segment import Segment, WriterState
 
@@ -25,7 +26,7 @@ def segdir(tmp_path):
 
 def _one_args(offset: int, ts: int, value: bytes) -> tuple[int, int, int, bytes]:
     """What ``Log.append`` computes for ``Segment.append_one`` (log.py's hot path)."""
-    body = codec.ONE_TAIL.pack(0, 0, 1, ts, ts, len(value)) + value
+    body = _format.ONE_TAIL.pack(0, 0, 1, ts, ts, len(value)) + value
     return offset, ts, codec.CHECKSUM(body), body
 
 
@@ -56,7 +57,7 @@ def test_append_tracks_size_next_offset_and_max_timestamp(segdir):
         assert (seg.size, seg.next_offset, seg.max_timestamp) == (expect_size, 106, 70)
         assert seg.first_timestamp == 50
         assert [(p, h[0], h[6]) for p, h in seg.batches()] == [
-            (0, 100, 3), (codec.batch_size(next(seg.batches())[1]), 103, 1),
+            (0, 100, 3), (next(seg.batches())[1].size, 103, 1),
             (expect_size - len(d), 104, 2)]
     finally:
         seg.close()
@@ -73,7 +74,7 @@ def test_append_one_updates_next_offset_on_every_path(segdir):
             args = _one_args(off, ts, b"v%d" % off)
             pos = seg.append_one(*args)
             assert pos == size
-            size += codec.ONE_PREFIX.size + len(args[3])
+            size += _format.ONE_PREFIX.size + len(args[3])
             assert seg.size == size
             assert seg.next_offset == off + 1, f"stale next_offset after offset {off}"
         assert seg.max_timestamp == 1000
@@ -137,7 +138,7 @@ def test_find_position_lands_on_the_batch_holding_the_offset(segdir):
         for pos, base in starts:
             for off in range(base, base + 3):
                 p, hdr = seg.find_position(off)
-                assert (p, hdr[0]) == (pos, base)
+                assert (p, hdr.base_offset) == (pos, base)
         end = seg.size
         assert seg.find_position(seg.next_offset) == (end, None)
         # below the base offset: the first batch

@@ -11,7 +11,7 @@ otherwise they are copied once, in C, into one contiguous ``binary`` buffer.
 Only plain batches take this road: no compression, keys, headers, per-record
 timestamps, nulls, wide lengths or offset holes (what ``append_batch`` and
 ``append`` write by default). Any other batch, and any batch that fails a check,
-goes through ``codec.iter_column_parts``: it decodes the others and raises the
+goes through ``_decode.iter_column_parts``: it decodes the others and raises the
 errors of the read path (``CorruptRecordError`` with the position), so both roads
 check the same things and answer the same.
 """
@@ -24,15 +24,15 @@ from struct import Struct
 from struct import error as struct_error
 from typing import Any, NamedTuple
 
-from . import codec
+from . import _decode, _format
 from ._columns import Columns, arrow_modules, record_batch
 
 # length, magic, checksum and attributes: what the first pass reads of each header
 _FIRST = Struct("<IBQH")
 _FIRST_AT = 8
 _BASE = Struct("<q")          # a batch's first 8 bytes: its base offset
-_LENGTH_END = codec.LENGTH_END
-_HEADER_SIZE = codec.HEADER_SIZE
+_LENGTH_END = _format.LENGTH_END
+_HEADER_SIZE = _format.HEADER_SIZE
 # values of up to this many bytes live inside an Arrow view (Arrow's view layout)
 _INLINE = 12
 # a view holds its value's position in the buffer as an int32: values that end
@@ -67,12 +67,12 @@ class ArrowColumns(NamedTuple):
 def arrow_columns(data: bytes | Any, start: int, end: int, min_offset: int = 0,
                   max_offset: int | None = None, *, expect: int | None = None,
                   partial: bool = False, views: bool = False,
-                  max_uncompressed: int = codec.DEFAULT_MAX_UNCOMPRESSED
-                  ) -> tuple[ArrowColumns, codec.WalkEnd]:
+                  max_uncompressed: int = _format.DEFAULT_MAX_UNCOMPRESSED
+                  ) -> tuple[ArrowColumns, _decode.WalkEnd]:
     """The messages of the whole batches in ``data[start:end]`` with ``min_offset <=
     offset < max_offset`` as ``ArrowColumns``, and where the walk ended.
 
-    The same contract as ``codec.iter_column_parts`` (``expect``, ``partial``, every
+    The same contract as ``_decode.iter_column_parts`` (``expect``, ``partial``, every
     batch's framing, offsets and checksum checked before its values are used,
     ``CorruptRecordError`` on the first bad one). ``data`` is ``bytes`` or a
     ``pyarrow.Buffer`` that nothing writes to any more: with ``views`` the key and
@@ -80,7 +80,7 @@ def arrow_columns(data: bytes | Any, start: int, end: int, min_offset: int = 0,
     """
     pa, np = arrow_modules()
     pieces: list[ArrowColumns] = []
-    stop = codec.NEVER if max_offset is None else max_offset
+    stop = _format.NEVER if max_offset is None else max_offset
     pos = start
     while pos < end:
         if expect is None:
@@ -102,7 +102,7 @@ def arrow_columns(data: bytes | Any, start: int, end: int, min_offset: int = 0,
         if done.position == pos:
             break
         pos, expect = done.position, done.next_offset
-    return _concat(pa, pieces, views), codec.WalkEnd(pos, 0 if expect is None else expect)
+    return _concat(pa, pieces, views), _decode.WalkEnd(pos, 0 if expect is None else expect)
 
 
 def _first_pass(data: bytes, pos: int, end: int) -> list[int]:
@@ -111,8 +111,8 @@ def _first_pass(data: bytes, pos: int, end: int) -> list[int]:
     batch on this road."""
     mv = memoryview(data)
     unpack = _FIRST.unpack_from
-    checksum, checksum_from, length_end, magic_ok = (codec.CHECKSUM, codec.CHECKSUM_FROM,
-                                                     _LENGTH_END, codec.MAGIC)
+    checksum, checksum_from, length_end, magic_ok = (_format.CHECKSUM, _format.CHECKSUM_FROM,
+                                                     _LENGTH_END, _format.MAGIC)
     last = end - _HEADER_SIZE
     found: list[int] = []
     add = found.append
@@ -154,7 +154,7 @@ def _plain_run(pa: Any, np: Any, data: bytes, pos: int, end: int, min_offset: in
         # the checks the walk makes of a plain batch, all batches at once; the first
         # batch failing one ends the run (the general walk then reports it)
         bad = (count != last_delta + 1) | (count < 1) | \
-            (length < codec.MIN_BATCH_LENGTH + 2 * count) | (base >= stop)
+            (length < _format.MIN_BATCH_LENGTH + 2 * count) | (base >= stop)
         follows = np.empty(len(starts), dtype=bool)
         follows[0] = base[0] == expect
         np.equal(base[1:], base[:-1] + last_delta[:-1] + 1, out=follows[1:])
@@ -301,7 +301,7 @@ def _general_stretch(data: bytes, pos: int, end: int) -> int:
             length, magic, _, attrs = unpack(data, p + _FIRST_AT)
             if not attrs and not first:
                 return p
-            if magic != codec.MAGIC or length < codec.MIN_BATCH_LENGTH:
+            if magic != _format.MAGIC or length < _format.MIN_BATCH_LENGTH:
                 break       # a header the walk must see with the rest of the buffer
             first = False
             p += length + _LENGTH_END
@@ -312,10 +312,10 @@ def _general_stretch(data: bytes, pos: int, end: int) -> int:
 
 def _walk_parts(data: bytes, pos: int, end: int, min_offset: int, max_offset: int | None,
                 expect: int | None, partial: bool, max_uncompressed: int
-                ) -> tuple[list[codec.ColumnPart], codec.WalkEnd]:
-    walk = codec.iter_column_parts(data, pos, end, min_offset, max_offset, expect=expect,
+                ) -> tuple[list[_decode.ColumnPart], _decode.WalkEnd]:
+    walk = _decode.iter_column_parts(data, pos, end, min_offset, max_offset, expect=expect,
                                    partial=partial, max_uncompressed=max_uncompressed)
-    parts: list[codec.ColumnPart] = []
+    parts: list[_decode.ColumnPart] = []
     while True:
         try:
             parts.append(next(walk))
@@ -323,7 +323,7 @@ def _walk_parts(data: bytes, pos: int, end: int, min_offset: int, max_offset: in
             return parts, e.value
 
 
-def _from_parts(pa: Any, parts: list[codec.ColumnPart], views: bool) -> ArrowColumns:
+def _from_parts(pa: Any, parts: list[_decode.ColumnPart], views: bool) -> ArrowColumns:
     cols = Columns.from_parts(parts)
     offsets, stamps, keys, values = cols.arrow_arrays()
     if views:
@@ -375,7 +375,7 @@ def _binary_bytes(pa: Any, arrays: list[Any]) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _header_dtype(np: Any) -> Any:
-    """A batch header as a numpy record (``codec.HEADER``'s fields, little-endian)."""
+    """A batch header as a numpy record (``_format.HEADER``'s fields, little-endian)."""
     return np.dtype({"names": ["base", "length", "magic", "checksum", "attrs", "last_delta",
                                "count", "base_ts", "max_ts"],
                      "formats": ["<i8", "<u4", "u1", "<u8", "<u2", "<u4", "<u4", "<i8", "<i8"],

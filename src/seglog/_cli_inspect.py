@@ -12,7 +12,7 @@ import textwrap
 import time
 from typing import Any, Callable
 
-from . import _cli_kafka, _verdict, codec, repair
+from . import _cli_kafka, _decode, _format, _verdict, repair
 from ._cli_output import (EXIT_DAMAGE, EXIT_OK, Col, Progress, codec_name, flags_text,
                           headers_text, json_value, offset_fields, plural, problem_dicts,
                           show_value, span_text, stake_dict, table, width)
@@ -129,7 +129,7 @@ def _batch_json(b: repair.BatchInfo, a: argparse.Namespace, lo: int, hi: int
 _GONE = "the records are gone: retention or compaction deleted the segment after it was read"
 
 
-def reread_records(b: repair.BatchInfo, lo: int, hi: int) -> list[codec.MessageTuple] | None:
+def reread_records(b: repair.BatchInfo, lo: int, hi: int) -> list[_format.MessageTuple] | None:
     """The batch's records in ``[lo, hi)``, read again from its file; None if a live
     writer's retention or compaction has deleted or replaced the file meanwhile."""
     try:
@@ -138,13 +138,13 @@ def reread_records(b: repair.BatchInfo, lo: int, hi: int) -> list[codec.MessageT
     except FileNotFoundError:
         return None
     try:
-        hdr = codec.read_header(data, 0, len(data))
+        hdr = _format.read_header(data, 0, len(data))
     except CorruptRecordError:
         return None
-    if (hdr is None or hdr[codec.H_BASE] != b.base_offset or codec.batch_size(hdr) != b.size
-            or not codec.checksum_ok(data, 0, hdr)):
+    if (hdr is None or hdr.base_offset != b.base_offset or hdr.size != b.size
+            or not _format.checksum_ok(data, 0, hdr)):
         return None          # another file under the name now (compaction's)
-    return list(codec.decode_batch(data, 0, hdr, max(lo, 0), hi))
+    return list(_decode.decode_batch(data, 0, hdr, max(lo, 0), hi))
 
 
 # -- verify ------------------------------------------------------------------------------
@@ -212,24 +212,24 @@ def _scan_stats(d: str, prog: Callable[[int], None]) -> dict[str, Any]:
                           "lz4_batches": 0, "lz4_stored": 0, "lz4_raw": 0}
     keys: set[int] = set()
 
-    def visit(buf: bytes, p: int, hdr: codec.BatchHeader) -> None:
-        lo_ts, hi_ts = hdr[codec.H_BASE_TS], hdr[codec.H_MAX_TS]
+    def visit(buf: bytes, p: int, hdr: _format.BatchHeader) -> None:
+        lo_ts, hi_ts = hdr.base_timestamp, hdr.max_timestamp
         lo, hi = st["min_timestamp"], st["max_timestamp"]
         st["min_timestamp"] = lo_ts if lo is None else min(lo, lo_ts)
         st["max_timestamp"] = hi_ts if hi is None else max(hi, hi_ts)
-        attrs = hdr[codec.H_ATTRS]
-        lz4 = attrs & codec.CODEC_MASK
+        attrs = hdr.attributes
+        lz4 = attrs & _format.CODEC_MASK
         if lz4:
             st["lz4_batches"] += 1
-            st["lz4_stored"] += codec.batch_size(hdr)
-        if attrs & codec.F_KEYS:
-            for m in codec.decode_batch(buf, p, hdr):
+            st["lz4_stored"] += hdr.size
+        if attrs & _format.F_KEYS:
+            for m in _decode.decode_batch(buf, p, hdr):
                 if lz4:
                     st["lz4_raw"] += len(m[3] or b"") + len(m[2] or b"")
                 if m[2] is not None and len(keys) < 1 << 20:
                     keys.add(xxhash.xxh3_64_intdigest(m[2]))
         elif lz4:
-            st["lz4_raw"] += sum(len(m[3] or b"") for m in codec.decode_batch(buf, p, hdr))
+            st["lz4_raw"] += sum(len(m[3] or b"") for m in _decode.decode_batch(buf, p, hdr))
     rep = repair.check(d, prog, visit=visit, decode=False)
     st["batches"], st["messages"] = rep.batches, rep.messages
     st["distinct_keys"] = len(keys) if len(keys) < 1 << 20 else f">= {len(keys):,}"
@@ -442,7 +442,7 @@ def _print_from(out: Any, a: argparse.Namespace, t: str | None, p: int | None, l
 
 
 def _print_message(out: Any, a: argparse.Namespace, t: str | None, p: int | None,
-                   m: codec.MessageTuple) -> None:
+                   m: _format.MessageTuple) -> None:
     if a.json:
         d: dict[str, Any] = {} if t is None else {"topic": t, "partition": p}
         d.update(offset=m[0], timestamp=m[1], key=json_value(m[2], a.max_bytes),

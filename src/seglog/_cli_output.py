@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from . import _html, codec, repair
+from . import _format, _html, repair
 from ._html import size
 
 EXIT_OK, EXIT_DAMAGE, EXIT_USAGE, EXIT_NOT_A_LOG, EXIT_LOCKED, EXIT_DECLINED = 0, 1, 2, 3, 4, 5
@@ -170,14 +170,14 @@ def json_value(b: bytes | None, limit: int) -> Any:
 
 
 def flags_text(attrs: int) -> str:
-    names = [("keys", codec.F_KEYS), ("headers", codec.F_HEADERS),
-             ("timestamps", codec.F_TIMESTAMPS), ("offset-deltas", codec.F_OFFSETS),
-             ("tombstones", codec.F_NULL_VALUES), ("horizon", codec.F_HORIZON)]
+    names = [("keys", _format.F_KEYS), ("headers", _format.F_HEADERS),
+             ("timestamps", _format.F_TIMESTAMPS), ("offset-deltas", _format.F_OFFSETS),
+             ("tombstones", _format.F_NULL_VALUES), ("horizon", _format.F_HORIZON)]
     return ",".join(n for n, bit in names if attrs & bit) or "-"
 
 
 def codec_name(attrs: int) -> str:
-    return {codec.CODEC_NONE: "none", codec.CODEC_LZ4: "lz4"}.get(attrs & codec.CODEC_MASK,
+    return {_format.CODEC_NONE: "none", _format.CODEC_LZ4: "lz4"}.get(attrs & _format.CODEC_MASK,
                                                                   "unknown")
 
 

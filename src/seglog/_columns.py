@@ -1,5 +1,5 @@
 """Messages as columns (``Columns``: arrays and buffers, joined from the read
-path's ``codec.ColumnPart``s) and their conversion to Arrow (pyarrow and numpy are
+path's ``_decode.ColumnPart``s) and their conversion to Arrow (pyarrow and numpy are
 imported only there, by ``arrow_modules``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from operator import mul
 from struct import Struct
 from typing import Any, NamedTuple, Sequence, cast
 
-from . import codec
+from . import _decode
 
 
 class Columns(NamedTuple):
@@ -36,9 +36,9 @@ class Columns(NamedTuple):
     headers: list[tuple[tuple[str, bytes], ...]] | None
 
     @classmethod
-    def from_parts(cls, parts: list[codec.ColumnPart]) -> "Columns":
+    def from_parts(cls, parts: list[_decode.ColumnPart]) -> "Columns":
         """The columns of the batches whose parts ``parts`` are, in order (what
-        ``codec.iter_column_parts`` and ``MessageSet.column_parts`` yield)."""
+        ``_decode.iter_column_parts`` and ``MessageSet.column_parts`` yield)."""
         # whole-buffer operations (join, bytes * n, frombytes) over the batches; a
         # Python step per message only for nulls, per-record timestamps, keys in
         # some batches but not others, and headers

@@ -23,10 +23,10 @@ import lz4.block
 
 from ._format import (BIG_ENDIAN_HOST, CHECKSUM, CHECKSUM_FROM, CODEC_LZ4, CODEC_MASK,
                       DEFAULT_MAX_UNCOMPRESSED, F_HEADERS, F_HORIZON, F_KEYS, F_NULL_VALUES,
-                      F_OFFSETS, F_TIMESTAMPS, F_WIDE, F_WIDE_TS, H_BASE, H_BASE_TS,
-                      H_LAST_DELTA, HEADER, HEADER_SIZE, I64, LENGTH_END, MAGIC,
-                      MIN_BATCH_LENGTH, NEVER, NULL_16, NULL_32, OLD_MAGIC, ONE_HEADER, U32,
-                      BatchHeader, MessageTuple, continues, framing_error, old_magic_at)
+                      F_OFFSETS, F_TIMESTAMPS, F_WIDE, F_WIDE_TS, HEADER, HEADER_SIZE, I64,
+                      LENGTH_END, MAGIC, MIN_BATCH_LENGTH, NEVER, NULL_16, NULL_32, OLD_MAGIC,
+                      ONE_HEADER, U32, MessageTuple, RawHeader, continues, framing_error,
+                      old_magic_at)
 from .errors import CorruptRecordError
 
 _M = TypeVar("_M")
@@ -292,22 +292,22 @@ def iter_column_parts(data: bytes, start: int, end: int, min_offset: int = 0,
 
 
 @overload
-def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
+def decode_batch(data: bytes, pos: int, hdr: RawHeader,
                  min_offset: int = ..., max_offset: int | None = ...,
                  max_uncompressed: int = ..., message_type: None = ...,
                  lead: tuple[Any, ...] = ...) -> Iterator[MessageTuple]: ...
 @overload
-def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
+def decode_batch(data: bytes, pos: int, hdr: RawHeader,
                  min_offset: int = ..., max_offset: int | None = ...,
                  max_uncompressed: int = ..., *,
                  message_type: Callable[[MessageTuple], _M],
                  lead: tuple[Any, ...] = ...) -> Iterator[_M]: ...
 @overload
-def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
+def decode_batch(data: bytes, pos: int, hdr: RawHeader,
                  min_offset: int, max_offset: int | None, max_uncompressed: int,
                  message_type: Callable[[MessageTuple], _M],
                  lead: tuple[Any, ...] = ...) -> Iterator[_M]: ...
-def decode_batch(data: bytes, pos: int, hdr: BatchHeader,
+def decode_batch(data: bytes, pos: int, hdr: RawHeader,
                  min_offset: int = 0, max_offset: int | None = None,
                  max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
                  message_type: Callable[[MessageTuple], Any] | None = None,
@@ -344,7 +344,7 @@ class _Layout:
     __slots__ = ("data", "body", "offsets", "timestamps", "klens", "vlens", "knulls",
                  "vnulls", "hcounts", "hlens", "key_bytes", "value_bytes")
 
-    def __init__(self, data: bytes, pos: int, hdr: BatchHeader, max_uncompressed: int) -> None:
+    def __init__(self, data: bytes, pos: int, hdr: RawHeader, max_uncompressed: int) -> None:
         base, length, _, _, attrs, last_delta, count, base_ts, _ = hdr
         end = pos + LENGTH_END + length
         p = pos + HEADER_SIZE
@@ -426,7 +426,7 @@ class _Layout:
         return [tuple(islice(pairs, c)) for c in self.hcounts]
 
 
-def _decode(data: bytes, pos: int, hdr: BatchHeader, min_offset: int,
+def _decode(data: bytes, pos: int, hdr: RawHeader, min_offset: int,
             max_offset: int | None, max_uncompressed: int,
             mtype: Callable[[MessageTuple], Any], lead: tuple[Any, ...]) -> Iterator[Any]:
     lay = _Layout(data, pos, hdr, max_uncompressed)
@@ -446,10 +446,11 @@ def _decode(data: bytes, pos: int, hdr: BatchHeader, min_offset: int,
     headers: Iterable[tuple[tuple[str, bytes], ...]]
     headers = lay.headers(read) if lay.hcounts is not None else repeat(())
     offsets = lay.offsets
+    base, _, _, _, _, last_delta, _, base_ts, _ = hdr
     it: Iterator[Any] = map(mtype, zip(*map(repeat, lead), offsets,
-                                       lay.timestamps or repeat(hdr[H_BASE_TS]), keys,
+                                       lay.timestamps or repeat(base_ts), keys,
                                        values, headers))
-    base, last = hdr[H_BASE], hdr[H_BASE] + hdr[H_LAST_DELTA]
+    last = base + last_delta
     if min_offset > base or (max_offset is not None and max_offset <= last):
         lo = bisect_left(offsets, min_offset)
         hi = len(offsets) if max_offset is None else bisect_left(offsets, max_offset)
@@ -457,7 +458,7 @@ def _decode(data: bytes, pos: int, hdr: BatchHeader, min_offset: int,
     return it
 
 
-def column_part(data: bytes, pos: int, hdr: BatchHeader, min_offset: int = 0,
+def column_part(data: bytes, pos: int, hdr: RawHeader, min_offset: int = 0,
                 max_offset: int | None = None,
                 max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED) -> ColumnPart:
     """The (checksum-checked) batch at ``pos`` as a ``ColumnPart``, with no object
@@ -469,7 +470,7 @@ def column_part(data: bytes, pos: int, hdr: BatchHeader, min_offset: int = 0,
         return _column_part(data, mv, pos, hdr, min_offset, max_offset, max_uncompressed)
 
 
-def _column_part(data: bytes, mv: memoryview, pos: int, hdr: BatchHeader, min_offset: int,
+def _column_part(data: bytes, mv: memoryview, pos: int, hdr: RawHeader, min_offset: int,
                  max_offset: int | None, max_uncompressed: int) -> ColumnPart:
     """``column_part``, given a view of ``data`` (the walk holds one for all batches)."""
     base, length, _, _, attrs, last_delta, count, base_ts, _ = hdr

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 
 from ._files import RECOVERY_POINT, write_checkpoint
-from .codec import NEVER
+from ._format import NEVER
 
 
 class FlushMarks:

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Callable
 
-from . import codec
+from . import _format
 from ._files import (LOG_START, RECOVERY_POINT, list_segments, read_checkpoint,
                      superseded_segments)
 from ._inflight import InFlight
@@ -263,8 +263,8 @@ def live_segment(seg: Segment, max_index_bytes: int) -> Segment:
 
 def batch_starts_at(seg: Segment, pos: int, base_offset: int) -> bool:
     """True if a batch header with ``base_offset`` and sane framing is at ``pos``."""
-    hdr = codec.framed_header(os.pread(seg.fileno(), codec.HEADER_SIZE, pos))
-    return hdr is not None and hdr[codec.H_BASE] == base_offset
+    hdr = _format.framed_header(os.pread(seg.fileno(), _format.HEADER_SIZE, pos))
+    return hdr is not None and hdr.base_offset == base_offset
 
 
 def _corruption_error(seg: Segment, res: ScanResult) -> CorruptRecordError:
@@ -284,7 +284,7 @@ def refresh_live(seg: Segment) -> None:
     file_size = os.fstat(seg.fileno()).st_size
     if file_size <= start:
         return
-    if seg.corruption is None and not any(os.pread(seg.fileno(), codec.HEADER_SIZE, start)):
+    if seg.corruption is None and not any(os.pread(seg.fileno(), _format.HEADER_SIZE, start)):
         # the writer's preallocated zeros: nothing new (a scan would stop there too,
         # after reading a whole chunk of them)
         return

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from . import codec
+from ._encode import encode_batch, encode_values_parts
 from .config import LogConfig
 from ._records import HEADER_FRAMING, PreparedBatch, prepare_batch
 
@@ -34,7 +34,7 @@ def encode(items: Sequence[Any], now: int, config: LogConfig, compress: int
         # len() is the byte size of bytes only (a memoryview, array or ctypes array
         # counts items): other buffers take the careful path
         if sum(lens) == len(body) and list(map(type, items)).count(bytes) == len(lens):
-            size, parts = codec.encode_values_parts(body, lens, now, compress)
+            size, parts = encode_values_parts(body, lens, now, compress)
             batches = [(parts, len(items), now, size)]
     if batches is None:
         values, keys, stamps, headers = _prepared(items, now, config)
@@ -93,7 +93,7 @@ def _encode(values: list[bytes | None], keys: list[bytes | None] | None,
     out = []
     for a, b in zip(cuts, cuts[1:]):
         ts = stamps if isinstance(stamps, int) else stamps[a:b]
-        data = codec.encode_batch(0, values[a:b], ts, keys[a:b] if keys is not None else None,
+        data = encode_batch(0, values[a:b], ts, keys[a:b] if keys is not None else None,
                                   headers[a:b] if headers is not None else None, compress)
         out.append((data, b - a, ts if isinstance(ts, int) else max(ts), len(data)))
     return out

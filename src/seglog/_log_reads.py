@@ -18,7 +18,7 @@ from itertools import chain
 from operator import attrgetter
 from typing import Any, Callable, Iterator, TypeVar
 
-from . import _notebook, _verdict, codec
+from . import _decode, _notebook, _verdict
 from ._arrow_batches import arrow_columns
 from .errors import CorruptRecordError, OffsetOutOfRangeError, SeglogError
 from ._live import LiveLog
@@ -339,7 +339,7 @@ def _batch_iters(local: View, offset: int, end: int | None, columns: bool = Fals
                  owner: object = None, arrow: bool = False, views: bool = False
                  ) -> Iterator[Any]:
     # ``owner`` lives as long as this generator's frame (see ``iterate``);
-    # per batch an iterator of Messages, or with ``columns`` a codec.ColumnPart, or
+    # per batch an iterator of Messages, or with ``columns`` a _decode.ColumnPart, or
     # with ``arrow`` per chunk of batches an ArrowColumns (with ``views``: over the
     # chunk's bytes); [segment, position, base offset of the batch there (None:
     # unknown)]; files are touched only inside _iter_step, never while messages
@@ -369,10 +369,10 @@ def _batch_iters(local: View, offset: int, end: int | None, columns: bool = Fals
                     if len(cols.offsets):
                         yield cols
                 elif columns:
-                    done = yield from codec.iter_column_parts(
+                    done = yield from _decode.iter_column_parts(
                         step, 0, len(step), offset, end, expect=st[2], partial=True)
                 else:
-                    done = yield from codec.iter_messages(
+                    done = yield from _decode.iter_messages(
                         step, 0, len(step), offset, end, expect=st[2], partial=True,
                         message_type=make_message)
             except CorruptRecordError as e:
@@ -426,7 +426,7 @@ def _iter_step(local: View, st: list[Any], offset: int, end: int | None,
                     return None
                 seg = segs[i]
                 pos, hdr = seg.find_position(offset)
-                st[:] = [seg, pos, hdr[codec.H_BASE] if hdr is not None else None]
+                st[:] = [seg, pos, hdr.base_offset if hdr is not None else None]
             while True:
                 pos = st[1]
                 seg_end = seg.size
@@ -498,8 +498,8 @@ def _offset_in(segs: tuple[Segment, ...], j: int, seg: Segment, lo: int, ts: int
     end = seg.size
     covered = ix_off
     for p, hdr in seg.batches(pos, end):
-        covered = codec.last_offset(hdr) + 1
-        if hdr[codec.H_MAX_TS] < ts or covered <= lo:
+        covered = hdr.last_offset + 1
+        if hdr.max_timestamp < ts or covered <= lo:
             continue
         ms = seg.read_at(p, lo, 1, end)
         for m in ms:
@@ -523,7 +523,7 @@ def _end_offset(seg: Segment) -> int:
     off, pos = seg.index.last_entry()
     end = off
     for _, hdr in seg.batches(pos, seg.size, off):
-        end = codec.last_offset(hdr) + 1
+        end = hdr.last_offset + 1
     return end
 
 

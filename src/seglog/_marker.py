@@ -15,7 +15,7 @@ import uuid
 from dataclasses import asdict, fields
 from typing import Any
 
-from . import codec
+from . import _format
 from ._files import (CHECKPOINT_MAGIC, GROUPS_DIR, LOCK_FILES, LOG_START, MARKER, RECOVERY_POINT,
                      SPARK_DIR, TOPICS_DIR, WRITER_SESSION, atomic_write, is_leftover, list_dir,
                      list_segments, require_dir, segment_path)
@@ -23,7 +23,7 @@ from .config import LogConfig
 from .errors import CorruptRecordError, InvalidConfigError, NotALogError
 
 # the log's format is its batches' (docs/FORMAT.md)
-FORMAT = codec.MAGIC
+FORMAT = _format.MAGIC
 # files whose content proves a directory was written by seglog before it had a marker
 _LEGACY_PROOF = (RECOVERY_POINT, LOG_START, WRITER_SESSION)
 
@@ -131,11 +131,11 @@ def _refuse_old_batches(directory: str, names: list[str]) -> None:
     path = segment_path(directory, bases[0])
     try:
         with open(path, "rb") as f:
-            head = f.read(codec.LENGTH_END + 1)
+            head = f.read(_format.LENGTH_END + 1)
     except OSError:
         return      # the open that follows reports it
-    if len(head) > codec.LENGTH_END and head[codec.LENGTH_END] == codec.OLD_MAGIC:
-        raise _old_format(codec.OLD_MAGIC, path)
+    if len(head) > _format.LENGTH_END and head[_format.LENGTH_END] == _format.OLD_MAGIC:
+        raise _old_format(_format.OLD_MAGIC, path)
 
 
 def _proves_seglog(path: str) -> bool:

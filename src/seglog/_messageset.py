@@ -8,7 +8,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any, Iterable, Iterator
 
-from . import _html, codec
+from . import _decode, _encode, _format, _html
 from ._arrow_batches import ArrowColumns, arrow_columns
 from ._columns import Columns
 from ._records import Message, Record, make_message, messages_html, prepare_batch
@@ -32,7 +32,7 @@ class MessageSet:
                  min_offset: int = 0, max_offset: int | None = None,
                  next_offset: int | None = None, file: Any = None,
                  file_position: int | None = None, path: str | None = None,
-                 max_uncompressed: int = codec.DEFAULT_MAX_UNCOMPRESSED,
+                 max_uncompressed: int = _format.DEFAULT_MAX_UNCOMPRESSED,
                  expect: int | None = None, last_next: int | None = None) -> None:
         self._data = data
         self._start = start
@@ -56,16 +56,16 @@ class MessageSet:
         values, keys, stamps, headers = prepare_batch(list(records), now, None)
         if not values:
             return cls(b"", next_offset=base_offset, min_offset=base_offset)
-        data = codec.encode_batch(base_offset, values, stamps, keys, headers,
-                                  codec.CODEC_LZ4 if compression == "lz4" else codec.CODEC_NONE)
+        data = _encode.encode_batch(base_offset, values, stamps, keys, headers,
+                                  _format.CODEC_LZ4 if compression == "lz4" else _format.CODEC_NONE)
         return cls(data, min_offset=base_offset)
 
-    def _headers(self) -> Iterator[tuple[int, codec.BatchHeader]]:
+    def _headers(self) -> Iterator[tuple[int, _format.BatchHeader]]:
         pos, end = self._start, self._end
         try:
-            for pos, hdr in codec.batches_in(self._data, pos, end):
+            for pos, hdr in _format.batches_in(self._data, pos, end):
                 yield pos, hdr
-                pos += codec.LENGTH_END + hdr[codec.H_LENGTH]
+                pos += _format.LENGTH_END + hdr.length
         except CorruptRecordError as e:
             raise e.at(self._path, self._pos(e.position or 0)) from None
         if pos < end:
@@ -75,9 +75,9 @@ class MessageSet:
                       lead: tuple[Any, ...] = ()) -> Iterator[Iterable[Any]]:
         """The messages batch by batch: per batch (or run of one-record batches) an
         iterator of ``message_type((*lead, offset, timestamp, key, value, headers))``,
-        checked as iterating is (``codec.iter_messages``)."""
+        checked as iterating is (``_decode.iter_messages``)."""
         try:
-            yield from codec.iter_messages(self._data, self._start, self._end, self._min,
+            yield from _decode.iter_messages(self._data, self._start, self._end, self._min,
                                            self._max, expect=self._expect,
                                            message_type=message_type, lead=lead,
                                            max_uncompressed=self._max_uncompressed)
@@ -105,12 +105,12 @@ class MessageSet:
         or partly wanted batch is decoded to count)."""
         n = 0
         for pos, hdr in self._headers():
-            base, last = hdr[codec.H_BASE], codec.last_offset(hdr)
+            base, last = hdr.base_offset, hdr.last_offset
             lo = self._min
             hi = last + 1 if self._max is None else min(last + 1, self._max)
-            if hdr[codec.H_ATTRS] & codec.F_OFFSETS or (lo > base and hi <= last):
+            if hdr.attributes & _format.F_OFFSETS or (lo > base and hi <= last):
                 if hi > lo and last >= lo:
-                    n += sum(1 for _ in codec.decode_batch(
+                    n += sum(1 for _ in _decode.decode_batch(
                         self._data, pos, hdr, lo, self._max, self._max_uncompressed))
             else:
                 n += max(0, hi - max(lo, base))
@@ -148,7 +148,7 @@ class MessageSet:
             last = hdr
         if last is None:
             return self._next if self._next is not None else self._min
-        nxt = codec.last_offset(last) + 1
+        nxt = last.last_offset + 1
         return nxt if self._max is None else min(nxt, self._max)
 
     def columns(self) -> "Columns":
@@ -160,11 +160,11 @@ class MessageSet:
 
         return Columns.from_parts(list(self.column_parts()))
 
-    def column_parts(self) -> Iterator[codec.ColumnPart]:
-        """The messages batch by batch as ``codec.ColumnPart``s (``Columns.from_parts``
-        joins them), checked as iterating is (``codec.iter_column_parts``)."""
+    def column_parts(self) -> Iterator[_decode.ColumnPart]:
+        """The messages batch by batch as ``_decode.ColumnPart``s (``Columns.from_parts``
+        joins them), checked as iterating is (``_decode.iter_column_parts``)."""
         try:
-            yield from codec.iter_column_parts(self._data, self._start, self._end, self._min,
+            yield from _decode.iter_column_parts(self._data, self._start, self._end, self._min,
                                                self._max, expect=self._expect,
                                                max_uncompressed=self._max_uncompressed)
         except CorruptRecordError as e:
@@ -205,10 +205,10 @@ class MessageSet:
     def validate(self) -> None:
         """Check framing and checksum of every batch; raise CorruptRecordError."""
         for pos, hdr in self._headers():
-            if not codec.checksum_ok(self._data, pos, hdr):
+            if not _format.checksum_ok(self._data, pos, hdr):
                 raise CorruptRecordError("checksum mismatch", self._path, self._pos(pos),
-                                         hdr[codec.H_BASE])
-            for _ in codec.decode_batch(self._data, pos, hdr,
+                                         hdr.base_offset)
+            for _ in _decode.decode_batch(self._data, pos, hdr,
                                         max_uncompressed=self._max_uncompressed):
                 pass
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any, Callable, Sequence
 
-from . import _html, _svg, _verdict, codec
+from . import _html, _svg, _verdict
 from ._html import Gap, Raw, num, offsets, plural, size, when
 from .errors import CorruptRecordError, OffsetOutOfRangeError, SeglogError
 
@@ -143,7 +143,7 @@ def segment_state(seg: Any) -> str:
 
 def _first_ts(seg: Any) -> int | None:
     hdr = seg.first_header()
-    return None if hdr is None else int(hdr[codec.H_BASE_TS])
+    return None if hdr is None else int(hdr.base_timestamp)
 
 
 def segment_html(seg: Any) -> str:
@@ -178,7 +178,7 @@ def log_stats(path: str, start: int, end: int, messages: int | None, segs: Seque
     for seg in segs:
         hdr = seg.first_header()
         if hdr is not None:
-            first_ts = hdr[codec.H_BASE_TS]
+            first_ts = hdr.base_timestamp
             break
     newest = max((s.max_timestamp for s in segs if s.size), default=-1)
     st = Stats({"path": path, "start_offset": start, "end_offset": end,
@@ -237,12 +237,12 @@ def samples(segs: Sequence[Any], end: int, reading: Reading, step: int, exact: b
 
 def _batch_samples(seg: Any, step: int, out: list[tuple[int, int]]) -> None:
     for p, hdr in seg.batches(0, seg.size):
-        lo, hi, n = hdr[codec.H_BASE_TS], hdr[codec.H_MAX_TS], hdr[codec.H_COUNT]
+        lo, hi, n = hdr.base_timestamp, hdr.max_timestamp, hdr.record_count
         if lo // step == hi // step:
             out.append((lo, n))
         else:
-            size_ = codec.batch_size(hdr)
-            out += ((m[1], 1) for m in seg.read_at(p, hdr[codec.H_BASE], size_, p + size_))
+            size_ = hdr.size
+            out += ((m[1], 1) for m in seg.read_at(p, hdr.base_offset, size_, p + size_))
 
 
 def _index_samples(seg: Any, end: int, out: list[tuple[int, int]]) -> None:

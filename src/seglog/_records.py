@@ -7,7 +7,7 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Sequence, cast
 
-from . import _html, codec
+from . import _format, _html
 from .errors import MessageTooLargeError
 
 Headers = Sequence[tuple[str, bytes]]
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     # _collections has no stub; to mypy a field is typed by its annotation below
     def field_getter(index: int, doc: str) -> Any: ...
     # Message is a tuple of these types (at run time a plain tuple subclass)
-    _MessageBase = codec.MessageTuple
+    _MessageBase = _format.MessageTuple
 else:
     try:
         # the C descriptor namedtuple fields use: about twice as fast as property(itemgetter)
@@ -82,7 +82,7 @@ class Message(_MessageBase, metaclass=_MessageType):
 # a Message from one (offset, timestamp, key, value, headers) tuple: ``tuple``'s
 # constructor called in C (``type.__call__`` bound to Message skips its metaclass's
 # Python ``__call__``), as fast as calling a plain tuple subclass; the read path's
-make_message: Callable[[codec.MessageTuple], Message] = type.__call__.__get__(Message)
+make_message: Callable[[_format.MessageTuple], Message] = type.__call__.__get__(Message)
 
 
 def short_repr(b: bytes | None, n: int = 40) -> str:
@@ -90,7 +90,7 @@ def short_repr(b: bytes | None, n: int = 40) -> str:
         return repr(b)
     return f"{bytes(b[:n])!r}... ({len(b)} bytes)"
 
-def messages_html(title: str, messages: Iterator[codec.MessageTuple],
+def messages_html(title: str, messages: Iterator[_format.MessageTuple],
                   limit: int = 20) -> str:
     """A table of up to ``limit`` messages, values shown safely (``_html.messages``)."""
     return _html.messages(title, messages, limit)

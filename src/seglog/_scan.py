@@ -1,7 +1,7 @@
 """The one chunked batch walker over a segment file, ``walk``: readers' offset and
 time lookups (``Segment.batches``), reads of batches larger than a chunk, recovery,
 readers following a live segment, index rebuilds and the cleaner go through it.
-(``iter()`` decodes whole chunks with ``codec.iter_messages``, and single headers are
+(``iter()`` decodes whole chunks with ``_decode.iter_messages``, and single headers are
 read where one is all a caller needs.) ``scan`` is its checking use: framing, checksum,
 offsets and timestamps of every batch, and the index entries a writer would have
 made for them; it never raises for bad data, its result says where and why it
@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from . import codec
+from . import _decode, _format
 from ._files import remove
 from .errors import CorruptRecordError
 from .index import OffsetIndex, TimeIndex, next_entry_position
@@ -35,7 +35,7 @@ class Damage(CorruptRecordError):
 
 def walk(fd: int | Callable[[], int], start: int, end: int, *, expect: int | None = None,
          check: bool = False, chunk: int = CHUNK, to_damage: bool = False
-         ) -> Iterator[tuple[bytes, int, int, codec.BatchHeader]]:
+         ) -> Iterator[tuple[bytes, int, int, _format.BatchHeader]]:
     """(buffer, position in it, the buffer's file position, header) of each whole
     batch in the file ``fd`` from position ``start`` (a batch start) to ``end``
     (``fd`` a callable: asked for the descriptor at each read, for a walk that
@@ -50,7 +50,7 @@ def walk(fd: int | Callable[[], int], start: int, end: int, *, expect: int | Non
     ``to_damage`` (recovery's use) yields every whole batch up to the damage first.
     """
     pos = start
-    header_size = codec.HEADER_SIZE
+    header_size = _format.HEADER_SIZE
     get = fd if callable(fd) else None
     f = -1 if callable(fd) else fd
     while pos < end:
@@ -65,14 +65,14 @@ def walk(fd: int | Callable[[], int], start: int, end: int, *, expect: int | Non
         p = 0
         while p < n:
             try:
-                hdr = codec.read_header(buf, p, n)
+                hdr = _format.read_header(buf, p, n)
             except CorruptRecordError as e:
                 raise _framing_damage(buf, p, pos, e) from None
             if hdr is None:
                 break
             expect = _checked(buf, p, pos, hdr, expect, check)
             yield buf, p, pos, hdr
-            p += codec.LENGTH_END + hdr[codec.H_LENGTH]
+            p += _format.LENGTH_END + hdr.length
         if p == 0:
             # no whole batch at the start of this read: [start, end) holds whole
             # batches, so this is damage unless the batch is merely larger than a chunk
@@ -88,17 +88,17 @@ def walk(fd: int | Callable[[], int], start: int, end: int, *, expect: int | Non
                     raise Damage("short", "the file ends inside a batch header (cut back?)",
                                  pos + len(buf))
             try:
-                hdr = codec.read_header(buf, 0)     # the header alone: buf holds all of it
+                hdr = _format.read_header(buf, 0)     # the header alone: buf holds all of it
             except CorruptRecordError as e:
                 raise _framing_damage(buf, 0, pos, e) from None
             assert hdr is not None
-            size = codec.LENGTH_END + hdr[codec.H_LENGTH]
+            size = _format.LENGTH_END + hdr.length
             if pos + size > end:
-                raise Damage("partial", "batch runs past the end of the data", pos, hdr[codec.H_BASE])
+                raise Damage("partial", "batch runs past the end of the data", pos, hdr.base_offset)
             big = os.pread(f, size, pos)
             if len(big) < size:
                 raise Damage("short", "the file ends inside a batch (cut back?)",
-                             pos + len(big), hdr[codec.H_BASE])
+                             pos + len(big), hdr.base_offset)
             expect = _checked(big, 0, pos, hdr, expect, check)
             yield big, 0, pos, hdr
             p = size
@@ -106,26 +106,26 @@ def walk(fd: int | Callable[[], int], start: int, end: int, *, expect: int | Non
 
 
 def _framing_damage(buf: bytes, p: int, filepos: int, e: CorruptRecordError) -> Damage:
-    """The damage for a header at ``buf[p:]`` that ``codec.read_header`` refused."""
-    zeros = not any(memoryview(buf)[p:p + codec.HEADER_SIZE])
+    """The damage for a header at ``buf[p:]`` that ``_format.read_header`` refused."""
+    zeros = not any(memoryview(buf)[p:p + _format.HEADER_SIZE])
     return Damage("zeros" if zeros else "framing",
                   "zero-filled space where a batch should start" if zeros else e.message,
                   filepos + p)
 
 
-def _checked(buf: bytes, p: int, filepos: int, hdr: codec.BatchHeader, expect: int | None,
+def _checked(buf: bytes, p: int, filepos: int, hdr: _format.BatchHeader, expect: int | None,
              check: bool) -> int:
     """Check one batch; return the offset the next must start at."""
-    base = hdr[codec.H_BASE]
-    if check and not codec.checksum_ok(buf, p, hdr):
+    base = hdr.base_offset
+    if check and not _format.checksum_ok(buf, p, hdr):
         raise Damage("checksum", "checksum mismatch", filepos + p, base)
     if (expect is not None and base != expect
-            and not codec.continues(expect, base, hdr[codec.H_ATTRS])):
+            and not _format.continues(expect, base, hdr.attributes)):
         raise Damage("offsets", f"batch starts at offset {base}, expected {expect}",
                      filepos + p, base)
-    if check and (hdr[codec.H_MAX_TS] < hdr[codec.H_BASE_TS] or hdr[codec.H_BASE_TS] < 0):
+    if check and (hdr.max_timestamp < hdr.base_timestamp or hdr.base_timestamp < 0):
         raise Damage("framing", "bad batch timestamps", filepos + p, base)
-    return base + hdr[codec.H_LAST_DELTA] + 1
+    return base + hdr.last_offset_delta + 1
 
 
 def next_data(fd: int, pos: int, end: int) -> int:
@@ -198,53 +198,53 @@ def survey(fd: int, start: int, end: int, min_offset: int, first_only: bool = Fa
     """
     sv = Survey(start=start, data_end=start)
     skip = start + 1
-    hdr = codec.framed_header(os.pread(fd, codec.HEADER_SIZE, start))
+    hdr = _format.framed_header(os.pread(fd, _format.HEADER_SIZE, start))
     if hdr is not None:
-        size = codec.batch_size(hdr)
+        size = hdr.size
         if start + size <= end:
             skip = start + size
             if not first_only:
                 data = os.pread(fd, size, start)
-                if len(data) == size and codec.checksum_ok(data, 0, hdr):
-                    sv.head_messages = hdr[codec.H_COUNT]
-                    sv.head_base = hdr[codec.H_BASE]
-                    sv.head_span = hdr[codec.H_LAST_DELTA] + 1
+                if len(data) == size and _format.checksum_ok(data, 0, hdr):
+                    sv.head_messages = hdr.record_count
+                    sv.head_base = hdr.base_offset
+                    sv.head_span = hdr.last_offset_delta + 1
                     sv.data_end = skip
-    magic = codec.MAGIC.to_bytes(1, "little")
+    magic = _format.MAGIC.to_bytes(1, "little")
     p = next_data(fd, start, end)
     while p < end:
-        want = min(CHUNK + codec.HEADER_SIZE, end - p)
+        want = min(CHUNK + _format.HEADER_SIZE, end - p)
         buf = os.pread(fd, want, p)
         n = len(buf)
         if not n:
             break       # the file was cut back meanwhile (its writer sealed it)
         # this round owns positions [p, p + limit); a header starting in the last
         # HEADER_SIZE bytes of a chunk is the next round's (unless the file ends here)
-        limit = n if n < want or p + n >= end else min(CHUNK, n - codec.HEADER_SIZE + 1)
+        limit = n if n < want or p + n >= end else min(CHUNK, n - _format.HEADER_SIZE + 1)
         nonzero = len(buf[:limit].rstrip(b"\0"))
         if nonzero:
             sv.data_end = max(sv.data_end, p + nonzero)
-        i = buf.find(magic, max(codec.LENGTH_END, skip - p + codec.LENGTH_END))
-        while 0 <= i - codec.LENGTH_END < limit:
-            q = i - codec.LENGTH_END
+        i = buf.find(magic, max(_format.LENGTH_END, skip - p + _format.LENGTH_END))
+        while 0 <= i - _format.LENGTH_END < limit:
+            q = i - _format.LENGTH_END
             after = i + 1
-            hdr = codec.framed_header(buf, q)   # None: not a whole header in buf
+            hdr = _format.framed_header(buf, q)   # None: not a whole header in buf
             if hdr is not None:
-                size = codec.batch_size(hdr)
-                if hdr[codec.H_BASE] >= min_offset and p + q + size <= end:
+                size = hdr.size
+                if hdr.base_offset >= min_offset and p + q + size <= end:
                     data = buf if q + size <= n else os.pread(fd, size, p + q)
                     at = q if data is buf else 0
-                    if len(data) >= at + size and codec.checksum_ok(data, at, hdr):
+                    if len(data) >= at + size and _format.checksum_ok(data, at, hdr):
                         if sv.first is None:
                             sv.first = p + q
                             if first_only:
                                 return sv
                         sv.batches += 1
-                        sv.messages += hdr[codec.H_COUNT]
-                        sv.end_offset = codec.last_offset(hdr) + 1
+                        sv.messages += hdr.record_count
+                        sv.end_offset = hdr.last_offset + 1
                         skip = p + q + size
                         sv.data_end = max(sv.data_end, skip)
-                        after = q + size + codec.LENGTH_END
+                        after = q + size + _format.LENGTH_END
             i = buf.find(magic, after)
         # the bytes of a good batch are data: no need to read them for zeros
         p = next_data(fd, max(p + limit, sv.data_end if sv.data_end == skip else 0), end)
@@ -301,9 +301,9 @@ def scan(seg: Any, start: int, end: int, next_offset: int | None,
     try:
         for buf, p, filepos, hdr in walk(seg.fileno(), start, end, expect=next_offset,
                                          check=True, to_damage=True):
-            res.add(filepos + p, hdr[codec.H_BASE], hdr[codec.H_MAX_TS])
-            res.next_offset = hdr[codec.H_BASE] + hdr[codec.H_LAST_DELTA] + 1
-            res.end = filepos + p + codec.LENGTH_END + hdr[codec.H_LENGTH]
+            res.add(filepos + p, hdr.base_offset, hdr.max_timestamp)
+            res.next_offset = hdr.base_offset + hdr.last_offset_delta + 1
+            res.end = filepos + p + _format.LENGTH_END + hdr.length
     except Damage as d:
         res.stop = "partial" if d.reason == "short" else d.reason
     return res

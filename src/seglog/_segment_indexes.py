@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Sequence
 
-from . import _scan, codec
+from . import _format, _scan
 from ._files import tmp_path
 from .errors import CorruptRecordError
 from .index import OffsetIndex, TimeIndex, entries_valid, offset_arrays
@@ -47,9 +47,9 @@ def entry_fits(seg: Any, ix: OffsetIndex) -> bool:
     if not len(ix):
         return True
     offset, pos = ix.last_entry()
-    data = seg.pread(codec.HEADER_SIZE, pos)
-    hdr = codec.read_header(data, 0, seg.size - pos)   # the whole batch in the file
-    return hdr is not None and hdr[codec.H_BASE] <= offset <= codec.last_offset(hdr)
+    data = seg.pread(_format.HEADER_SIZE, pos)
+    hdr = _format.read_header(data, 0, seg.size - pos)   # the whole batch in the file
+    return hdr is not None and hdr.base_offset <= offset <= hdr.last_offset
 
 
 def memory_indexes(base: int, res: _scan.ScanResult, max_bytes: int

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterator
 
-from . import _scan, codec
+from . import _format, _scan
 from .errors import CorruptRecordError
 from .message import MessageSet
 
@@ -26,7 +26,7 @@ def pread(seg: Any, n: int, pos: int) -> bytes:
 
 
 def batches(seg: Any, start: int = 0, end: int | None = None, expect: int | None = None
-            ) -> Iterator[tuple[int, codec.BatchHeader]]:
+            ) -> Iterator[tuple[int, _format.BatchHeader]]:
     """(position, header) of each whole batch from ``start`` up to ``end``.
 
     Framing and offsets only (``expect``: the first batch's base offset, then
@@ -45,7 +45,7 @@ def batches(seg: Any, start: int = 0, end: int | None = None, expect: int | None
         raise e.at(seg.path, e.position, e.offset) from None
 
 
-def first_header(seg: Any) -> codec.BatchHeader | None:
+def first_header(seg: Any) -> _format.BatchHeader | None:
     """The header of the segment's first batch, None if it holds none. Only the
     header is read, however large the batch; its framing is checked, and that
     the batch ends within the segment's data."""
@@ -53,7 +53,7 @@ def first_header(seg: Any) -> codec.BatchHeader | None:
     if not size:
         return None
     try:
-        hdr = codec.read_header(seg.pread(codec.HEADER_SIZE, 0), 0, size)
+        hdr = _format.read_header(seg.pread(_format.HEADER_SIZE, 0), 0, size)
     except CorruptRecordError as e:
         raise e.at(seg.path, 0, None) from None
     if hdr is None:
@@ -63,7 +63,7 @@ def first_header(seg: Any) -> codec.BatchHeader | None:
 
 
 def find_position(seg: Any, offset: int, end: int | None = None
-                  ) -> tuple[int, codec.BatchHeader | None]:
+                  ) -> tuple[int, _format.BatchHeader | None]:
     """Position of the first batch whose last offset is >= ``offset``.
 
     Returns (position, header), or (end, None) if no such batch.
@@ -77,7 +77,7 @@ def find_position(seg: Any, offset: int, end: int | None = None
         pos = 0
     try:
         for p, hdr in batches(seg, pos, end, ix_off):
-            if codec.last_offset(hdr) >= offset:
+            if hdr.last_offset >= offset:
                 return p, hdr
         return end, None
     except CorruptRecordError:
@@ -85,7 +85,7 @@ def find_position(seg: Any, offset: int, end: int | None = None
             raise
     # an index is a hint: scan from the segment start
     for p, hdr in batches(seg, 0, end, seg.base_offset):
-        if codec.last_offset(hdr) >= offset:
+        if hdr.last_offset >= offset:
             return p, hdr
     return end, None
 
@@ -98,35 +98,31 @@ def read(seg: Any, offset: int, max_bytes: int, end: int | None = None,
     """
     end = seg.size if end is None else end
     start, hdr = find_position(seg, offset, end)
-    while hdr is not None and not hdr[codec.H_COUNT]:
+    while hdr is not None and not hdr.record_count:
         # an empty batch over offsets compaction removed: nothing to return from it
-        offset = codec.last_offset(hdr) + 1
+        offset = hdr.last_offset + 1
         start, hdr = find_position(seg, offset, end)
     if hdr is None:
         return MessageSet(b"", min_offset=offset, next_offset=offset)
-    return read_at(seg, start, offset, max_bytes, end, max_offset, expect=hdr[codec.H_BASE])
+    return read_at(seg, start, offset, max_bytes, end, max_offset, expect=hdr.base_offset)
 
 
 def read_at(seg: Any, start: int, min_offset: int, max_bytes: int, end: int,
             max_offset: int | None = None, expect: int | None = None) -> MessageSet:
     """Whole batches from file position ``start`` (a batch start), the first
     starting at offset ``expect`` when the caller knows it."""
-    want = max(min(max_bytes, end - start), codec.HEADER_SIZE)
+    want = max(min(max_bytes, end - start), _format.HEADER_SIZE)
     buf = seg.pread(want, start)
     n = len(buf)
     if n < min(want, end - start):
         raise CorruptRecordError(f"the file ends at {start + n}, before the {end} bytes "
                                  f"of whole batches it held (cut back?)", seg.path, start + n)
-    p = 0
-    last = None
     try:
-        for p, last in codec.batches_in(buf, 0, n):
-            pass
+        p, at = _format.whole_batches(buf, 0, n)
     except CorruptRecordError as e:
         raise e.at(seg.path, start + (e.position or 0)) from None
-    if last is not None:
-        p += codec.batch_size(last)
-    else:
+    last = _format.read_header(buf, at) if at >= 0 else None
+    if last is None:
         # a short read, or a first batch larger than max_bytes: the walker reads
         # it whole or says what is wrong
         try:
@@ -135,7 +131,7 @@ def read_at(seg: Any, start: int, min_offset: int, max_bytes: int, end: int,
                 break
         except CorruptRecordError as e:
             raise e.at(seg.path, e.position, e.offset) from None
-    after = codec.last_offset(last) + 1 if last is not None else None
+    after = last.last_offset + 1 if last is not None else None
     nxt = after if after is not None else min_offset
     if max_offset is not None:
         nxt = min(nxt, max_offset)
@@ -152,4 +148,4 @@ def largest_timestamp(seg: Any) -> int:
         return int(last[0])                  # (timestamp, offset)
     if not seg.size:
         return -1
-    return max((h[codec.H_MAX_TS] for _, h in seg.batches()), default=-1)
+    return max((h.max_timestamp for _, h in seg.batches()), default=-1)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Generator, Iterator
 
-from . import codec
+from . import _decode, _format
 from ._files import LOG_START, MARKER, RECOVERY_POINT, SWAP, list_segments, read_checkpoint, segment_path
 from ._scan import CHUNK, Damage, survey, walk, zeros_to
 from .errors import CorruptRecordError, NotALogError
@@ -28,7 +28,7 @@ Progress = Callable[[int], None]     # called with the bytes just read
 _LIVE_RETRIES = (0.002, 0.02, 0.2)   # looking again: a live writer finishing a batch or a swap
 # ``read_range`` reads this much at a time: a range is near where the index points
 RANGE_CHUNK = 64 << 10
-Batch = tuple[str, int, bytes, int, codec.BatchHeader]
+Batch = tuple[str, int, bytes, int, _format.BatchHeader]
 
 
 class DamageAt(CorruptRecordError):
@@ -231,15 +231,15 @@ def walk_segment(fd: int, ext: Extent, last: bool, directory: str,
     try:
         for buf, p, filepos, hdr in walk(fd, start, size, expect=nxt, check=True,
                                          chunk=chunk, to_damage=True):
-            b = hdr[codec.H_BASE]
+            b = hdr.base_offset
             if decode:
                 try:
-                    for _ in codec.decode_batch(buf, p, hdr):
+                    for _ in _decode.decode_batch(buf, p, hdr):
                         pass
                 except CorruptRecordError as e:
                     raise DamageAt("records", e.message, path, filepos + p, b, nxt) from None
-            nxt = codec.last_offset(hdr) + 1
-            end = filepos + p + codec.batch_size(hdr)
+            nxt = hdr.last_offset + 1
+            end = filepos + p + hdr.size
             if progress is not None:
                 progress(end - ext.data_bytes)
             ext.data_bytes = end
@@ -261,11 +261,11 @@ def walk_segment(fd: int, ext: Extent, last: bool, directory: str,
 def _continues_at(fd: int, pos: int, nxt: int) -> bool:
     """True if a whole batch with a good checksum that continues the log (base
     offset ``nxt``, or above it in a compacted batch) starts at ``pos``."""
-    hdr = codec.sane_header(os.pread(fd, codec.HEADER_SIZE, pos))
-    if hdr is None or not codec.continues(nxt, hdr[codec.H_BASE], hdr[codec.H_ATTRS]):
+    hdr = _format.sane_header(os.pread(fd, _format.HEADER_SIZE, pos))
+    if hdr is None or not _format.continues(nxt, hdr.base_offset, hdr.attributes):
         return False
-    data = os.pread(fd, codec.batch_size(hdr), pos)
-    return len(data) == codec.batch_size(hdr) and codec.checksum_ok(data, 0, hdr)
+    data = os.pread(fd, hdr.size, pos)
+    return len(data) == hdr.size and _format.checksum_ok(data, 0, hdr)
 
 
 def _tail(fd: int, ext: Extent, reason: str, message: str, offset: int | None, nxt: int,
@@ -349,9 +349,9 @@ def _start_in(fd: int, path: str, base: int, offset: int, size: int) -> tuple[in
     ``offset`` is there, else the segment's start."""
     hint = index_floor(path[:-4] + ".index", offset, base, size)
     if hint is not None:
-        hdr = codec.sane_header(os.pread(fd, codec.HEADER_SIZE, hint[1]))
-        if hdr is not None and base <= hdr[codec.H_BASE] <= offset:
-            return hint[1], hdr[codec.H_BASE]
+        hdr = _format.sane_header(os.pread(fd, _format.HEADER_SIZE, hint[1]))
+        if hdr is not None and base <= hdr.base_offset <= offset:
+            return hint[1], hdr.base_offset
     return 0, base
 
 
@@ -421,13 +421,13 @@ def _range_in(fd: int, ext: Extent, last: bool, directory: str, counted: Progres
     """``read_range`` in one segment from ``pos``; True once past ``hi``."""
     for bpath, bpos, _b, _p, hdr in walk_segment(fd, ext, last, directory, counted, True,
                                                   info, None, pos, expect, RANGE_CHUNK):
-        first_off, last_off = hdr[codec.H_BASE], codec.last_offset(hdr)
+        first_off, last_off = hdr.base_offset, hdr.last_offset
         if hi is not None and first_off >= hi:
             return True
         if last_off >= lo:
             out.batches.append(BatchInfo(
-                bpath, bpos, codec.batch_size(hdr), first_off, last_off, hdr[codec.H_COUNT],
-                hdr[codec.H_ATTRS], hdr[codec.H_BASE_TS], hdr[codec.H_MAX_TS]))
+                bpath, bpos, hdr.size, first_off, last_off, hdr.record_count,
+                hdr.attributes, hdr.base_timestamp, hdr.max_timestamp))
     return False
 
 
@@ -455,8 +455,8 @@ def extent(directory: str) -> tuple[int | None, int | None, int]:
                 try:
                     for _, p, filepos, hdr in walk(f.fileno(), pos, size, expect=end,
                                                    to_damage=True):
-                        data_end = filepos + p + codec.batch_size(hdr)
-                        end = codec.last_offset(hdr) + 1
+                        data_end = filepos + p + hdr.size
+                        end = hdr.last_offset + 1
                 except CorruptRecordError:
                     pass                      # zeros (reserved), or damage: data ends
                 total += data_end

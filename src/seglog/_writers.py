@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import xxhash
 
-from . import _platform, codec
+from . import _format, _platform
 from ._files import (SEGMENT_SUFFIXES, WRITERS_FILE, fsync_dir, list_segments, remove,
                      segment_path, superseded_segments)
 from ._platform import LOCK_EX_NB as _EX_NB, LOCK_UN as _UN, flock as _flock
@@ -452,9 +452,9 @@ def adopt(seg: Segment, limit: int) -> int:
     try:
         for buf, p, _, hdr in walk(seg.fileno(), seg.size, limit, expect=seg.next_offset,
                                    check=True):
-            n = codec.LENGTH_END + hdr[codec.H_LENGTH]
-            if seg.append(buf[p:p + n], hdr[codec.H_BASE], codec.last_offset(hdr) + 1,
-                          hdr[codec.H_MAX_TS]) < 0:
+            n = _format.LENGTH_END + hdr.length
+            if seg.append(buf[p:p + n], hdr.base_offset, hdr.last_offset + 1,
+                          hdr.max_timestamp) < 0:
                 break
             kept += 1
     except Damage:
@@ -473,7 +473,7 @@ def remove_unwritten(directory: str, base: int) -> None:
         fd = -1
     if fd >= 0:
         try:
-            if any(os.pread(fd, codec.HEADER_SIZE, 0)):
+            if any(os.pread(fd, _format.HEADER_SIZE, 0)):
                 raise CorruptRecordError(f"segment {base} after the active segment holds data",
                                          path, 0, base)
         finally:

@@ -34,7 +34,7 @@ from typing import Callable, ContextManager, Iterator, Sequence
 
 import xxhash
 
-from . import _scan, codec
+from . import _decode, _encode, _format, _scan
 from ._files import (CLEANED, SEGMENT_SUFFIXES, SWAP, fsync_dir, fsync_file, is_leftover, list_segments,
                      read_checkpoint, remove, segment_name, segment_path, write_checkpoint)
 from .config import LogConfig
@@ -172,7 +172,7 @@ class CompactionStats:
     replaced: list[tuple[int, int]] = field(default_factory=list)   # (base, end) ranges
 
 
-def _batches(seg: Segment) -> Iterator[tuple[bytes, int, codec.BatchHeader]]:
+def _batches(seg: Segment) -> Iterator[tuple[bytes, int, _format.BatchHeader]]:
     """(buffer, position in it, header) of each batch, read in large chunks, checked."""
     try:
         for buf, p, _, hdr in _scan.walk(seg.fileno(), 0, seg.size, check=True):
@@ -196,12 +196,12 @@ def build_map(segs: list[Segment], first_dirty: int, omap: OffsetMap,
     for seg in segs:
         with reading():
             for buf, p, hdr in _batches(seg):
-                if codec.last_offset(hdr) < first_dirty:
+                if hdr.last_offset < first_dirty:
                     continue
-                if not hdr[codec.H_ATTRS] & codec.F_KEYS:
-                    read += hdr[codec.H_COUNT]
+                if not hdr.attributes & _format.F_KEYS:
+                    read += hdr.record_count
                     continue
-                for m in codec.decode_batch(buf, p, hdr):
+                for m in _decode.decode_batch(buf, p, hdr):
                     read += 1
                     if m[0] >= first_dirty and m[2] is not None and not omap.put(m[2], m[0]):
                         return end, read
@@ -260,9 +260,9 @@ class _Writer:
         and drop its files; the index entries are made as one writer makes them."""
         if other.fd >= 0:
             for buf, p, _, hdr in _scan.walk(other.fd, 0, other.drained):
-                size = codec.LENGTH_END + hdr[codec.H_LENGTH]
-                self.add(buf[p:p + size], hdr[codec.H_BASE], hdr[codec.H_MAX_TS],
-                         codec.last_offset(hdr) + 1)
+                size = _format.LENGTH_END + hdr.length
+                self.add(buf[p:p + size], hdr.base_offset, hdr.max_timestamp,
+                         hdr.last_offset + 1)
         for data, (b, ts, nxt) in zip(other.pending, other.pending_meta):
             self.add(data, b, ts, nxt)
         if other.pos:
@@ -301,7 +301,7 @@ class _Writer:
 
 def _empty_batch(covered: int, end: int, ts: int) -> bytes:
     """A batch of no records holding offsets ``covered`` to ``end - 1``."""
-    return codec.encode_batch(covered, [], ts, offset_deltas=[],
+    return _encode.encode_batch(covered, [], ts, offset_deltas=[],
                               last_offset_delta=end - 1 - covered)
 
 
@@ -318,10 +318,10 @@ def _clean_segment(directory: str, cfg: LogConfig, seg: Segment, omap: OffsetMap
     try:
         with reading():
             for buf, p, hdr in _batches(seg):
-                w.input_max_ts = max(w.input_max_ts, hdr[codec.H_MAX_TS])
-                horizon = codec.delete_horizon(buf, p, hdr)
-                keep: list[codec.MessageTuple] = []
-                for m in codec.decode_batch(buf, p, hdr):
+                w.input_max_ts = max(w.input_max_ts, hdr.max_timestamp)
+                horizon = _format.delete_horizon(buf, p, hdr)
+                keep: list[_format.MessageTuple] = []
+                for m in _decode.decode_batch(buf, p, hdr):
                     stats.records_read += 1
                     key = m[2]
                     if key is None:
@@ -341,16 +341,16 @@ def _clean_segment(directory: str, cfg: LogConfig, seg: Segment, omap: OffsetMap
                         horizon = now + cfg.delete_retention_ms
                     if stats.next_horizon is None or horizon < stats.next_horizon:
                         stats.next_horizon = horizon
-                base = hdr[codec.H_BASE]
-                data = codec.encode_batch(
+                base = hdr.base_offset
+                data = _encode.encode_batch(
                     base, [m[3] for m in keep], [m[1] for m in keep], [m[2] for m in keep],
                     [[(k.encode(), v) for k, v in m[4]] for m in keep]
                     if any(m[4] for m in keep) else None,
-                    hdr[codec.H_ATTRS] & codec.CODEC_MASK,
+                    hdr.attributes & _format.CODEC_MASK,
                     offset_deltas=[m[0] - base for m in keep],
-                    last_offset_delta=hdr[codec.H_LAST_DELTA],
+                    last_offset_delta=hdr.last_offset_delta,
                     delete_horizon=horizon)
-                w.add(data, base, max(m[1] for m in keep), codec.last_offset(hdr) + 1)
+                w.add(data, base, max(m[1] for m in keep), hdr.last_offset + 1)
     except BaseException:
         w.abort()
         raise

@@ -40,7 +40,7 @@ from ._metrics import AppendCounts, Metrics
 from ._writers import (Shared, WritersFile, adopt, follow, remove_unwritten, rolling_cut,
                        stray_segments)
 from .config import LogConfig
-from .codec import LENGTH_END, MAGIC, ONE_PREFIX as _ONE_PREFIX
+from ._format import LENGTH_END, MAGIC, ONE_PREFIX as _ONE_PREFIX
 from .errors import LogClosedError, LogLockedError, SeglogError, StorageError, storage_error
 from .segment import Segment, WriterState
 

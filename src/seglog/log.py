@@ -20,7 +20,7 @@ import weakref
 from dataclasses import fields
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import _log_reads, _log_wait, _notebook, _scheduler, codec, recovery, repair
+from . import _format, _log_reads, _log_wait, _notebook, _scheduler, recovery, repair
 from .cleaner import CompactionStats
 from .config import LogConfig, open_options
 from .errors import (MessageTooLargeError, ReadOnlyError, SeglogError, StorageError,
@@ -37,8 +37,8 @@ from ._records import check_timestamp
 from .message import Headers, Message, MessageSet, Record
 from .segment import Segment
 _log = logging.getLogger("seglog")
-_TAIL_1H = codec.ONE_TAIL
-_checksum = codec.CHECKSUM
+_TAIL_1H = _format.ONE_TAIL
+_checksum = _format.CHECKSUM
 _time_ns = time.time_ns
 
 
@@ -82,7 +82,7 @@ class Log:
         self._flush_every = config.flush_messages
         self._dir_lock = dir_lock if dir_lock is not None else DirLock(-1)
         self._jobs: list[_scheduler.Job] = []
-        self._compress = codec.CODEC_LZ4 if config.compression == "lz4" else codec.CODEC_NONE
+        self._compress = _format.CODEC_LZ4 if config.compression == "lz4" else _format.CODEC_NONE
         self._max_msg = config.max_message_bytes
         self.recovery = report      # what an unclean open recovered (None: clean, a reader)
         self._fast_max = min(self._max_msg, 0xFFFE)

@@ -15,7 +15,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import _platform, codec
+from . import _format, _platform
 from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, SEGMENT_SUFFIXES, WRITER_SESSION,
                      atomic_write, fsync_dir, fsync_file, is_leftover, list_segments,
                      read_checkpoint, remove, segment_path, write_checkpoint)
@@ -264,8 +264,8 @@ def _trusted_prefix(seg: Segment, rp: int, max_index_bytes: int
     if not k or not entries_valid(rel, pos, (), 1 << 62):
         return 0, base, None
     off, start = base + rel[-1], pos[-1]
-    hdr = codec.sane_header(os.pread(seg.fileno(), codec.HEADER_SIZE, start))
-    if hdr is None or hdr[codec.H_BASE] != off:
+    hdr = _format.sane_header(os.pread(seg.fileno(), _format.HEADER_SIZE, start))
+    if hdr is None or hdr.base_offset != off:
         return 0, base, None
     tentries = []
     for t, r in TimeIndex.ENTRY.iter_unpack(tdata[:len(tdata) - len(tdata) % TimeIndex.SIZE]):
@@ -278,8 +278,8 @@ def _trusted_prefix(seg: Segment, rp: int, max_index_bytes: int
 
 
 def _first_timestamp(seg: Segment) -> int | None:
-    hdr = codec.sane_header(os.pread(seg.fileno(), codec.HEADER_SIZE, 0))
-    return hdr[codec.H_MAX_TS] if hdr is not None else None
+    hdr = _format.sane_header(os.pread(seg.fileno(), _format.HEADER_SIZE, 0))
+    return hdr.max_timestamp if hdr is not None else None
 
 
 def boot_id() -> str | None:

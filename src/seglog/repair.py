@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import _marker, _platform, _verdict, _writers, codec
+from . import _format, _marker, _platform, _verdict, _writers
 from ._files import (CLEANED, LOCK_FILE, RECOVERY_POINT, SWAP, fsync_dir, fsync_file,
                      read_checkpoint, remove, write_checkpoint)
 from ._scan import survey
@@ -118,7 +118,7 @@ def verify(log: Any) -> CheckReport:
 
 def check(directory: str, progress: Progress | None = None,
           batches: list[BatchInfo] | None = None, *,
-          visit: Callable[[bytes, int, codec.BatchHeader], None] | None = None,
+          visit: Callable[[bytes, int, _format.BatchHeader], None] | None = None,
           decode: bool = True) -> CheckReport:
     """Read and check every batch and index entry of the log in ``directory``.
 
@@ -136,17 +136,17 @@ def check(directory: str, progress: Progress | None = None,
     stopped: str | None = None        # the file the walk stopped in, at damage
     try:
         for path, pos, buf, p, hdr in walk_log(directory, progress, decode, info=info):
-            size = codec.batch_size(hdr)
-            base, last = hdr[codec.H_BASE], codec.last_offset(hdr)
+            size = hdr.size
+            base, last = hdr.base_offset, hdr.last_offset
             starts.setdefault(path, {})[pos] = base
             rep.batches += 1
-            rep.messages += hdr[codec.H_COUNT]
+            rep.messages += hdr.record_count
             if visit is not None:
                 visit(buf, p, hdr)
             if batches is not None:
-                batches.append(BatchInfo(path, pos, size, base, last, hdr[codec.H_COUNT],
-                                         hdr[codec.H_ATTRS], hdr[codec.H_BASE_TS],
-                                         hdr[codec.H_MAX_TS]))
+                batches.append(BatchInfo(path, pos, size, base, last, hdr.record_count,
+                                         hdr.attributes, hdr.base_timestamp,
+                                         hdr.max_timestamp))
     except DamageAt as e:
         rep.problems.append(Problem(e.path or directory, e.position, e.offset, e.reason,
                                     e.message, e.torn))
@@ -319,13 +319,13 @@ def _plan(directory: str, e: DamageAt, start_offset: int | None) -> CutPlan:
         ends = [x for x in (end, head_end, sv.end_offset) if x is not None]
         end = max(ends) if ends else None
     with open(e.path, "rb") as f:
-        head = codec.sane_header(os.pread(f.fileno(), codec.HEADER_SIZE, e.position))
+        head = _format.sane_header(os.pread(f.fileno(), _format.HEADER_SIZE, e.position))
     count = None
     # a count larger than the offsets the batch spans, or than its bytes, is damage
     # in the count itself: not believed
-    if head is not None and 0 < head[codec.H_COUNT] <= min(head[codec.H_LAST_DELTA] + 1,
-                                                           codec.batch_size(head)):
-        count = head[codec.H_COUNT]
+    if head is not None and 0 < head.record_count <= min(head.last_offset_delta + 1,
+                                                           head.size):
+        count = head.record_count
     return CutPlan(directory, e.path, e.position, e.next_offset, e.reason, e.message,
                    lost, reserved, messages, end, unread, later, valid, start_offset, count)
 

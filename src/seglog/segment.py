@@ -24,7 +24,7 @@ import os
 from struct import Struct
 from typing import Any, Callable, NamedTuple, Sequence, cast
 
-from . import _notebook, _scan, _segment_read, codec
+from . import _encode, _format, _notebook, _scan, _segment_read
 from ._files import fsync_dir, fsync_file, remove, segment_name
 from ._format import BIG_ENDIAN_HOST
 from ._segment_indexes import close_all, for_reading, replace_files, reserve_room
@@ -40,11 +40,11 @@ _LENGTH = Struct("<I")
 # native order and size: packed with one memcpy of 4 bytes, which compiles to a single
 # store (a little-endian Struct packs byte by byte: a kill between bytes would tear it)
 _NATIVE_U32 = Struct("I")
-_PREFIX = codec.ONE_PREFIX
-_MAGIC = codec.MAGIC
+_PREFIX = _format.ONE_PREFIX
+_MAGIC = _format.MAGIC
 _PREFIX_SIZE = _PREFIX.size
 NO_TIMESTAMP = -1
-NEVER = codec.NEVER
+NEVER = _format.NEVER
 # the largest offset - base offset a segment may hold (the index's 32-bit relative offsets)
 _MAX_DELTA = MAX_RELATIVE_OFFSET
 
@@ -419,10 +419,10 @@ class Segment:
             # the header before the records, in two copies: one memcpy may write its
             # end first, and recovery relies on a torn batch's header being whole
             # (its length says which bytes are its own)
-            h = pos + codec.HEADER_SIZE
+            h = pos + _format.HEADER_SIZE
             with memoryview(cast(bytes, data)) as view:
-                mm[pos + 8:h] = view[8:codec.HEADER_SIZE]
-                mm[h:end] = view[codec.HEADER_SIZE:]
+                mm[pos + 8:h] = view[8:_format.HEADER_SIZE]
+                mm[h:end] = view[_format.HEADER_SIZE:]
         self._appended(pos, end, base_offset, next_offset, max_timestamp)
         return pos
 
@@ -454,17 +454,17 @@ class Segment:
         p, off = pos, base_offset
         for i, (data, n, _, size) in enumerate(batches):
             with memoryview(b"".join(data) if type(data) is list else data) as view:
-                head = bytearray(view[:codec.HEADER_SIZE])
+                head = bytearray(view[:_format.HEADER_SIZE])
                 _OFFSET.pack_into(head, 0, off)
                 if not i:
-                    _LENGTH.pack_into(head, 8, total - codec.LENGTH_END)
+                    _LENGTH.pack_into(head, 8, total - _format.LENGTH_END)
                 # each header whole before its records (as ``append``'s)
-                mm[p:p + codec.HEADER_SIZE] = head
-                mm[p + codec.HEADER_SIZE:p + size] = view[codec.HEADER_SIZE:size]
+                mm[p:p + _format.HEADER_SIZE] = head
+                mm[p + _format.HEADER_SIZE:p + size] = view[_format.HEADER_SIZE:size]
             p += size
             off += n
         # the commit point: one store (a single instruction) of the first batch's length
-        _NATIVE_U32.pack_into(mm, pos + 8, _native_u32(batches[0][3] - codec.LENGTH_END))
+        _NATIVE_U32.pack_into(mm, pos + 8, _native_u32(batches[0][3] - _format.LENGTH_END))
         p, off = pos, base_offset
         for _, n, max_ts, size in batches:
             self._appended(p, p + size, off, off + n, max_ts)
@@ -474,11 +474,11 @@ class Segment:
 
     def append_one(self, offset: int, timestamp: int, check: int, body: bytes) -> int:
         """``Log.append``'s hot path: one short keyless record. ``body`` is the batch
-        from its attributes on (``codec.ONE_TAIL`` and the value: the bytes
+        from its attributes on (``_format.ONE_TAIL`` and the value: the bytes
         ``check``, their checksum, covers, computed outside the lock); only the
         prefix before it is packed here. Returns the position written at, or -1
         (nothing written) if the segment must roll first. Byte for byte what
-        ``codec.encode_batch`` makes (tested)."""
+        ``_encode.encode_batch`` makes (tested)."""
         pos = self._size
         end = pos + _PREFIX_SIZE + len(body)
         if end > self._roll_size or timestamp > self._roll_ts or offset > self._roll_off:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .. import codec
+from .. import _encode
 from ..errors import InvalidConfigError
 from ..log import Log, append_encoded
 from ._partition import KafkaPartition
@@ -48,7 +48,7 @@ def _append(log: Log, msgs: list[Any]) -> None:
     log's end (the first may be past it: a hole)."""
     end = log.end_offset
     deltas = [m.offset - end for m in msgs]
-    data = codec.encode_batch(
+    data = _encode.encode_batch(
         0, [m.value for m in msgs], [m.timestamp for m in msgs],
         keys=[m.key for m in msgs],
         headers=[[(k.encode(), b"" if v is None else v) for k, v in m.headers] for m in msgs],

@@ -1,15 +1,15 @@
 """Arrow columns to seglog batches, for the sink: each batch's records section built
 from whole columns with numpy (lengths from Arrow's offsets, the bytes sliced out of
-Arrow's buffers), in the layout docs/FORMAT.md gives and ``codec.encode_batch``
+Arrow's buffers), in the layout docs/FORMAT.md gives and ``_encode.encode_batch``
 writes (the same bytes for the same records: tested), finished by
-``codec.finish_batch`` (compression, header, checksum). No Python step per row."""
+``_encode.finish_batch`` (compression, header, checksum). No Python step per row."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .. import codec
+from .. import _encode, _format
 from .._format import NULL_16 as _NULL16, NULL_32 as _NULL32
 from .._log_encode import check_window
 from ..config import LogConfig
@@ -185,7 +185,7 @@ def encode_rows(rows: Rows, config: LogConfig, compress: int, now: int, where: s
 
 def _batch(values: _Binary, keys: _Binary | None, headers: _Headers | None, stamps: Any,
            a: int, b: int, compress: int) -> tuple[list[bytes], int, int]:
-    """Rows ``a`` to ``b`` as one batch: what ``codec.encode_batch`` makes of them."""
+    """Rows ``a`` to ``b`` as one batch: what ``_encode.encode_batch`` makes of them."""
     n = b - a
     attrs = 0
     sections: list[Any] = []
@@ -194,30 +194,30 @@ def _batch(values: _Binary, keys: _Binary | None, headers: _Headers | None, stam
     maxlen = max(values.max_length(a, b), keys.max_length(a, b) if keys is not None else 0)
     wide = maxlen >= _NULL16
     if wide:
-        attrs |= codec.F_WIDE
+        attrs |= _format.F_WIDE
     if isinstance(stamps, int):
         base_ts = max_ts = stamps
     else:
         part = stamps[a:b]
         base_ts, max_ts = int(part.min()), int(part.max())
         if base_ts != max_ts:
-            attrs |= codec.F_TIMESTAMPS
+            attrs |= _format.F_TIMESTAMPS
             deltas = part - base_ts
             if max_ts - base_ts <= _NULL32:
                 sections.append(bytes(deltas.astype("<u4").data))
             else:
-                attrs |= codec.F_WIDE_TS
+                attrs |= _format.F_WIDE_TS
                 sections.append(bytes(deltas.astype("<i8").data))
     if keys is not None:
-        attrs |= codec.F_KEYS
+        attrs |= _format.F_KEYS
         sections.append(keys.lengths_section(a, b, wide))
     if values.has_null(a, b):
-        attrs |= codec.F_NULL_VALUES
+        attrs |= _format.F_NULL_VALUES
     sections.append(values.lengths_section(a, b, wide))
     with_headers = headers is not None and headers.any_header(a, b)
     if with_headers:
         assert headers is not None
-        attrs |= codec.F_HEADERS
+        attrs |= _format.F_HEADERS
         sections += headers.sections(a, b)
     if keys is not None:
         sections.append(keys.bytes_of(a, b))
@@ -225,4 +225,4 @@ def _batch(values: _Binary, keys: _Binary | None, headers: _Headers | None, stam
     if with_headers:
         assert headers is not None
         sections.append(headers.bytes_of(a, b))
-    return codec.finish_batch(sections, attrs, n - 1, n, base_ts, max_ts, compress), n, max_ts
+    return _encode.finish_batch(sections, attrs, n - 1, n, base_ts, max_ts, compress), n, max_ts

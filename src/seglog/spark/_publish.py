@@ -34,7 +34,7 @@ from contextlib import ExitStack, contextmanager
 from itertools import groupby
 from typing import Any, Iterable, Iterator
 
-from .. import codec
+from .. import _format
 from .._files import SPARK_DIR, atomic_write, fsync_dir, make_dirs, remove
 from .._platform import boot_id, lock_within
 from ..errors import CorruptRecordError, LogLockedError, SeglogError
@@ -296,12 +296,12 @@ def staged_batches(path: str, g: StagedGroup) -> Iterator[list[tuple[Any, int, i
             out: list[tuple[Any, int, int, int]] = []
             try:
                 pos = records = 0
-                for pos, hdr in codec.batches_in(view, 0, size):
-                    if not codec.checksum_ok(view, pos, hdr):
+                for pos, hdr in _format.batches_in(view, 0, size):
+                    if not _format.checksum_ok(view, pos, hdr):
                         raise CorruptRecordError("checksum mismatch in a staging file", path, pos)
-                    n = codec.batch_size(hdr)
-                    count = hdr[codec.H_LAST_DELTA] + 1
-                    out.append((view[pos:pos + n], count, hdr[codec.H_MAX_TS], n))
+                    n = hdr.size
+                    count = hdr.last_offset_delta + 1
+                    out.append((view[pos:pos + n], count, hdr.max_timestamp, n))
                     records += count
                     pos += n
                 if pos != size or len(out) != g.batches or records != g.records:
@@ -317,8 +317,13 @@ def staged_batches(path: str, g: StagedGroup) -> Iterator[list[tuple[Any, int, i
 
 
 def _checksums(wd: WriteDir, d: str, g: StagedGroup) -> list[int]:
+    out = []
     with staged_batches(os.path.join(wd.path, d, g.name), g) as batches:
-        return [codec.HEADER.unpack_from(b[0])[codec.H_CHECKSUM] for b in batches]
+        for b in batches:
+            hdr = _format.read_header(b[0], 0)    # staged whole: never short
+            assert hdr is not None
+            out.append(hdr.checksum)
+    return out
 
 
 def published(log: Log, start: int, groups: list[list[int]]) -> set[int]:
@@ -337,9 +342,9 @@ def published(log: Log, start: int, groups: list[list[int]]) -> set[int]:
     while off < end:
         ms = log.read(off, 1 << 20)
         buf = ms.buffer()
-        for _, hdr in codec.batches_in(buf, 0, len(buf)):
-            if codec.last_offset(hdr) >= start:
-                seen.append(hdr[codec.H_CHECKSUM])
+        for _, hdr in _format.batches_in(buf, 0, len(buf)):
+            if hdr.last_offset >= start:
+                seen.append(hdr.checksum)
         off = ms.next_offset
     at: dict[int, list[int]] = {}
     for i, c in enumerate(seen):

@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Any, Callable, NamedTuple
 
-from .. import codec
+from .. import _format
 from .._files import fsync_dir, remove
 from ..config import LogConfig
 from ..errors import InvalidConfigError, MessageTooLargeError
@@ -109,7 +109,7 @@ class _File:
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self.size = self.batches = self.records = 0
         self.limit = group_limit(config)
-        self.compress = codec.CODEC_LZ4 if config.compression == "lz4" else codec.CODEC_NONE
+        self.compress = _format.CODEC_LZ4 if config.compression == "lz4" else _format.CODEC_NONE
 
     def write(self, parts: list[bytes], n: int) -> None:
         size = sum(map(len, parts))
