@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from struct import Struct
 from struct import error as struct_error
 from typing import Any, NamedTuple
 
@@ -28,9 +27,9 @@ from . import _decode, _format
 from ._columns import Columns, arrow_modules, record_batch
 
 # length, magic, checksum and attributes: what the first pass reads of each header
-_FIRST = Struct("<IBQH")
-_FIRST_AT = 8
-_BASE = Struct("<q")          # a batch's first 8 bytes: its base offset
+_FIRST = _format.FRAMING
+_FIRST_AT = _format.FRAMING_AT
+_BASE = _format.BASE_OFFSET   # a batch's first 8 bytes: its base offset
 _LENGTH_END = _format.LENGTH_END
 _HEADER_SIZE = _format.HEADER_SIZE
 # values of up to this many bytes live inside an Arrow view (Arrow's view layout)

@@ -35,8 +35,8 @@ from .errors import CorruptRecordError
 from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, next_entry_position
 from ._writable_map import WritableMap
 
-_OFFSET = Struct("<q")
-_LENGTH = Struct("<I")
+_OFFSET = _format.BASE_OFFSET
+_LENGTH = _format.LENGTH
 # native order and size: packed with one memcpy of 4 bytes, which compiles to a single
 # store (a little-endian Struct packs byte by byte: a kill between bytes would tear it)
 _NATIVE_U32 = Struct("I")
@@ -457,7 +457,7 @@ class Segment:
                 head = bytearray(view[:_format.HEADER_SIZE])
                 _OFFSET.pack_into(head, 0, off)
                 if not i:
-                    _LENGTH.pack_into(head, 8, total - _format.LENGTH_END)
+                    _LENGTH.pack_into(head, _format.FRAMING_AT, total - _format.LENGTH_END)
                 # each header whole before its records (as ``append``'s)
                 mm[p:p + _format.HEADER_SIZE] = head
                 mm[p + _format.HEADER_SIZE:p + size] = view[_format.HEADER_SIZE:size]
