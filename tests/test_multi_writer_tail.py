@@ -1,0 +1,76 @@
+"""Several writers taking turns on one active segment: a writer that takes the lock
+after another appended follows the tail it published (``Segment.follow_tail``) and
+then appends, indexes and rolls exactly as the writer before it would have. Each test
+compares the files with those one exclusive writer makes of the same calls."""
+
+from __future__ import annotations
+
+import os
+
+from seglog import Log, codec
+from seglog.log import append_encoded
+
+TS = 1_700_000_000_000
+
+
+def _files(path: str) -> dict[str, bytes]:
+    out = {}
+    for name in sorted(os.listdir(path)):
+        if name.endswith((".log", ".index", ".timeindex")):
+            with open(os.path.join(path, name), "rb") as f:
+                out[name] = f.read()
+    return out
+
+
+def _same_files(alone: str, turns: str) -> None:
+    a, t = _files(alone), _files(turns)
+    assert sorted(a) == sorted(t)
+    for name in a:
+        assert a[name] == t[name], f"{name} differs"
+
+
+def test_a_writer_following_a_filled_time_index_rolls_as_the_writer_that_filled_it(tmp_path):
+    """The time index keeps its last slot for the entry a seal adds: the append that
+    fills the slot before it makes the segment roll at the next append. A writer that
+    takes the segment from the header (or a recovery) at that count must roll at its
+    next append too, not go on appending with no more index entries."""
+    opts = dict(segment_bytes=100_000, index_interval_bytes=50, max_index_bytes=48,
+                segment_ms=None, flush_ms=None)
+    alone, turns = str(tmp_path / "alone"), str(tmp_path / "turns")
+    with Log.open(alone, **opts) as log:
+        for i in range(40):
+            log.append(b"x" * 40, timestamp=TS + i)
+    writers = [Log.open(turns, multi_writer=True, **opts) for _ in range(2)]
+    try:
+        for i in range(40):
+            writers[i % 2].append(b"x" * 40, timestamp=TS + i)
+    finally:
+        for w in writers:
+            w.close()
+    assert len([n for n in os.listdir(alone) if n.endswith(".log")]) > 5
+    _same_files(alone, turns)
+
+
+def test_a_writer_following_a_first_batch_without_timestamp_rolls_by_size(tmp_path):
+    """A first batch whose largest timestamp is -1 (a Kafka message of magic 0, as
+    ``kafka.copy_to_log`` appends it) moves no index entry and no timestamp; the
+    writer that appends after it, in another process, must still roll at
+    ``segment_bytes`` (the segment is no longer empty)."""
+    opts = dict(segment_bytes=4000, segment_ms=None, flush_ms=None)
+    first = codec.encode_batch(0, [b"v0"], [-1])
+    alone, turns = str(tmp_path / "alone"), str(tmp_path / "turns")
+    with Log.open(alone, **opts) as log:
+        append_encoded(log, [(first, 1, -1, len(first))])
+        for i in range(300):
+            log.append(b"x" * 100, timestamp=TS + i)
+    a = Log.open(turns, multi_writer=True, **opts)
+    b = Log.open(turns, multi_writer=True, **opts)
+    try:
+        append_encoded(a, [(first, 1, -1, len(first))])
+        for i in range(300):
+            b.append(b"x" * 100, timestamp=TS + i)
+    finally:
+        b.close()
+        a.close()
+    assert len([n for n in os.listdir(alone) if n.endswith(".log")]) > 5
+    _same_files(alone, turns)
