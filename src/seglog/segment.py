@@ -219,9 +219,10 @@ class Segment:
         """Another writer of this active segment appended, moving its tail to
         ``state``: its size and next offset, and (``reload``) the rest when an index
         entry, the largest timestamp or the first one moved (an index entry moves
-        the next index position)."""
+        the next index position), or the segment was empty here (its first batch
+        sets the roll limits, and may move none of those: a timestamp of -1)."""
         first = self.first_timestamp
-        if (state.next_index_pos != self._next_index_pos
+        if (not self._size or state.next_index_pos != self._next_index_pos
                 or state.max_timestamp != self._max_ts
                 or state.first_timestamp != (NO_TIMESTAMP if first is None else first)):
             self.reload(state)
