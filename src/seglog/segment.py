@@ -543,8 +543,15 @@ class Segment:
 
     @property
     def index_full(self) -> bool:
-        """True when an index has no slot left: the next append rolls."""
-        return self._index is not None and (self._index.is_full or self.time_index.is_full)
+        """True when an index has no slot left for an append's entry (the time index
+        keeps its last one for the entry ``seal`` adds): the next append rolls. The
+        same test as ``_add_index_entry``'s, so a writer that takes the segment at
+        that count (another writer's tail, a recovery) rolls as the one that filled it."""
+        ix = self._index
+        if ix is None:
+            return False
+        tix = self.time_index
+        return len(ix) >= ix.slots or len(tix) >= tix.slots - 1
 
     def flush(self) -> None:
         """fsync data and indexes: recovery then trusts index entries below the
