@@ -1,7 +1,7 @@
-"""Several writers taking turns on one active segment: a writer that takes the lock
-after another appended follows the tail it published (``Segment.follow_tail``) and
-then appends, indexes and rolls exactly as the writer before it would have. Each test
-compares the files with those one exclusive writer makes of the same calls."""
+"""A writer that takes an active segment's tail from elsewhere (another writer's
+published tail, ``Segment.follow_tail``; a recovery) appends, indexes and rolls
+exactly as the writer before it would have. Each test compares the files with
+those one exclusive writer makes of the same calls."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 
 from seglog import Log, codec
 from seglog.log import append_encoded
+from seglog.testing import abandon
 
 TS = 1_700_000_000_000
 
@@ -74,3 +75,24 @@ def test_a_writer_following_a_first_batch_without_timestamp_rolls_by_size(tmp_pa
         a.close()
     assert len([n for n in os.listdir(alone) if n.endswith(".log")]) > 5
     _same_files(alone, turns)
+
+
+def test_a_writer_recovering_a_filled_time_index_rolls_at_its_next_append(tmp_path):
+    """The same count reached by one exclusive writer that was then killed: the
+    writer that recovers the segment rolls at its next append, as the killed one
+    would have."""
+    opts = dict(segment_bytes=100_000, index_interval_bytes=50, max_index_bytes=48,
+                segment_ms=None, flush_ms=None)
+    alone, killed = str(tmp_path / "alone"), str(tmp_path / "killed")
+    with Log.open(alone, **opts) as log:
+        for i in range(12):
+            log.append(b"x" * 40, timestamp=TS + i)
+    log = Log.open(killed, **opts)
+    for i in range(4):
+        log.append(b"x" * 40, timestamp=TS + i)
+    abandon(log)
+    with Log.open(killed, **opts) as log:
+        for i in range(4, 12):
+            log.append(b"x" * 40, timestamp=TS + i)
+    assert len([n for n in os.listdir(alone) if n.endswith(".log")]) == 3
+    _same_files(alone, killed)
