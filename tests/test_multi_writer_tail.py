@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 
-from seglog import Log, codec
+import pytest
+
+from seglog import Log, LogLockedError, codec
 from seglog.log import append_encoded
 from seglog.testing import abandon
 
@@ -96,3 +98,25 @@ def test_a_writer_recovering_a_filled_time_index_rolls_at_its_next_append(tmp_pa
             log.append(b"x" * 40, timestamp=TS + i)
     assert len([n for n in os.listdir(alone) if n.endswith(".log")]) == 3
     _same_files(alone, killed)
+
+
+def test_a_writer_refuses_to_join_writers_of_another_header_layout(tmp_path):
+    """Writers of the previous header layout (magic SEGLOGW2: they take only size and
+    next offset from a hand-off at the same version) have the log open: a writer of
+    this layout refuses to join them (``LogLockedError``) instead of recovering the
+    files and starting a session of its own under them; they go on undisturbed."""
+    path = str(tmp_path / "log")
+    a = Log.open(path, multi_writer=True, flush_ms=None)
+    try:
+        a.append(b"a0")
+        # what a writer of the previous layout's session start leaves in the header
+        with open(os.path.join(path, ".writers"), "r+b") as f:
+            f.write(b"SEGLOGW2")
+        with open(os.path.join(path, ".writers"), "rb") as f:
+            before = f.read()
+        with pytest.raises(LogLockedError, match="layout"):
+            Log.open(path, multi_writer=True, flush_ms=None)
+        with open(os.path.join(path, ".writers"), "rb") as f:
+            assert f.read() == before
+    finally:
+        a.close()
