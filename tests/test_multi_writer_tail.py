@@ -32,21 +32,28 @@ def _same_files(alone: str, turns: str) -> None:
         assert a[name] == t[name], f"{name} differs"
 
 
+# a time index of 4 slots (3 for appends' entries), an entry every batch or so
+FULL_OPTS = dict(segment_bytes=100_000, index_interval_bytes=50, max_index_bytes=48,
+                 segment_ms=None, flush_ms=None)
+
+
+def _append(logs: list[Log], ids: range) -> None:
+    """Message ``i`` of ``ids`` appended by ``logs[i % len(logs)]``."""
+    for i in ids:
+        logs[i % len(logs)].append(b"x" * 40, timestamp=TS + i)
+
+
 def test_a_writer_following_a_filled_time_index_rolls_as_the_writer_that_filled_it(tmp_path):
     """The time index keeps its last slot for the entry a seal adds: the append that
     fills the slot before it makes the segment roll at the next append. A writer that
     takes the segment from the header (or a recovery) at that count must roll at its
     next append too, not go on appending with no more index entries."""
-    opts = dict(segment_bytes=100_000, index_interval_bytes=50, max_index_bytes=48,
-                segment_ms=None, flush_ms=None)
     alone, turns = str(tmp_path / "alone"), str(tmp_path / "turns")
-    with Log.open(alone, **opts) as log:
-        for i in range(40):
-            log.append(b"x" * 40, timestamp=TS + i)
-    writers = [Log.open(turns, multi_writer=True, **opts) for _ in range(2)]
+    with Log.open(alone, **FULL_OPTS) as log:
+        _append([log], range(40))
+    writers = [Log.open(turns, multi_writer=True, **FULL_OPTS) for _ in range(2)]
     try:
-        for i in range(40):
-            writers[i % 2].append(b"x" * 40, timestamp=TS + i)
+        _append(writers, range(40))
     finally:
         for w in writers:
             w.close()
@@ -83,19 +90,14 @@ def test_a_writer_recovering_a_filled_time_index_rolls_at_its_next_append(tmp_pa
     """The same count reached by one exclusive writer that was then killed: the
     writer that recovers the segment rolls at its next append, as the killed one
     would have."""
-    opts = dict(segment_bytes=100_000, index_interval_bytes=50, max_index_bytes=48,
-                segment_ms=None, flush_ms=None)
     alone, killed = str(tmp_path / "alone"), str(tmp_path / "killed")
-    with Log.open(alone, **opts) as log:
-        for i in range(12):
-            log.append(b"x" * 40, timestamp=TS + i)
-    log = Log.open(killed, **opts)
-    for i in range(4):
-        log.append(b"x" * 40, timestamp=TS + i)
+    with Log.open(alone, **FULL_OPTS) as log:
+        _append([log], range(12))
+    log = Log.open(killed, **FULL_OPTS)
+    _append([log], range(4))
     abandon(log)
-    with Log.open(killed, **opts) as log:
-        for i in range(4, 12):
-            log.append(b"x" * 40, timestamp=TS + i)
+    with Log.open(killed, **FULL_OPTS) as log:
+        _append([log], range(4, 12))
     assert len([n for n in os.listdir(alone) if n.endswith(".log")]) == 3
     _same_files(alone, killed)
 
