@@ -147,6 +147,12 @@ def open_shared(path: str, options: dict[str, Any], timeout_ms: int
             first = _try_flock(lock_fd, _platform.LOCK_EX_NB)
             if not first and not _try_flock(lock_fd, _platform.LOCK_SH_NB):
                 raise LogLockedError(f"a writer without multi_writer=True holds {path}")
+            foreign = None if first else w.foreign()
+            if foreign is not None:
+                raise LogLockedError(
+                    f"writers of another seglog version (header layout "
+                    f"{foreign.decode('ascii', 'replace')}, this one {_writers.MAGIC.decode()}) "
+                    f"have {path} open; it opens with multi_writer=True when they closed it")
             loaded = None
             if first or not w.live():
                 cfg = _writer_config(path, options)

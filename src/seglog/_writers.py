@@ -40,8 +40,9 @@ from ._scan import Damage, walk
 from .errors import CorruptRecordError, LogClosedError, LogLockedError
 from .segment import Segment, WriterState
 
-# the header's layout; a writer of another layout refuses the file (``live`` is False
-# for it, and the first writer of a session rewrites it whole)
+# the header's layout; a writer of another layout refuses to join a live session of
+# it (``foreign``), and the first writer of a session rewrites it whole (``live`` is
+# False for it)
 MAGIC = b"SEGLOGW3"
 _SIZE = 4096
 _HEAD = Struct("<8sQ")              # magic, boot hash (at 0)
@@ -244,6 +245,16 @@ class WritersFile:
         """True if the header is a live session's: written in this boot, not ended."""
         magic, boot = _HEAD.unpack_from(self._mm, 0)
         return magic == MAGIC and boot == _boot_hash() and self._words[_SESSION] != 0
+
+    def foreign(self) -> bytes | None:
+        """The magic of a live session's header of another layout (writers of another
+        seglog version have the log open: this writer may not join them, and starting
+        a session would rewrite the header under them), else None."""
+        magic, boot = _HEAD.unpack_from(self._mm, 0)
+        if (magic != MAGIC and magic.startswith(MAGIC[:7]) and boot == _boot_hash()
+                and self._words[_SESSION] != 0):
+            return bytes(magic)
+        return None
 
     def read(self) -> Shared:
         """The current state (whole: the slot the counter word names)."""

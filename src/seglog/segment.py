@@ -219,9 +219,10 @@ class Segment:
         """Another writer of this active segment appended, moving its tail to
         ``state``: its size and next offset, and (``reload``) the rest when an index
         entry, the largest timestamp or the first one moved (an index entry moves
-        the next index position)."""
+        the next index position), or the segment was empty here (its first batch
+        sets the roll limits, and may move none of those: a timestamp of -1)."""
         first = self.first_timestamp
-        if (state.next_index_pos != self._next_index_pos
+        if (not self._size or state.next_index_pos != self._next_index_pos
                 or state.max_timestamp != self._max_ts
                 or state.first_timestamp != (NO_TIMESTAMP if first is None else first)):
             self.reload(state)
@@ -542,8 +543,15 @@ class Segment:
 
     @property
     def index_full(self) -> bool:
-        """True when an index has no slot left: the next append rolls."""
-        return self._index is not None and (self._index.is_full or self.time_index.is_full)
+        """True when an index has no slot left for an append's entry (the time index
+        keeps its last one for the entry ``seal`` adds): the next append rolls. The
+        same test as ``_add_index_entry``'s, so a writer that takes the segment at
+        that count (another writer's tail, a recovery) rolls as the one that filled it."""
+        ix = self._index
+        if ix is None:
+            return False
+        tix = self.time_index
+        return len(ix) >= ix.slots or len(tix) >= tix.slots - 1
 
     def flush(self) -> None:
         """fsync data and indexes: recovery then trusts index entries below the
