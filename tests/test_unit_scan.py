@@ -42,7 +42,8 @@ class _File:
         self.size = len(data)
 
     def walk(self, start: int = 0, end: int | None = None, **kw):
-        return [(p + filepos, hdr) for _, p, filepos, hdr in
+        # walk yields headers as HEADER unpacks them: by their fields here
+        return [(p + filepos, _format.as_header(hdr)) for _, p, filepos, hdr in
                 _scan.walk(self.fd, start, self.size if end is None else end, **kw)]
 
 
@@ -102,9 +103,9 @@ def test_walk_batch_larger_than_chunk_is_read_whole(mkfile):
           codec.encode_batch(2, [b"t"], 3)]
     f = mkfile(b"".join(bs))
     got = list(_scan.walk(f.fd, 0, f.size, expect=0, check=True, chunk=256))
-    assert [(p + fp, h[0]) for _, p, fp, h in got] == _expected(bs)
+    assert [(p + fp, _format.as_header(h).base_offset) for _, p, fp, h in got] == _expected(bs)
     buf, p, _, hdr = got[1]
-    assert buf[p:p + hdr.size] == bs[1]     # the whole batch in one buffer
+    assert buf[p:p + _format.as_header(hdr).size] == bs[1]     # the whole batch in one buffer
     assert codec.checksum_ok(buf, p, hdr)
 
 
@@ -347,12 +348,12 @@ def test_walk_yields_exactly_the_batches(scratch, sizes, chunk, check):
         f.write(data)
     fd = os.open(scratch, os.O_RDONLY)
     try:
-        got = [(fp + p, hdr, bytes(buf[p:p + hdr.size]))
+        got = [(fp + p, hdr, bytes(buf[p:p + _format.as_header(hdr).size]))
                for buf, p, fp, hdr in _scan.walk(fd, 0, len(data), expect=0, check=check,
                                                  chunk=chunk)]
     finally:
         os.close(fd)
-    assert [(p, h[0], raw) for p, h, raw in got] == [
+    assert [(p, _format.as_header(h).base_offset, raw) for p, h, raw in got] == [
         (p, header(b).base_offset, b) for p, b in zip(_positions(bs), bs)]
 
 

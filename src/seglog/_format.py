@@ -113,7 +113,8 @@ class BatchHeader(NamedTuple):
         return LENGTH_END + self[1]
 
 
-_header = BatchHeader._make
+# a BatchHeader of HEADER's unpacked 9 fields (tuple's own constructor: _make checks the length)
+_named = tuple.__new__
 
 
 def read_header(data: bytes | memoryview, pos: int, end: int | None = None
@@ -125,17 +126,30 @@ def read_header(data: bytes | memoryview, pos: int, end: int | None = None
     CorruptRecordError when the framing is impossible (bad magic, bad length,
     zero-filled space). The checksum is not checked here; see ``checksum_ok``.
     """
+    raw = read_raw_header(data, pos, end)
+    return None if raw is None else _named(BatchHeader, raw)
+
+
+def read_raw_header(data: bytes | memoryview, pos: int, end: int | None = None
+                    ) -> RawHeader | None:
+    """``read_header``, the header as ``HEADER`` unpacks it: for the loop of every
+    scan (``_scan.walk``), whose callers unpack it into names at once."""
     if (end is not None and pos + HEADER_SIZE > end) or pos + HEADER_SIZE > len(data):
         if old_magic_at(data, pos, len(data) if end is None else end):
             raise framing_error(OLD_MAGIC, 0, 0, pos, None)
         return None
-    hdr = _header(HEADER.unpack_from(data, pos))
-    base, length, magic, _, attrs = hdr[:5]
+    raw = HEADER.unpack_from(data, pos)
+    base, length, magic, _, attrs, _, _, _, _ = raw
     if magic != MAGIC or length < MIN_BATCH_LENGTH or base < 0 or attrs & ~_KNOWN_ATTRS:
         raise framing_error(magic, length, base, pos, None)
     if end is not None and pos + LENGTH_END + length > end:
         return None
-    return hdr
+    return raw
+
+
+def as_header(raw: RawHeader) -> BatchHeader:
+    """A header as ``HEADER`` unpacks it, by its fields."""
+    return _named(BatchHeader, raw)
 
 
 def sane_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader | None:
@@ -158,8 +172,8 @@ def framed_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader | None:
     """
     if pos + HEADER_SIZE > len(data):
         return None
-    hdr = _header(HEADER.unpack_from(data, pos))
-    return hdr if hdr.magic == MAGIC and hdr.length >= MIN_BATCH_LENGTH else None
+    raw = HEADER.unpack_from(data, pos)
+    return _named(BatchHeader, raw) if raw[2] == MAGIC and raw[1] >= MIN_BATCH_LENGTH else None
 
 
 def old_magic_at(data: bytes | memoryview, pos: int, end: int) -> bool:
@@ -205,14 +219,22 @@ def batches_in(data: bytes | memoryview, start: int, end: int
     whether that is the end of a chunk or damage); raises ``CorruptRecordError``
     (``position`` in ``data``) where the framing is impossible. Checksums are not checked.
     """
+    for pos, raw in raw_batches_in(data, start, end):
+        yield pos, _named(BatchHeader, raw)
+
+
+def raw_batches_in(data: bytes | memoryview, start: int, end: int
+                   ) -> Iterator[tuple[int, RawHeader]]:
+    """``batches_in`` with each header as ``HEADER`` unpacks it (``read_raw_header``):
+    for loops that unpack it into names at once."""
     pos = start
     end = min(end, len(data))    # read_header's end may lie past a header-only buffer
     while True:
-        hdr = read_header(data, pos, end)
-        if hdr is None:
+        raw = read_raw_header(data, pos, end)
+        if raw is None:
             return
-        yield pos, hdr
-        pos += LENGTH_END + hdr.length
+        yield pos, raw
+        pos += LENGTH_END + raw[1]      # batch_length
 
 
 def whole_batches(data: bytes | memoryview, start: int, end: int) -> tuple[int, int]:

@@ -60,12 +60,13 @@ class MessageSet:
                                   _format.CODEC_LZ4 if compression == "lz4" else _format.CODEC_NONE)
         return cls(data, min_offset=base_offset)
 
-    def _headers(self) -> Iterator[tuple[int, _format.BatchHeader]]:
+    def _headers(self) -> Iterator[tuple[int, _format.RawHeader]]:
+        # the headers as HEADER unpacks them: each caller unpacks them into names
         pos, end = self._start, self._end
         try:
-            for pos, hdr in _format.batches_in(self._data, pos, end):
+            for pos, hdr in _format.raw_batches_in(self._data, pos, end):
                 yield pos, hdr
-                pos += _format.LENGTH_END + hdr.length
+                pos += _format.LENGTH_END + hdr[1]      # batch_length
         except CorruptRecordError as e:
             raise e.at(self._path, self._pos(e.position or 0)) from None
         if pos < end:
@@ -105,10 +106,11 @@ class MessageSet:
         or partly wanted batch is decoded to count)."""
         n = 0
         for pos, hdr in self._headers():
-            base, last = hdr.base_offset, hdr.last_offset
+            base, _, _, _, attrs, last_delta, _, _, _ = hdr
+            last = base + last_delta
             lo = self._min
             hi = last + 1 if self._max is None else min(last + 1, self._max)
-            if hdr.attributes & _format.F_OFFSETS or (lo > base and hi <= last):
+            if attrs & _format.F_OFFSETS or (lo > base and hi <= last):
                 if hi > lo and last >= lo:
                     n += sum(1 for _ in _decode.decode_batch(
                         self._data, pos, hdr, lo, self._max, self._max_uncompressed))
@@ -148,7 +150,7 @@ class MessageSet:
             last = hdr
         if last is None:
             return self._next if self._next is not None else self._min
-        nxt = last.last_offset + 1
+        nxt = _format.as_header(last).last_offset + 1
         return nxt if self._max is None else min(nxt, self._max)
 
     def columns(self) -> "Columns":
@@ -207,7 +209,7 @@ class MessageSet:
         for pos, hdr in self._headers():
             if not _format.checksum_ok(self._data, pos, hdr):
                 raise CorruptRecordError("checksum mismatch", self._path, self._pos(pos),
-                                         hdr.base_offset)
+                                         _format.as_header(hdr).base_offset)
             for _ in _decode.decode_batch(self._data, pos, hdr,
                                         max_uncompressed=self._max_uncompressed):
                 pass

@@ -35,7 +35,7 @@ class Damage(CorruptRecordError):
 
 def walk(fd: int | Callable[[], int], start: int, end: int, *, expect: int | None = None,
          check: bool = False, chunk: int = CHUNK, to_damage: bool = False
-         ) -> Iterator[tuple[bytes, int, int, _format.BatchHeader]]:
+         ) -> Iterator[tuple[bytes, int, int, _format.RawHeader]]:
     """(buffer, position in it, the buffer's file position, header) of each whole
     batch in the file ``fd`` from position ``start`` (a batch start) to ``end``
     (``fd`` a callable: asked for the descriptor at each read, for a walk that
@@ -65,14 +65,14 @@ def walk(fd: int | Callable[[], int], start: int, end: int, *, expect: int | Non
         p = 0
         while p < n:
             try:
-                hdr = _format.read_header(buf, p, n)
+                hdr = _format.read_raw_header(buf, p, n)
             except CorruptRecordError as e:
                 raise _framing_damage(buf, p, pos, e) from None
             if hdr is None:
                 break
             expect = _checked(buf, p, pos, hdr, expect, check)
             yield buf, p, pos, hdr
-            p += _format.LENGTH_END + hdr.length
+            p += _format.LENGTH_END + hdr[1]     # the raw header's batch_length
         if p == 0:
             # no whole batch at the start of this read: [start, end) holds whole
             # batches, so this is damage unless the batch is merely larger than a chunk
@@ -88,17 +88,18 @@ def walk(fd: int | Callable[[], int], start: int, end: int, *, expect: int | Non
                     raise Damage("short", "the file ends inside a batch header (cut back?)",
                                  pos + len(buf))
             try:
-                hdr = _format.read_header(buf, 0)     # the header alone: buf holds all of it
+                hdr = _format.read_raw_header(buf, 0)     # the header alone: buf holds it
             except CorruptRecordError as e:
                 raise _framing_damage(buf, 0, pos, e) from None
             assert hdr is not None
-            size = _format.LENGTH_END + hdr.length
+            base, length, _, _, _, _, _, _, _ = hdr
+            size = _format.LENGTH_END + length
             if pos + size > end:
-                raise Damage("partial", "batch runs past the end of the data", pos, hdr.base_offset)
+                raise Damage("partial", "batch runs past the end of the data", pos, base)
             big = os.pread(f, size, pos)
             if len(big) < size:
                 raise Damage("short", "the file ends inside a batch (cut back?)",
-                             pos + len(big), hdr.base_offset)
+                             pos + len(big), base)
             expect = _checked(big, 0, pos, hdr, expect, check)
             yield big, 0, pos, hdr
             p = size
@@ -113,19 +114,18 @@ def _framing_damage(buf: bytes, p: int, filepos: int, e: CorruptRecordError) -> 
                   filepos + p)
 
 
-def _checked(buf: bytes, p: int, filepos: int, hdr: _format.BatchHeader, expect: int | None,
+def _checked(buf: bytes, p: int, filepos: int, hdr: _format.RawHeader, expect: int | None,
              check: bool) -> int:
     """Check one batch; return the offset the next must start at."""
-    base = hdr.base_offset
+    base, _, _, _, attrs, last_delta, _, base_ts, max_ts = hdr
     if check and not _format.checksum_ok(buf, p, hdr):
         raise Damage("checksum", "checksum mismatch", filepos + p, base)
-    if (expect is not None and base != expect
-            and not _format.continues(expect, base, hdr.attributes)):
+    if expect is not None and base != expect and not _format.continues(expect, base, attrs):
         raise Damage("offsets", f"batch starts at offset {base}, expected {expect}",
                      filepos + p, base)
-    if check and (hdr.max_timestamp < hdr.base_timestamp or hdr.base_timestamp < 0):
+    if check and (max_ts < base_ts or base_ts < 0):
         raise Damage("framing", "bad batch timestamps", filepos + p, base)
-    return base + hdr.last_offset_delta + 1
+    return base + last_delta + 1
 
 
 def next_data(fd: int, pos: int, end: int) -> int:
@@ -301,9 +301,10 @@ def scan(seg: Any, start: int, end: int, next_offset: int | None,
     try:
         for buf, p, filepos, hdr in walk(seg.fileno(), start, end, expect=next_offset,
                                          check=True, to_damage=True):
-            res.add(filepos + p, hdr.base_offset, hdr.max_timestamp)
-            res.next_offset = hdr.base_offset + hdr.last_offset_delta + 1
-            res.end = filepos + p + _format.LENGTH_END + hdr.length
+            base, length, _, _, _, last_delta, _, _, max_ts = hdr
+            res.add(filepos + p, base, max_ts)
+            res.next_offset = base + last_delta + 1
+            res.end = filepos + p + _format.LENGTH_END + length
     except Damage as d:
         res.stop = "partial" if d.reason == "short" else d.reason
     return res

@@ -40,7 +40,7 @@ def batches(seg: Any, start: int = 0, end: int | None = None, expect: int | None
         # number), then go on
         for _, p, filepos, hdr in _scan.walk(seg.fileno, start, end, expect=expect,
                                              chunk=_SCAN_CHUNK):
-            yield filepos + p, hdr
+            yield filepos + p, _format.as_header(hdr)
     except CorruptRecordError as e:
         raise e.at(seg.path, e.position, e.offset) from None
 
@@ -126,8 +126,9 @@ def read_at(seg: Any, start: int, min_offset: int, max_bytes: int, end: int,
         # a short read, or a first batch larger than max_bytes: the walker reads
         # it whole or says what is wrong
         try:
-            for buf, _, _, last in _scan.walk(seg.fileno(), start, end, chunk=n or 1):
+            for buf, _, _, raw in _scan.walk(seg.fileno(), start, end, chunk=n or 1):
                 p = len(buf)
+                last = _format.as_header(raw)
                 break
         except CorruptRecordError as e:
             raise e.at(seg.path, e.position, e.offset) from None

@@ -229,8 +229,9 @@ def walk_segment(fd: int, ext: Extent, last: bool, directory: str,
     nxt = base if expect is None else expect
     ext.data_bytes = start
     try:
-        for buf, p, filepos, hdr in walk(fd, start, size, expect=nxt, check=True,
+        for buf, p, filepos, raw in walk(fd, start, size, expect=nxt, check=True,
                                          chunk=chunk, to_damage=True):
+            hdr = _format.as_header(raw)     # the visitors take it by its fields
             b = hdr.base_offset
             if decode:
                 try:
@@ -455,8 +456,9 @@ def extent(directory: str) -> tuple[int | None, int | None, int]:
                 try:
                     for _, p, filepos, hdr in walk(f.fileno(), pos, size, expect=end,
                                                    to_damage=True):
-                        data_end = filepos + p + hdr.size
-                        end = hdr.last_offset + 1
+                        base, length, _, _, _, last_delta, _, _, _ = hdr
+                        data_end = filepos + p + _format.LENGTH_END + length
+                        end = base + last_delta + 1
                 except CorruptRecordError:
                     pass                      # zeros (reserved), or damage: data ends
                 total += data_end

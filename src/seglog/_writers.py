@@ -463,9 +463,9 @@ def adopt(seg: Segment, limit: int) -> int:
     try:
         for buf, p, _, hdr in walk(seg.fileno(), seg.size, limit, expect=seg.next_offset,
                                    check=True):
-            n = _format.LENGTH_END + hdr.length
-            if seg.append(buf[p:p + n], hdr.base_offset, hdr.last_offset + 1,
-                          hdr.max_timestamp) < 0:
+            base, length, _, _, _, last_delta, _, _, max_ts = hdr
+            n = _format.LENGTH_END + length
+            if seg.append(buf[p:p + n], base, base + last_delta + 1, max_ts) < 0:
                 break
             kept += 1
     except Damage:

@@ -176,7 +176,7 @@ def _batches(seg: Segment) -> Iterator[tuple[bytes, int, _format.BatchHeader]]:
     """(buffer, position in it, header) of each batch, read in large chunks, checked."""
     try:
         for buf, p, _, hdr in _scan.walk(seg.fileno(), 0, seg.size, check=True):
-            yield buf, p, hdr
+            yield buf, p, _format.as_header(hdr)
     except CorruptRecordError as e:
         raise CorruptRecordError(f"{e.message} during compaction", seg.path, e.position,
                                  e.offset) from None
@@ -260,9 +260,9 @@ class _Writer:
         and drop its files; the index entries are made as one writer makes them."""
         if other.fd >= 0:
             for buf, p, _, hdr in _scan.walk(other.fd, 0, other.drained):
-                size = _format.LENGTH_END + hdr.length
-                self.add(buf[p:p + size], hdr.base_offset, hdr.max_timestamp,
-                         hdr.last_offset + 1)
+                base, length, _, _, _, last_delta, _, _, max_ts = hdr
+                size = _format.LENGTH_END + length
+                self.add(buf[p:p + size], base, max_ts, base + last_delta + 1)
         for data, (b, ts, nxt) in zip(other.pending, other.pending_meta):
             self.add(data, b, ts, nxt)
         if other.pos:
