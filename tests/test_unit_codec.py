@@ -485,3 +485,41 @@ def test_damage_among_plain_batches_is_raised_after_the_messages_before_it(at, d
     assert (ei.value.position, ei.value.offset) == (sum(map(len, parts[:at])), claimed)
     if message is not None:
         assert ei.value.message == message.format(base=base, base_plus_1=base + 1)
+
+
+def _framing_walk(data: bytes, start: int, end: int) -> tuple[int, int] | str:
+    """What ``batches_in`` says of ``data[start:end]``: where its whole batches stop and
+    where the last starts, or the error it raises."""
+    pos, last = start, -1
+    try:
+        for p, hdr in codec.batches_in(data, start, end):
+            last, pos = p, p + hdr.size
+    except CorruptRecordError as e:
+        return f"{e.message} at {e.position}"
+    return pos, last
+
+
+# bytes of a header whose change the framing check sees: the base offset's sign, the
+# length's low and high bytes, the magic, the attributes' high byte (unknown bits)
+_FRAMING_BYTES = [7, 8, 11, 16, 22]
+
+
+@given(_SHAPES, st.integers(0, 2000), st.integers(0, 24), st.sampled_from(_FRAMING_BYTES + [30]),
+       st.integers(0, 7), st.sampled_from([b"", b"\0" * 12 + b"\1", b"junk" * 20]))
+@settings(max_examples=500, deadline=None)
+def test_whole_batches_walks_as_batches_in(shapes, cut, which, field, bit, tail):
+    """``Log.read``'s walk to its last batch (``_format.whole_batches``, which makes no
+    header) stops, and fails, exactly where ``batches_in`` does: whole batches, a cut
+    one, a framing byte of one batch changed, a format-1 batch's start or junk after."""
+    data, _ = _log_like(shapes)
+    starts = [p for p, _ in codec.batches_in(data, 0, len(data))]
+    data = bytearray(data + tail)
+    data[starts[which % len(starts)] + field] ^= 1 << bit
+    data = bytes(data)
+    end = max(0, len(data) - cut)
+    want = _framing_walk(data, 0, end)
+    try:
+        got: tuple[int, int] | str = _format.whole_batches(data, 0, end)
+    except CorruptRecordError as e:
+        got = f"{e.message} at {e.position}"
+    assert got == want
