@@ -105,12 +105,12 @@ class BatchHeader(NamedTuple):
     @property
     def last_offset(self) -> int:
         """The offset of the batch's last record: base offset + last offset delta."""
-        return self[0] + self[5]
+        return self.base_offset + self.last_offset_delta
 
     @property
     def size(self) -> int:
         """The whole batch's size in bytes, header included (``batch_length`` + 12)."""
-        return LENGTH_END + self[1]
+        return LENGTH_END + self.length
 
 
 # a BatchHeader of HEADER's unpacked 9 fields (tuple's own constructor: _make checks the length)
