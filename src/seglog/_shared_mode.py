@@ -23,8 +23,9 @@ from .segment import Segment, WriterState
 class SharedMode:
     """Built by ``LocalLog`` around its append lock and its handle on the header;
     ``follow(moved)`` is how the writer takes what the others published (the active
-    segment's ``WriterState`` or the whole ``Shared`` state, lock held); ``fail_line(e)`` fails the appends
-    waiting in the writer's line when the way in fails for them too."""
+    segment's ``WriterState`` or the whole ``Shared`` state, lock held);
+    ``fail_line(e)`` fails the appends waiting in the writer's line when the way in
+    fails for them too."""
 
     __slots__ = ("_lock", "_w", "_closed_error", "_fail_line", "_follow",
                  "_gen", "_changes", "_marks", "_end")
@@ -95,8 +96,9 @@ class SharedMode:
                marks: FlushMarks) -> None:
         """Publish what changed since this writer last published (everything when more
         than the active segment's tail moved: the list, the start, the flushed
-        offset), then let go of both locks. ``seg``: the active segment; ``end``: the next offset; ``changes`` and
-        ``gen``: the writer's change count and list generation."""
+        offset), then let go of both locks. ``seg``: the active segment; ``end``: the
+        next offset; ``changes`` and ``gen``: the writer's change count and list
+        generation."""
         w = self._w
         try:
             if changes != self._changes:
