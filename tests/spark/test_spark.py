@@ -593,7 +593,8 @@ def test_rdd_ranges_commit_only_after_the_jobs_output_succeeded(spark, tmp_path)
 # -- the example -------------------------------------------------------------------
 
 def test_the_spark_pipeline_example_counts_the_same_in_batch_and_streaming(spark, tmp_path):
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "examples"))
     try:
         import spark_pipeline
     finally:

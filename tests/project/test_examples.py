@@ -18,7 +18,7 @@ import pytest
 
 from seglog import Log
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(REPO, "examples")
 
 
@@ -52,16 +52,16 @@ def test_worker_pool_survives_a_killed_worker_with_every_order_processed(tmp_pat
     assert m and m.group(1) == m.group(2) == "20,000" and m.group(3) == "0", out
 
 
-README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md")
+README = os.path.join(REPO, "README.md")
 
 README_RUNNER = r"""
 import re, sys, textwrap
 text = open(sys.argv[1], encoding="utf-8").read()
 for i, block in enumerate(re.findall(r"```python\n(.*?)```", text, re.S)):
     if "SparkSession" in block:
-        continue                # tests/test_spark.py runs the data source (Java, minutes)
+        continue                # tests/spark/test_spark.py runs the data source (Java, minutes)
     if "from seglog import kafka" in block:
-        continue                # needs a Kafka broker's directories: tests/test_kafka.py
+        continue                # needs a Kafka broker's directories: tests/kafka/test_kafka.py
                                 # runs the same calls over a real broker's files
     print(f"--- block {i}", flush=True)
     exec(compile(textwrap.dedent(block), f"README block {i}", "exec"), {"__name__": "__main__"})

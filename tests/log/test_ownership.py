@@ -264,7 +264,7 @@ def _documented_names() -> set[str]:
     """The file names docs/FORMAT.md lists in its log directory, segment names
     generalised to <digits>.ext."""
     here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "..", "docs", "FORMAT.md"), encoding="utf-8") as f:
+    with open(os.path.join(here, "..", "..", "docs", "FORMAT.md"), encoding="utf-8") as f:
         text = f.read()
     block = text.split("## The log directory", 1)[1].split("```", 2)[1]
     names = {line.split()[0] for line in block.splitlines()[2:] if line.startswith("  ")

@@ -23,7 +23,7 @@ from htmlview import parse
 pd = pytest.importorskip("pandas")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NOTEBOOK = os.path.join(HERE, "..", "examples", "inspect_log.ipynb")
+NOTEBOOK = os.path.join(HERE, "..", "..", "examples", "inspect_log.ipynb")
 T0 = 1_700_000_000_000
 
 

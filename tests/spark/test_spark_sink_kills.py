@@ -26,7 +26,7 @@ from seglog import Record, Topic  # noqa: E402
 from seglog.spark import check_java  # noqa: E402
 from seglog.spark._publish import COMMITTED, LOCK, MANIFEST, WriteDir  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the shared helpers
 SCALE = int(os.environ.get("SEGLOG_TORTURE", "1"))
 
 READER = r"""
@@ -66,8 +66,8 @@ class Child:
 
     def __init__(self, root: str, ckpt: str, mode: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "sink_child.py"), root, ckpt, mode],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, cwd=HERE)
+            [sys.executable, os.path.join(TESTS, "sink_child.py"), root, ckpt, mode],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, cwd=TESTS)
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.err: list[bytes] = []
         threading.Thread(target=self._pump, daemon=True).start()

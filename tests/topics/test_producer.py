@@ -26,7 +26,7 @@ from seglog import (InvalidConfigError, Log, LogClosedError, LogLockedError,
 from seglog.testing import FaultyFS
 
 SEED = int(os.environ.get("SEGLOG_SEED", str(random.randrange(1 << 30))))
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 
 
 def contents(log: Log) -> set[tuple[int, bytes | None]]:

@@ -352,7 +352,8 @@ def test_reading_beside_a_live_writer(tmp_path):
     the final records: a torn tail is the end, never damage."""
     d = tmp_path / "live-0"
     d.mkdir()
-    code = f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); " \
+    here = os.path.dirname(os.path.abspath(__file__))     # this file; the helpers one up
+    code = f"import sys; sys.path[:0] = [{here!r}, {os.path.dirname(here)!r}]; " \
            f"from test_kafka import _writer; _writer({str(d)!r}, 400)"
     proc = subprocess.Popen([sys.executable, "-c", code])
     seen = []

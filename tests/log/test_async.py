@@ -456,7 +456,7 @@ def test_wait_async_is_served_while_every_worker_waits_on_another_log(tmp_path, 
 # -- the Producer's futures --------------------------------------------------------------------
 
 def _doc_example(doc: str, heading: str) -> str:
-    with open(os.path.join(HERE, "..", "docs", doc), encoding="utf-8") as f:
+    with open(os.path.join(HERE, "..", "..", "docs", doc), encoding="utf-8") as f:
         text = f.read()
     section = text.split(heading, 1)[1]
     m = re.search(r"```python\n(.*?)```", section, re.S)

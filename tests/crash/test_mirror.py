@@ -3,7 +3,7 @@
 A torn last append must never make the log refuse to open, whatever the values hold:
 recovery's "valid data follows the damage" search must not take a batch inside the
 torn batch's own value for data written after it. Real damage followed by real later
-batches is still refused (tests/test_crash.py checks that rule).
+batches is still refused (tests/crash/test_crash.py checks that rule).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from consumers import owned
 from helpers import fill, wait_for
 from seglog.consumer_group import committed_offsets
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MEMBER = os.path.join(HERE, "group_member.py")
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the shared helpers
+MEMBER = os.path.join(TESTS, "group_member.py")
 SESSION_MS = 1000
 
 

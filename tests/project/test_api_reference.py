@@ -25,7 +25,7 @@ import seglog.repair
 import seglog.spark
 import seglog.testing
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # scripts/apidoc's flags: nitpicky (-n), warnings are errors (-W), all of them
 # reported (--keep-going), quiet but for warnings (-q)
 SPHINX = ["-m", "sphinx", "-b", "html", "-W", "--keep-going", "-n", "-q"]

@@ -27,8 +27,8 @@ from seglog.testing import advance_group_clock
 from consumers import delete_topic, owned
 from helpers import fill, wait_for
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MEMBER = os.path.join(HERE, "group_member.py")
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the shared helpers
+MEMBER = os.path.join(TESTS, "group_member.py")
 TORTURE = int(os.environ.get("SEGLOG_TORTURE", "1"))
 
 

@@ -14,7 +14,8 @@ import pytest
 from seglog.spark import JavaMissingError, check_java
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(HERE, "..", "src")
+ROOT = os.path.join(HERE, "..", "..")
+SRC = os.path.join(ROOT, "src")
 
 
 def fake_java(directory, says: str, status: int = 0) -> str:
@@ -103,12 +104,12 @@ def test_a_java_that_fails_or_says_no_version_is_refused(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(importlib.util.find_spec("pyspark") is None, reason="needs the spark extra")
 def test_the_spark_tests_without_java_fail_with_that_message_and_no_launcher_traceback():
-    test = "tests/test_spark.py::test_rdd_ranges_commit_only_after_the_jobs_output_succeeded"
+    test = "tests/spark/test_spark.py::test_rdd_ranges_commit_only_after_the_jobs_output_succeeded"
     # -rN: no short summary, which pytest prints untruncated when CI is set (it echoes the
     # message a second time there); the count below is of what the fixture says.
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider",
                         test],
-                       cwd=os.path.join(HERE, ".."), env=no_java_env(), capture_output=True,
+                       cwd=ROOT, env=no_java_env(), capture_output=True,
                        text=True, timeout=240)
     out = p.stdout + p.stderr
     assert p.returncode == 1, out

@@ -169,7 +169,7 @@ def test_the_checker_sees_a_subpackage_as_one_layer():
 # a guard against a file growing into several concepts, not a target: a class is never
 # cut at a line count (that met this number once by binding free functions back onto
 # ``Segment`` and making fields public); who changes which state is checked by
-# tests/test_state_ownership.py, and a long class that owns one concept stays whole
+# tests/project/test_state_ownership.py, and a long class that owns one concept stays whole
 MAX_MODULE_LINES = 900
 # underscore names of the standard library's public API (namedtuple's, os._exit)
 _STDLIB_UNDERSCORE_API = {"_exit", "_asdict", "_replace", "_fields", "_make", "_field_defaults"}

@@ -7,7 +7,7 @@
 * no module assigns attributes of another module's objects: state changes through
   its owner's methods. The exceptions are listed below, each with its reason.
 
-A sibling of tests/test_layers.py (which checks imports and private names).
+A sibling of tests/project/test_layers.py (which checks imports and private names).
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from seglog.topic import partition_for_key, read_partition_count
 
 from helpers import wait_for
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MEMBER = os.path.join(HERE, "group_member.py")
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the shared helpers
+MEMBER = os.path.join(TESTS, "group_member.py")
 DEADLINE = 30.0          # seconds any one wait may take before the test fails
 
 

@@ -266,8 +266,8 @@ def child(path: str, report_fd: int, seed: int, wid: int, multi: bool) -> None:
 
 
 READER = r"""
-import sys, time
-sys.path.insert(0, sys.argv[2])
+import os, sys, time
+sys.path[:0] = [sys.argv[2], os.path.dirname(sys.argv[2])]   # this test, the helpers
 from seglog import Log
 from test_atomic_append import whole_groups
 path, stop, pos = sys.argv[1], time.monotonic() + float(sys.argv[3]), int(sys.argv[4])
