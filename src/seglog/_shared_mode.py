@@ -14,7 +14,6 @@ import threading
 import time
 from typing import Callable
 
-from ._flush_marks import FlushMarks
 from ._writers import Shared, WritersFile
 from .errors import LogClosedError, SeglogError
 from .segment import Segment, WriterState
@@ -93,16 +92,16 @@ class SharedMode:
             raise
 
     def commit(self, seg: Segment, end: int, changes: int, gen: int, start: int,
-               marks: FlushMarks) -> None:
+               flushed: int) -> None:
         """Publish what changed since this writer last published (everything when more
         than the active segment's tail moved: the list, the start, the flushed
         offset), then let go of both locks. ``seg``: the active segment; ``end``: the
         next offset; ``changes`` and ``gen``: the writer's change count and list
-        generation."""
+        generation; ``flushed``: the writer's flushed offset."""
         w = self._w
         try:
             if changes != self._changes:
-                self.publish(seg, end, changes, gen, start, marks)
+                self.publish(seg, end, changes, gen, start, flushed)
                 w.leave()
             elif seg.marks != self._marks:
                 # appends alone, which moved an index entry or the largest timestamp:
@@ -128,10 +127,10 @@ class SharedMode:
             self._lock.release()
 
     def publish(self, seg: Segment, end: int, changes: int, gen: int, start: int,
-                marks: FlushMarks) -> None:
+                flushed: int) -> None:
         """Everything, now (lock held): the log start, the flushed offset, the active
         segment's state, and a new list generation if the list changed."""
-        self._w.publish(start, marks.flushed, gen != self._gen, seg.writer_state())
+        self._w.publish(start, flushed, gen != self._gen, seg.writer_state())
         self.published(seg, end, changes, gen)
 
     def published(self, seg: Segment, end: int, changes: int, gen: int) -> None:

@@ -527,7 +527,7 @@ class LocalLog:
     def _commit_shared(self) -> None:
         """Step 2 with several writers: publish what changed, let go."""
         self._shared.commit(self._active, self._end, self._changes, self._list_gen,
-                            self._start, self._marks)
+                            self._start, self._marks.flushed)
 
     def _abort_shared(self) -> None:
         """Step 3 with several writers, after a failure inside a write or a roll: as
@@ -538,7 +538,7 @@ class LocalLog:
 
     def _publish(self) -> None:
         self._shared.publish(self._active, self._end, self._changes, self._list_gen,
-                             self._start, self._marks)
+                             self._start, self._marks.flushed)
 
     def _mark_published(self) -> None:
         self._shared.published(self._active, self._end, self._changes, self._list_gen)
