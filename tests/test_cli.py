@@ -21,7 +21,7 @@ import seglog
 import seglog.repair
 import seglog.cli
 import seglog._cli.inspect
-from seglog import Log, Record, Topic
+from seglog import Log, Record, Topic, codec
 from seglog._cli.inspect import reread_records
 from seglog._cli.output import Progress
 from seglog.testing import abandon
@@ -464,7 +464,7 @@ def test_verify_tells_a_batch_being_written_from_a_torn_tail(tmp_path):
     with live_writer(path, "idle") as proc:
         seg = os.path.join(path, f"{0:020d}.log")
         end = sum(b["size"] for b in json.loads(run("dump", path, "--json").stdout)["batches"])
-        half = seglog.codec.encode_batch(5, [b"y" * 300], 1)[:200]
+        half = codec.encode_batch(5, [b"y" * 300], 1)[:200]
         with open(seg, "r+b") as f:
             f.seek(end)
             f.write(half)
