@@ -53,7 +53,7 @@ import seglog  # noqa: E402
 from xxhash import xxh3_64_intdigest  # noqa: E402
 from bench_log import BATCH, MSG, framing_read, framing_write, raw_write, timed  # noqa: E402
 # the read path builds each Message from one 5-tuple with this (a C-level call)
-from seglog._records import make_message  # noqa: E402
+from seglog._codec.records import make_message
 
 _HDR = struct.Struct("<qIBQHIIqqH")   # a one-record batch header, as append() writes it
 _MAGIC = seglog.codec.MAGIC

@@ -70,7 +70,7 @@ import seglog  # noqa: E402
 from bench_log import dir_bytes, raw_write, seglog_read, seglog_write, sqlite_read, \
     sqlite_write, timed  # noqa: E402
 from seglog import codec  # noqa: E402
-from seglog._records import make_message  # noqa: E402  (how the read path builds a Message)
+from seglog._codec.records import make_message
 from seglog.testing import abandon  # noqa: E402
 
 try:
@@ -149,8 +149,8 @@ def arrow_read(path: str, expect: int, views: bool = False) -> float:
 def arrow_parts(path: str) -> tuple[float, dict[str, float]]:
     """Where one ``read_arrow()`` of the log at ``path`` spends its time, by part
     (best of 3; the parts are seglog's own functions, timed by wrapping them here)."""
-    import seglog._arrow_batches as ab
-    from seglog import _log_reads
+    import seglog._codec.arrow_batches as ab
+    from seglog._log import reads as _log_reads
     spent: dict[str, float] = {}
     parts = {(_log_reads, "_pool_pread"): "pread of 4 MiB chunks into Arrow's pool",
              (ab, "_first_pass"): "per batch: header unpack + checksum (Python)",

@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from seglog import Topic, _format
+from seglog import Topic
+from seglog._codec import format as _format
 from seglog.codec import BatchHeader
 
 

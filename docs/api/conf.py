@@ -39,7 +39,7 @@ autodoc_inherit_docstrings = True
 # a special method without a docstring is still left out
 autodoc_default_options = {"members": True, "special-members": "__iter__, __aiter__, __len__"}
 # defaults as written in the source (``1 << 20``, ``Message``), not as repr()s that
-# the signature parser cannot read (``<class 'seglog._records.Message'>``)
+# the signature parser cannot read (``<class 'seglog._codec.records.Message'>``)
 autodoc_preserve_defaults = True
 # a type alias is shown (and linked) by its name, not expanded
 autodoc_type_aliases = {"Headers": "seglog.message.Headers"}
@@ -63,9 +63,9 @@ nitpick_ignore = [
     ("py:class", "StructType"), ("py:class", "DataSourceReader"),
     ("py:class", "DataSourceStreamReader"), ("py:class", "DataSourceWriter"),
     ("py:class", "DataSourceStreamWriter"),                     # pyspark, typing only
-    ("py:class", "seglog._decode._M"),          # the message type of codec's decoders
+    ("py:class", "seglog._codec.decode._M"),          # the message type of codec's decoders
     # the loader's and the prefaulter's work items, in Segment's writer interface
-    ("py:class", "seglog._scan.ScanResult"), ("py:class", "seglog._prefault.Prefaulter"),
+    ("py:class", "seglog._storage.scan.ScanResult"), ("py:class", "seglog._runtime.prefault.Prefaulter"),
 ]
 
 # Classes seglog builds and users only receive (a Log by ``Log.open``, a Topic by

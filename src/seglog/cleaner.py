@@ -34,9 +34,11 @@ from typing import Callable, ContextManager, Iterator, Sequence
 
 import xxhash
 
-from . import _decode, _encode, _format, _scan
-from ._files import (CLEANED, SEGMENT_SUFFIXES, SWAP, fsync_dir, fsync_file, is_leftover, list_segments,
-                     read_checkpoint, remove, segment_name, segment_path, write_checkpoint)
+from ._codec import decode as _decode, encode as _encode, format as _format
+from ._storage import scan as _scan
+from ._runtime.files import (CLEANED, SEGMENT_SUFFIXES, SWAP, fsync_dir, fsync_file, is_leftover,
+                             list_segments, read_checkpoint, remove, segment_name, segment_path,
+                             write_checkpoint)
 from .config import LogConfig
 from .errors import CorruptRecordError
 from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex

@@ -32,10 +32,10 @@ import importlib.metadata
 import sys
 from typing import Any, Sequence
 
-from ._cli_groups import cmd_groups
-from ._cli_inspect import cmd_dump, cmd_stats, cmd_tail, cmd_verify
-from ._cli_maintain import cmd_compact, cmd_recover, cmd_retention
-from ._cli_output import EXIT_DAMAGE, EXIT_LOCKED, EXIT_NOT_A_LOG, EXIT_OK, EXIT_USAGE
+from ._cli.groups import cmd_groups
+from ._cli.inspect import cmd_dump, cmd_stats, cmd_tail, cmd_verify
+from ._cli.maintain import cmd_compact, cmd_recover, cmd_retention
+from ._cli.output import EXIT_DAMAGE, EXIT_LOCKED, EXIT_NOT_A_LOG, EXIT_OK, EXIT_USAGE
 from .errors import (CorruptRecordError, InvalidConfigError, LogLockedError, NotALogError,
                      SeglogError)
 

@@ -1,9 +1,9 @@
 """Batch codec: pure functions between records and bytes, with no file handling.
 
 The face of the byte format (docs/FORMAT.md has it byte by byte), which three
-modules own: ``_format`` (the header and its named fields, attribute bits, the
-checksum, framing, and the rule by which batches follow each other), ``_encode``
-(records to a batch) and ``_decode`` (a batch to messages or columns, and the read
+modules own: ``_codec.format`` (the header and its named fields, attribute bits, the
+checksum, framing, and the rule by which batches follow each other), ``_codec.encode``
+(records to a batch) and ``_codec.decode`` (a batch to messages or columns, and the read
 path's fused walk-and-decode over a buffer of batches). seglog's own modules
 import from those; this one gives users what reading and writing batches needs.
 
@@ -12,12 +12,12 @@ All integers are little-endian.
 
 from __future__ import annotations
 
-from ._decode import ColumnPart, WalkEnd, decode_batch, iter_messages
-from ._encode import encode_batch
-from ._format import (CHECKSUM, CODEC_LZ4, CODEC_MASK, CODEC_NONE, F_HEADERS, F_HORIZON, F_KEYS,
-                      F_NULL_VALUES, F_OFFSETS, F_TIMESTAMPS, F_WIDE, F_WIDE_TS, HEADER_SIZE,
-                      MAGIC, BatchHeader, MessageTuple, batches_in, checksum_ok,
-                      delete_horizon, read_header)
+from ._codec.decode import ColumnPart, WalkEnd, decode_batch, iter_messages
+from ._codec.encode import encode_batch
+from ._codec.format import (CHECKSUM, CODEC_LZ4, CODEC_MASK, CODEC_NONE, F_HEADERS, F_HORIZON,
+                            F_KEYS, F_NULL_VALUES, F_OFFSETS, F_TIMESTAMPS, F_WIDE, F_WIDE_TS,
+                            HEADER_SIZE, MAGIC, BatchHeader, MessageTuple, batches_in, checksum_ok,
+                            delete_horizon, read_header)
 
 __all__ = [
     # the format: the magic byte, the header, its attribute bits, the checksum

@@ -34,14 +34,14 @@ unless the owner ``seek``s back.
 query, a batch job): within each partition's log, under ``group.lock``, durably,
 never backwards, not fenced.
 
-This module is the consumer and the names users import; beside it, ``_assignors``
-deals partitions, ``_group_files`` reads and writes the files above,
-``_group_ops`` is everything done under ``group.lock``, ``_membership`` one
-member's coordination (which a ``Consumer`` holds) and ``_topic_watch`` what it
-knows of its topics, ``_assignment`` the one owner of a consumer's partitions and
-positions, ``_consumer_fetch`` its reading (``ConsumerMessage``, the ``Fetcher``),
-``_consumer_args`` the checks of its arguments and ``_group_admin`` the calls made
-without being a member; ``_aio`` runs ``async for``'s polls in worker threads.
+This module is the consumer and the names users import; beside it, ``_groups.assignors``
+deals partitions, ``_groups.files`` reads and writes the files above,
+``_groups.ops`` is everything done under ``group.lock``, ``_groups.membership`` one
+member's coordination (which a ``Consumer`` holds) and ``_groups.topic_watch`` what it
+knows of its topics, ``_groups.assignment`` the one owner of a consumer's partitions and
+positions, ``_groups.fetch`` its reading (``ConsumerMessage``, the ``Fetcher``),
+``_groups.args`` the checks of its arguments and ``_groups.admin`` the calls made
+without being a member; ``_runtime.aio`` runs ``async for``'s polls in worker threads.
 """
 
 from __future__ import annotations
@@ -52,17 +52,17 @@ import time
 import weakref
 from typing import AsyncIterator, Iterable, Iterator, Mapping
 
-from . import _consumer_args as args
-from ._aio import Serial, in_thread
-from ._assignment import Assignment, Held, Target
-from ._assignors import ASSIGNORS, TP, assign
-from ._consumer_fetch import ConsumerMessage, Deserializer, Fetcher
-from ._files import GROUPS_DIR
-from ._marker import check_root
-from ._group_admin import GroupDescription, check_int, commit_offsets, committed_offsets, \
-    describe_group, list_groups
-from ._group_files import close_fork_copies, committed_offset, key, log_id
-from ._membership import POLL_LOCK_WAIT_S, Callback, Membership
+from ._groups import args
+from ._runtime.aio import Serial, in_thread
+from ._groups.assignment import Assignment, Held, Target
+from ._groups.assignors import ASSIGNORS, TP, assign
+from ._groups.fetch import ConsumerMessage, Deserializer, Fetcher
+from ._runtime.files import GROUPS_DIR
+from ._storage.marker import check_root
+from ._groups.admin import (GroupDescription, check_int, commit_offsets, committed_offsets,
+                            describe_group, list_groups)
+from ._groups.files import close_fork_copies, committed_offset, key, log_id
+from ._groups.membership import POLL_LOCK_WAIT_S, Callback, Membership
 from .errors import InvalidConfigError, LogClosedError, SeglogError
 from .topic import check_name, partition_dir
 

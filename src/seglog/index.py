@@ -29,8 +29,8 @@ from operator import ge
 from struct import Struct
 from typing import Callable, Self, Sequence, cast
 
-from ._files import fsync_file
-from . import _platform
+from ._runtime.files import fsync_file
+from ._runtime import platform as _platform
 
 
 _OFFSET_ENTRY = Struct("<II")

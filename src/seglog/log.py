@@ -5,7 +5,7 @@ flush policy and the recovery point, poisoning after an I/O error, tailing
 (``wait``), and the maintenance entry points with their policy (which segments
 retention deletes, when compaction runs). A ``Log`` holds a ``LocalLog`` (the
 segment list, rolling, the lifetime of segments); its read methods are
-``_log_reads``'s over that; bytes in files are ``segment``, ``index`` and
+``_log.reads``'s over that; bytes in files are ``segment``, ``index`` and
 ``codec``. docs/DESIGN.md has the layers and the lock order.
 """
 
@@ -20,20 +20,24 @@ import weakref
 from dataclasses import fields
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import _format, _log_reads, _log_wait, _notebook, _scheduler, recovery, repair
+from ._codec import format as _format
+from ._log import reads as _log_reads, wait as _log_wait
+from ._views import notebook as _notebook
+from ._runtime import scheduler as _scheduler
+from . import recovery, repair
 from .cleaner import CompactionStats
 from .config import LogConfig, open_options
 from .errors import (MessageTooLargeError, ReadOnlyError, SeglogError, StorageError,
                      storage_error)
-from ._append_line import Batches
-from ._files import abs_dir
-from ._log_encode import check_window, encode
-from ._log_open import DirLock, check_open_options, open_reader, open_shared, open_writer
-from ._log_maintenance import Maintenance
-from ._live import LiveLog
-from ._metrics import Metrics
-from .local_log import LocalLog
-from ._records import check_timestamp
+from ._log.append_line import Batches
+from ._runtime.files import abs_dir
+from ._log.batching import check_window, encode
+from ._log.opening import DirLock, check_open_options, open_reader, open_shared, open_writer
+from ._log.maintenance import Maintenance
+from ._log.live import LiveLog
+from ._log.metrics import Metrics
+from ._log.local_log import LocalLog
+from ._codec.records import check_timestamp
 from .message import Headers, Message, MessageSet, Record
 from .segment import Segment
 _log = logging.getLogger("seglog")
@@ -347,7 +351,7 @@ class Log:
             except (OSError, ValueError) as e:
                 raise self._fail(e) from e
 
-    # -- reading (the read path is _log_reads's, over the LocalLog) -----------------
+    # -- reading (the read path is _log.reads's, over the LocalLog) -----------------
     @property
     def start_offset(self) -> int:
         """The first offset still in the log."""

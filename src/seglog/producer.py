@@ -21,12 +21,12 @@ from itertools import accumulate, compress, repeat
 from operator import add
 from typing import Any, Callable, Iterable, Sequence
 
-from ._future import finish_all, new_future, start_all
+from ._runtime.future import finish_all, new_future, start_all
 from .errors import (InvalidConfigError, LogLockedError, MessageTooLargeError,
                      NotDurableError, ProducerClosedError, ProducerTimeoutError, ReadOnlyError,
                      StorageError)
 from .log import Log, append_encoded, encode_batches
-from ._records import prepare_batch
+from ._codec.records import prepare_batch
 from .message import Headers, Record
 from .topic import Topic
 

@@ -15,16 +15,18 @@ from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import _format, _platform
-from ._files import (LOCK_FILE, LOG_START, RECOVERY_POINT, SEGMENT_SUFFIXES, WRITER_SESSION,
-                     atomic_write, fsync_dir, fsync_file, is_leftover, list_segments,
-                     read_checkpoint, remove, segment_path, write_checkpoint)
-from ._scan import ScanResult, Survey, scan, survey
+from ._codec import format as _format
+from ._runtime import platform as _platform
+from ._runtime.files import (LOCK_FILE, LOG_START, RECOVERY_POINT, SEGMENT_SUFFIXES,
+                             WRITER_SESSION, atomic_write, fsync_dir, fsync_file, is_leftover,
+                             list_segments, read_checkpoint, remove, segment_path,
+                             write_checkpoint)
+from ._storage.scan import ScanResult, Survey, scan, survey
 from .cleaner import resolve_interrupted
 from .errors import CorruptRecordError
 from .index import TimeIndex, entries_valid, offset_arrays
 from .retention import remove_leftovers
-from ._segment_indexes import active_entries
+from ._storage.segment_indexes import active_entries
 from .segment import NO_TIMESTAMP, Segment, WriterState
 
 CLEAN_MARKER = ".clean-shutdown"
@@ -401,7 +403,7 @@ def write_marker(directory: str, active: Segment, end_offset: int) -> None:
 
 def continuing_batch_after(seg: Segment, pos: int, file_size: int, next_offset: int) -> int | None:
     """Position of a valid batch after the bad batch at ``pos`` that continues the
-    log (base offset at or past ``next_offset``), if any (``_scan.survey``).
+    log (base offset at or past ``next_offset``), if any (``_storage.scan.survey``).
 
     Such a batch beyond a damaged spot proves the damage is inside written data, not
     a torn tail. A stale copy of an earlier batch (base offset too low) proves

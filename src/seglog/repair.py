@@ -23,13 +23,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import _format, _marker, _platform, _verdict, _writers
-from ._files import (CLEANED, LOCK_FILE, RECOVERY_POINT, SWAP, fsync_dir, fsync_file,
-                     read_checkpoint, remove, write_checkpoint)
-from ._scan import survey
-from ._walk import (BatchInfo, DamageAt, Extent, Problem, Progress, RangeRead, WalkInfo,
-                    committed_swaps, data_bytes, extent, index_floor, read_range,
-                    segment_paths, walk_log)
+from ._codec import format as _format
+from ._storage import marker as _marker
+from ._runtime import platform as _platform
+from ._views import verdict as _verdict
+from ._shared import writers as _writers
+from ._runtime.files import (CLEANED, LOCK_FILE, RECOVERY_POINT, SWAP, fsync_dir, fsync_file,
+                             read_checkpoint, remove, write_checkpoint)
+from ._storage.scan import survey
+from ._log.walk import (BatchInfo, DamageAt, Extent, Problem, Progress, RangeRead, WalkInfo,
+                        committed_swaps, data_bytes, extent, index_floor, read_range,
+                        segment_paths, walk_log)
 from .errors import LogClosedError, LogLockedError, NotALogError, SeglogError
 from .index import TimeIndex, entries_valid, offset_arrays
 

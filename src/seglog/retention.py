@@ -19,8 +19,8 @@ import os
 import time
 from typing import Protocol, Sequence
 
-from ._files import (DELETED, SEGMENT_SUFFIXES, fsync_dir, is_leftover, list_segments, remove,
-                     segment_base, segment_path)
+from ._runtime.files import (DELETED, SEGMENT_SUFFIXES, fsync_dir, is_leftover, list_segments,
+                             remove, segment_base, segment_path)
 
 
 class _Expirable(Protocol):

@@ -24,16 +24,18 @@ import os
 from struct import Struct
 from typing import Any, Callable, NamedTuple, Sequence, cast
 
-from . import _encode, _format, _notebook, _scan, _segment_read
-from ._files import fsync_dir, fsync_file, remove, segment_name
-from ._format import BIG_ENDIAN_HOST
-from ._segment_indexes import close_all, for_reading, replace_files, reserve_room
+from ._codec import encode as _encode, format as _format
+from ._views import notebook as _notebook
+from ._storage import scan as _scan, segment_read as _segment_read
+from ._runtime.files import fsync_dir, fsync_file, remove, segment_name
+from ._codec.format import BIG_ENDIAN_HOST
+from ._storage.segment_indexes import close_all, for_reading, replace_files, reserve_room
 # SegmentGoneError is raised by the .log descriptor's holder, and known by Segment's name
-from ._segment_file import SegmentFile
-from ._segment_file import SegmentGoneError as SegmentGoneError
+from ._storage.segment_file import SegmentFile
+from ._storage.segment_file import SegmentGoneError as SegmentGoneError
 from .errors import CorruptRecordError
 from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, next_entry_position
-from ._writable_map import WritableMap
+from ._storage.writable_map import WritableMap
 
 _OFFSET = _format.BASE_OFFSET
 _LENGTH = _format.LENGTH
@@ -347,7 +349,7 @@ class Segment:
 
     def _indexes(self) -> tuple[OffsetIndex, TimeIndex]:
         """Both indexes, loaded once even when threads ask at the same time
-        (``_segment_indexes.for_reading``)."""
+        (``_storage.segment_indexes.for_reading``)."""
         with self._log.lock:
             if self._index is None or self._timeindex is None:
                 self._log.check_present()
@@ -437,7 +439,7 @@ class Segment:
         The first batch's header goes in first, claiming the whole group as its
         length: its checksum fails, so readers stop before it, recovery cuts it as
         a torn tail and a repairing writer erases it; the batches after it lie
-        inside the bytes it claims, which prove nothing (``_scan.survey``). Once
+        inside the bytes it claims, which prove nothing (``_storage.scan.survey``). Once
         every byte is in, one 4-byte store of its true length makes the group
         whole. Index entries and the tail state follow, as for ``append``.
         """
@@ -475,11 +477,11 @@ class Segment:
 
     def append_one(self, offset: int, timestamp: int, check: int, body: bytes) -> int:
         """``Log.append``'s hot path: one short keyless record. ``body`` is the batch
-        from its attributes on (``_format.ONE_TAIL`` and the value: the bytes
+        from its attributes on (``_codec.format.ONE_TAIL`` and the value: the bytes
         ``check``, their checksum, covers, computed outside the lock); only the
         prefix before it is packed here. Returns the position written at, or -1
         (nothing written) if the segment must roll first. Byte for byte what
-        ``_encode.encode_batch`` makes (tested)."""
+        ``_codec.encode.encode_batch`` makes (tested)."""
         pos = self._size
         end = pos + _PREFIX_SIZE + len(body)
         if end > self._roll_size or timestamp > self._roll_ts or offset > self._roll_off:
@@ -629,7 +631,7 @@ class Segment:
         for p in (self.path, self.index_path, self.timeindex_path):
             remove(p)
 
-    # -- reading (``_segment_read``): functions of the public surface above, bound
+    # -- reading (``_storage.segment_read``): functions of the public surface above, bound
     # here as methods, so a read costs no extra call ----------------------------------
     pread = _segment_read.pread
     batches = _segment_read.batches

@@ -50,8 +50,8 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, StrPath
 
-from ._files import WRITER_SESSION
-from ._group_files import advance_clock
+from ._runtime.files import WRITER_SESSION
+from ._groups.files import advance_clock
 from . import log as log_module
 from .log import Log
 

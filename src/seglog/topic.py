@@ -32,12 +32,13 @@ from typing import Any, Iterable, Iterator
 
 import xxhash
 
-from . import _notebook, repair
-from ._log_open import check_open_options
-from ._platform import lock_within
-from ._files import (TOPICS_DIR, abs_dir, atomic_write, fsync_dir, list_dir, make_dirs, path_error,
-                     topic_file)
-from ._marker import check_root
+from ._views import notebook as _notebook
+from . import repair
+from ._log.opening import check_open_options
+from ._runtime.platform import lock_within
+from ._runtime.files import (TOPICS_DIR, abs_dir, atomic_write, fsync_dir, list_dir, make_dirs,
+                             path_error, topic_file)
+from ._storage.marker import check_root
 from .config import LogConfig
 from .errors import InvalidConfigError, LogClosedError, LogLockedError
 from .log import Log, append_encoded, check_writable, encode_batches

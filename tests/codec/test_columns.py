@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import seglog
-from seglog import _format
+from seglog._codec import format as _format
 from seglog import CorruptRecordError, Log, MessageSet, OffsetOutOfRangeError, Record, codec
 
 from helpers import header, put_header

@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seglog import codec
-from seglog import _decode
+from seglog._codec import decode as _decode
 from seglog.errors import CorruptRecordError
 from seglog.message import Columns
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")
-from seglog._arrow_batches import arrow_columns  # noqa: E402
+from seglog._codec.arrow_batches import arrow_columns
 
 
 def reference(data: bytes, start: int, end: int, lo: int, hi: int | None, **kw):

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seglog import codec
-from seglog import _decode, _encode, _format
+from seglog._codec import decode as _decode, encode as _encode, format as _format
 from seglog.errors import CorruptRecordError
 
 from helpers import header, put_header
@@ -508,7 +508,7 @@ _FRAMING_BYTES = [7, 8, 11, 16, 22]
        st.integers(0, 7), st.sampled_from([b"", b"\0" * 12 + b"\1", b"junk" * 20]))
 @settings(max_examples=500, deadline=None)
 def test_whole_batches_walks_as_batches_in(shapes, cut, which, field, bit, tail):
-    """``Log.read``'s walk to its last batch (``_format.whole_batches``, which makes no
+    """``Log.read``'s walk to its last batch (``_codec.format.whole_batches``, which makes no
     header) stops, and fails, exactly where ``batches_in`` does: whole batches, a cut
     one, a framing byte of one batch changed, a format-1 batch's start or junk after."""
     data, _ = _log_like(shapes)

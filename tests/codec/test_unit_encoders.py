@@ -22,7 +22,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from seglog import Log, codec
-from seglog import _encode
+from seglog._codec import encode as _encode
 from seglog.segment import Segment
 
 from helpers import header

@@ -476,7 +476,8 @@ def test_rebuilt_index_too_small_for_its_entries_keeps_the_largest_timestamp(
     the time index's last one: the segment's largest timestamp, which retention and
     ``offset_for_time`` take from it."""
     import errno
-    from seglog import _scan, codec
+    from seglog._storage import scan as _scan
+    from seglog import codec
     path = str(tmp_path / "log")
     with Log.open(path, segment_bytes=4096, index_interval_bytes=64, flush_ms=None,
                   **SYNTHETIC_CLOCK) as log:

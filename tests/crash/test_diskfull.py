@@ -94,12 +94,12 @@ _WRITER = textwrap.dedent(r"""
 
 def use_fallbacks() -> None:
     """What macOS gets: blocks reserved by writing zeros, no MADV_POPULATE_WRITE."""
-    import seglog._platform
-    import seglog._prefault
-    import seglog._writable_map
-    seglog._platform.reserve = seglog._platform._reserve_by_writing
-    seglog._prefault.POPULATE = None
-    seglog._writable_map._POPULATE = None
+    import seglog._runtime.platform
+    import seglog._runtime.prefault
+    import seglog._storage.writable_map
+    seglog._runtime.platform.reserve = seglog._runtime.platform._reserve_by_writing
+    seglog._runtime.prefault.POPULATE = None
+    seglog._storage.writable_map._POPULATE = None
 
 
 def _run_writer(path, seed: int, mode: str) -> tuple[int, list[str]]:
@@ -185,12 +185,13 @@ def test_recovery_on_a_full_disk(small_disk):
 
 def test_platform_fallbacks_round_trip(tmp_path, monkeypatch):
     """The fallbacks macOS takes, exercised here: data and indexes round-trip."""
-    import seglog._platform
-    import seglog._prefault
-    import seglog._writable_map
-    monkeypatch.setattr(seglog._platform, "reserve", seglog._platform._reserve_by_writing)
-    monkeypatch.setattr(seglog._prefault, "POPULATE", None)
-    monkeypatch.setattr(seglog._writable_map, "_POPULATE", None)
+    import seglog._runtime.platform
+    import seglog._runtime.prefault
+    import seglog._storage.writable_map
+    platform = seglog._runtime.platform
+    monkeypatch.setattr(platform, "reserve", platform._reserve_by_writing)
+    monkeypatch.setattr(seglog._runtime.prefault, "POPULATE", None)
+    monkeypatch.setattr(seglog._storage.writable_map, "_POPULATE", None)
     with Log.open(tmp_path / "l", segment_bytes=64 << 10, index_interval_bytes=128) as log:
         for i in range(0, 3000, 50):
             log.append_batch([value(j) for j in range(i, i + 50)])

@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 
 from seglog import (CorruptRecordError, Log, LogClosedError, MessageSet, OffsetOutOfRangeError,
                     Record, codec)
-from seglog import _format
-from seglog._columns import ARROW_FIELDS
+from seglog._codec import format as _format
+from seglog._codec.columns import ARROW_FIELDS
 from seglog.message import Columns, arrow_schema
 from seglog.spark import arrow_schema as spark_schema, spark_batch
 
@@ -37,7 +37,7 @@ from clock import SYNTHETIC_CLOCK
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")                   # the Arrow builders need it
-from seglog._arrow_batches import arrow_columns  # noqa: E402
+from seglog._codec.arrow_batches import arrow_columns
 
 MiB = 1 << 20
 _VIEWS_KNOWN: list[bool] = []

@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import seglog
-from seglog import Consumer, Log, LogClosedError, Topic, _aio
+from seglog import Consumer, Log, LogClosedError, Topic
+from seglog._runtime import aio as _aio
 
 from helpers import fill
 

@@ -485,7 +485,7 @@ def test_compaction_never_merges_past_the_index_relative_offsets(logdir):
 def test_compaction_merges_no_more_than_one_index_holds(logdir):
     # small indexes roll small segments; a merged one must still index every batch
     # the writer's rule would (a full index drops the entries past it)
-    from seglog import _scan
+    from seglog._storage import scan as _scan
     cfg = dict(CFG, segment_bytes=1 << 16, max_index_bytes=96, index_interval_bytes=64)
     with Log.open(logdir, **cfg, **SYNTHETIC_CLOCK) as log:
         append_keyed(log, 400, keys=400)        # distinct keys: compaction keeps everything
@@ -544,7 +544,7 @@ def test_failed_sync_of_the_swap_manifest_takes_the_swap_back(logdir, monkeypatc
     withdrawn (manifest removed, then the new files once that is durable). If the
     directory cannot be synced at all, the new files stay for the next open, which
     rolls the swap forward or drops them; either way nothing is lost."""
-    from seglog import _files
+    from seglog._runtime import files as _files
     real = _files.fsync_dir
     failed = []
 
@@ -620,7 +620,7 @@ def test_merged_segments_hold_every_index_entry_with_small_indexes(tmp_path, max
     """With indexes of a few entries, outputs are merged only while the merged
     segment's offset and time indexes hold every entry the writer's rule makes
     (the time index also its largest timestamp)."""
-    from seglog import _scan
+    from seglog._storage import scan as _scan
     seed = random.randrange(1 << 30)
     print(f"seed {seed}")
     rnd = random.Random(seed)

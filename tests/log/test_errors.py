@@ -285,7 +285,7 @@ def test_a_directory_another_writer_makes_between_the_looks_is_opened(tmp_path, 
     directory may appear between ``open``'s looks at the path. Found by a run of the
     Celery example: the second look took the new directory for a link to nothing and
     ``readlink`` failed with EINVAL."""
-    from seglog import _files
+    from seglog._runtime import files as _files
     path = tmp_path / "log"
     real_stat = os.stat
     calls = []

@@ -486,7 +486,7 @@ def test_unreferenced_writer_releases_its_lock(tmp_path):
 
 
 def test_jobs_of_unreferenced_writer_end(tmp_path):
-    from seglog import _scheduler
+    from seglog._runtime import scheduler as _scheduler
 
     def use() -> None:
         log = seglog.Log.open(tmp_path / "l", flush_ms=10, retention_check_ms=10)

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from seglog import Log, _live, codec, recovery
-from seglog import _format
+from seglog import Log, codec, recovery
+from seglog._log import live as _live
+from seglog._codec import format as _format
 from seglog.retention import DelayedDeletes
 from seglog.segment import Segment
 from seglog.testing import abandon

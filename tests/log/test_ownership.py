@@ -13,8 +13,9 @@ import zlib
 import pytest
 
 import seglog
-from seglog import _format
-from seglog import CorruptRecordError, Log, NotALogError, Record, _files, codec
+from seglog._codec import format as _format
+from seglog import CorruptRecordError, Log, NotALogError, Record, codec
+from seglog._runtime import files as _files
 from seglog.testing import abandon
 
 from helpers import header

@@ -15,7 +15,7 @@ from typing import Callable
 import pytest
 
 from seglog import CorruptRecordError, Log, codec, repair
-from seglog._files import RECOVERY_POINT, read_checkpoint
+from seglog._runtime.files import RECOVERY_POINT, read_checkpoint
 from seglog.testing import abandon
 
 SMALL = dict(segment_bytes=4096, max_message_bytes=64 << 10, index_interval_bytes=512,

@@ -15,7 +15,8 @@ import types
 import pytest
 
 import seglog
-from seglog import Log, OffsetOutOfRangeError, _segment_file
+from seglog import Log, OffsetOutOfRangeError
+from seglog._storage import segment_file as _segment_file
 from seglog.testing import FaultyFS
 
 from clock import SYNTHETIC_CLOCK
@@ -314,13 +315,13 @@ def test_maintenance_on_readonly_is_refused_whatever_the_policy(tmp_path):
 
 
 def test_background_maintenance_failure_is_logged_and_reported(tmp_path, monkeypatch, caplog):
-    import seglog._log_maintenance
+    import seglog._log.maintenance
     log = seglog.Log.open(tmp_path / "l", retention_check_ms=10)
 
     def broken(*args):
         raise OSError(5, "injected")
 
-    monkeypatch.setattr(seglog._log_maintenance, "expired_prefix", broken)
+    monkeypatch.setattr(seglog._log.maintenance, "expired_prefix", broken)
     wait_for(lambda: log._maint.background_error is not None, 10,
              "the background pass to fail", step=0.01)
     assert "maintenance of" in caplog.text and "injected" in caplog.text

@@ -20,7 +20,9 @@ from typing import Any, Callable
 import pytest
 
 from seglog import Log, LogClosedError, OffsetOutOfRangeError
-from seglog import _live, _log_reads, _writers, local_log, recovery
+from seglog._log import live as _live, reads as _log_reads, local_log
+from seglog._shared import writers as _writers
+from seglog import recovery
 from seglog.log import check_writable
 
 DEADLINE = 30.0

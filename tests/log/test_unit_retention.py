@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from seglog import _files
+from seglog._runtime import files as _files
 from seglog.retention import DelayedDeletes, expired_prefix, remove_leftovers
 
 

@@ -1,10 +1,13 @@
 """The package's files form one-way layers: each may import only files below it.
 
-The order (lowest first) is the one docs/DESIGN.md explains. A new module must be
-placed in it; an import that points up (or sideways into a later file) fails here,
-whether it is at the top of the file, inside a function, or under TYPE_CHECKING.
-A subpackage (``spark/``) is one entry: its files may import each other and
-anything below it.
+The order (lowest first) is the one docs/DESIGN.md explains. The package's top level
+holds the modules users import and one folder per subsystem; each is one entry of
+``LAYERS``. Inside a private subsystem folder (``_log/``, ``_codec/`` ...) the modules
+have their own order (``FOLDERS``), so imports point one way there too; a public
+subpackage (``spark/``, ``kafka/``) is one entry whose files may import each other.
+A new module must be placed in the order; an import that points up (or sideways into
+a later file) fails here, whether it is at the top of the file, inside a function, or
+under TYPE_CHECKING. No folder holds more than ``MAX_FOLDER_MODULES`` modules.
 """
 
 from __future__ import annotations
@@ -15,28 +18,34 @@ import os
 import seglog
 
 LAYERS = [
-    "errors", "_html", "_svg", "_verdict", "_metrics", "_platform", "config", "_files", "_format", "_encode",
-    "_decode", "codec", "_prefault", "_scheduler", "_aio", "_records", "_columns", "_arrow_batches",
-    "_messageset",
-    "message", "_notebook", "index", "_scan", "_segment_file", "_segment_read", "_writable_map",
-    "_segment_indexes", "segment", "_writers", "_marker", "retention", "cleaner",
-    "recovery", "_walk", "repair", "_inflight", "_live", "_append_line", "_close_gate", "_flush_marks", "_end_watch",
-    "_shared_mode", "local_log", "_log_reads", "_log_wait", "_log_encode",
-    "_log_open", "_log_maintenance", "log", "topic", "_future", "producer", "_assignors",
-    "_group_files", "_group_ops", "_group_view", "_group_admin", "_consumer_fetch",
-    "_assignment", "_topic_watch", "_membership", "_consumer_args",
-    "consumer_group", "kafka", "spark",
-    "testing", "_cli_output", "_cli_paths", "_cli_kafka", "_cli_inspect", "_cli_groups", "_cli_maintain", "cli", "__main__",
-    "__init__",
+    "errors", "_runtime", "config", "_views", "_codec", "codec", "message", "index", "_storage",
+    "segment", "_shared", "retention", "cleaner", "recovery", "_log", "repair", "log", "topic",
+    "producer", "_groups", "consumer_group", "kafka", "spark", "testing", "_cli", "cli",
+    "__main__", "__init__",
 ]
+# the order inside each private subsystem folder, lowest first (its __init__ imports nothing)
+FOLDERS = {
+    "_runtime": ["platform", "files", "scheduler", "aio", "future", "prefault"],
+    "_views": ["html", "svg", "verdict", "notebook"],
+    "_codec": ["format", "encode", "decode", "records", "columns", "arrow_batches", "messageset"],
+    "_storage": ["scan", "segment_file", "segment_read", "writable_map", "segment_indexes",
+                 "marker"],
+    "_shared": ["writers", "mode"],
+    "_log": ["metrics", "inflight", "walk", "live", "append_line", "close_gate", "flush_marks",
+             "end_watch", "local_log", "reads", "wait", "batching", "opening", "maintenance"],
+    "_groups": ["assignors", "files", "ops", "view", "admin", "fetch", "assignment",
+                "topic_watch", "membership", "args"],
+    "_cli": ["output", "paths", "kafka", "inspect", "groups", "maintain"],
+}
+# a guard on a folder growing into several subsystems
+MAX_FOLDER_MODULES = 20
 PKG = os.path.dirname(seglog.__file__)
 
 
-def _seglog_imports(tree: ast.AST, package: str = "") -> list[tuple[str, int, bool]]:
-    """(layer entry, line, at top level) for every import of a seglog module in a file
-    of ``package`` (dotted under seglog: "" for a file directly in it, "spark" for
-    one in seglog/spark); the entry is the imported module's first part, so an
-    import of ``spark._plan`` is one of the entry ``spark``."""
+def _seglog_import_paths(tree: ast.AST, package: str = "") -> list[tuple[list[str], int, bool]]:
+    """(module path under seglog, line, at top level) for every import of a seglog
+    module in a file of ``package`` (dotted under seglog: "" for a file directly in
+    it, "_log" for one in seglog/_log); ``from . import x`` is a path ending in x."""
     base = package.split(".") if package else []
     top = {id(n) for n in getattr(tree, "body", [])}
     out = []
@@ -54,8 +63,15 @@ def _seglog_imports(tree: ast.AST, package: str = "") -> list[tuple[str, int, bo
                 paths = [rest] if rest else [[a.name] for a in node.names]
         elif isinstance(node, ast.Import):
             paths = [a.name.split(".")[1:] for a in node.names if a.name.startswith("seglog.")]
-        out += [(path[0], node.lineno, id(node) in top) for path in paths if path]
+        out += [(path, node.lineno, id(node) in top) for path in paths if path]
     return sorted(out, key=lambda x: x[1])
+
+
+def _seglog_imports(tree: ast.AST, package: str = "") -> list[tuple[str, int, bool]]:
+    """(layer entry, line, at top level) for every import of a seglog module: the
+    entry is the imported module's first part, so an import of ``spark._plan`` is
+    one of the entry ``spark``."""
+    return [(path[0], line, top) for path, line, top in _seglog_import_paths(tree, package)]
 
 
 def _modules() -> list[str]:
@@ -74,15 +90,24 @@ def _entry_files(entry: str) -> list[tuple[str, str, str]]:
             if mod.split(".")[0] == entry]
 
 
-def _upward_imports(entry: str, package: str, source: str) -> list[tuple[int, str]]:
-    """(line, imported entry) for each import in a file of ``entry`` that is not of
-    an entry below it; a subpackage's files may import each other."""
+def _upward_imports(entry: str, package: str, source: str,
+                    module: str = "") -> list[tuple[int, str]]:
+    """(line, imported entry or module) for each import in a file of ``entry`` that
+    is not of an entry below it; in a private folder, an import of a sibling must be
+    of one below ``module`` (the file's name) in the folder's order; a public
+    subpackage's files may import each other."""
     bad = []
-    for name, line, _ in _seglog_imports(ast.parse(source), package):
+    for path, line, _ in _seglog_import_paths(ast.parse(source), package):
+        name = path[0]
         if name not in LAYERS:
             continue      # a name imported from the package face, checked below
         if package and name == entry:
-            continue      # a sibling in the same subpackage
+            order = FOLDERS.get(entry)
+            if order is not None and len(path) > 1 and (
+                    path[1] not in order or module not in order
+                    or order.index(path[1]) >= order.index(module)):
+                bad.append((line, ".".join(path[:2])))
+            continue      # a public subpackage's sibling
         if LAYERS.index(name) >= LAYERS.index(entry):
             bad.append((line, name))
     return bad
@@ -92,14 +117,44 @@ def test_every_module_has_a_layer():
     assert set(_modules()) == set(LAYERS), "place new modules in LAYERS (and docs/DESIGN.md)"
 
 
+def test_every_folder_module_has_a_place_in_its_folder():
+    private = {e for e in _modules() if e.startswith("_") and os.path.isdir(os.path.join(PKG, e))}
+    assert private == set(FOLDERS), "give a new folder its order in FOLDERS (and docs/DESIGN.md)"
+    for folder, order in FOLDERS.items():
+        files = {f[:-3] for f in os.listdir(os.path.join(PKG, folder))
+                 if f.endswith(".py") and f != "__init__.py"}
+        assert files == set(order), f"{folder}: place new modules in FOLDERS[{folder!r}]"
+
+
+def test_each_folder_says_what_it_owns_and_imports_nothing():
+    """A subsystem folder's ``__init__`` is its docstring: what it owns. Importing
+    its modules is the importer's business, so the folder adds no import order of
+    its own."""
+    for folder in FOLDERS:
+        with open(os.path.join(PKG, folder, "__init__.py"), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        assert ast.get_docstring(tree), f"{folder}/__init__.py says what the folder owns"
+        assert len(tree.body) == 1, f"{folder}/__init__.py holds its docstring only"
+
+
+def test_no_folder_passes_the_guard():
+    crowded = []
+    for dirpath, _, files in os.walk(PKG):
+        n = sum(f.endswith(".py") for f in files)
+        if n > MAX_FOLDER_MODULES:
+            crowded.append(f"{os.path.relpath(dirpath, PKG)} holds {n} modules")
+    assert not crowded, "\n".join(crowded)
+
+
 def test_imports_point_down_only():
     bad = []
     for entry in _modules():
         for mod, package, path in _entry_files(entry):
             with open(path, encoding="utf-8") as f:
                 source = f.read()
+            leaf = mod.rpartition(".")[2]
             bad += [f"{mod}.py:{line} imports {name} (not below it)"
-                    for line, name in _upward_imports(entry, package, source)]
+                    for line, name in _upward_imports(entry, package, source, leaf)]
     assert not bad, "\n".join(bad)
 
 
@@ -158,11 +213,25 @@ def test_the_checker_sees_a_subpackage_as_one_layer():
     assert ("spark._source", "spark") in [(m, p) for m, p, _ in _entry_files("spark")]
 
 
+def test_the_checker_sees_an_upward_import_inside_a_folder():
+    """Inside a private folder, siblings are imported in the folder's order: the
+    local log may import its flush marks, not the read path above it; an import of
+    another folder is judged by the top-level order."""
+    source = ("from . import flush_marks as _flush_marks\n"
+              "from .reads import read\n"
+              "from .._codec.format import HEADER\n"
+              "from .._groups.files import Flock\n")
+    assert _upward_imports("_log", "_log", source, "local_log") == [
+        (2, "_log.reads"), (4, "_groups")]
+    assert _upward_imports("_log", "_log", "from .nowhere import x\n", "local_log") == [
+        (1, "_log.nowhere")]
+
+
 # --- who may use which names, and how big a file may grow ---------------------------
 #
 # A name with a leading underscore belongs to the module that defines it: other modules
 # use a module's public names (a module whose own name starts with an underscore, such
-# as ``_files``, is package-private as a whole; its public names are the package's).
+# as ``_runtime.files``, is package-private as a whole; its public names are the package's).
 # Without types the check is by name: ``x._foo`` is fine in a module that itself
 # defines ``_foo`` (a def, a class, an assignment, ``self._foo = ...``, a slot, an
 # argument), since that is how a class reads its own state.

@@ -1,7 +1,7 @@
 """Who may change which state (docs/DESIGN.md, "Who owns what"), checked on the code:
 
 * the header several writer processes share (``.writers``) is read and written by
-  ``_writers.py`` alone, as SQLite's ``wal.c`` alone touches the WAL index header:
+  ``_shared/writers.py`` alone, as SQLite's ``wal.c`` alone touches the WAL index header:
   no other module names the file, its words or the layout's constants, and the
   others import only its narrow interface;
 * no module assigns attributes of another module's objects: state changes through
@@ -19,15 +19,18 @@ import seglog
 
 PKG = os.path.dirname(seglog.__file__)
 
+# the header's owner, and the module that names its file
+HEADER_OWNER = os.path.join("_shared", "writers.py")
+FILE_NAMES = os.path.join("_runtime", "files.py")
 # what other modules may import from the header's owner
-WRITERS_API = {"WritersFile", "Shared", "Tail", "follow", "invalidate", "exists",
+WRITERS_API = {"WritersFile", "Shared", "follow", "invalidate", "exists",
                "stray_segments", "rolling_cut", "adopt", "remove_unwritten"}
 # attribute assignments to objects of other modules that are allowed, and why
 ALLOWED_FOREIGN_ASSIGNMENTS = {
     # ctypes' way of declaring a C function's signature: attributes of the foreign
     # function object ctypes hands back
-    ("_prefault.py", "madvise.argtypes"): "ctypes declares a C signature so",
-    ("_prefault.py", "madvise.restype"): "ctypes declares a C signature so",
+    ("_runtime/prefault.py", "madvise.argtypes"): "ctypes declares a C signature so",
+    ("_runtime/prefault.py", "madvise.restype"): "ctypes declares a C signature so",
 }
 
 
@@ -43,18 +46,18 @@ def _package_files() -> list[tuple[str, str]]:
 
 def header_reaches(rel: str, source: str) -> list[str]:
     """Uses of the shared header outside its owner in one module's ``source``."""
-    if rel == "_writers.py":
+    if rel == HEADER_OWNER:
         return []
     found = []
     tree = ast.parse(source)
     for n in ast.walk(tree):
-        if isinstance(n, ast.ImportFrom) and (n.module or "").endswith("_writers"):
-            found += [f"{rel}:{n.lineno} imports {a.name} from _writers"
+        if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[-1] == "writers":
+            found += [f"{rel}:{n.lineno} imports {a.name} from writers"
                       for a in n.names if a.name not in WRITERS_API]
         elif isinstance(n, ast.Attribute) and n.attr in ("words", "_words") and \
                 not (isinstance(n.value, ast.Name) and n.value.id == "self"):
             found.append(f"{rel}:{n.lineno} reaches .{n.attr}")
-        elif isinstance(n, ast.Name) and n.id == "WRITERS_FILE" and rel != "_files.py":
+        elif isinstance(n, ast.Name) and n.id == "WRITERS_FILE" and rel != FILE_NAMES:
             found.append(f"{rel}:{n.lineno} names the writers' file")
         elif isinstance(n, ast.Attribute) and n.attr == "WRITERS_FILE":
             found.append(f"{rel}:{n.lineno} names the writers' file")
@@ -143,14 +146,14 @@ def test_every_listed_exception_is_still_there():
 
 def test_the_checkers_see_what_they_forbid():
     """The checks themselves can fail."""
-    source = ("from ._writers import WritersFile, _CURRENT\n"
+    source = ("from .._shared.writers import WritersFile, _CURRENT\n"
               "def f(w, local, seg):\n"
               "    w._words[3] = 0\n"
               "    local.end = 5\n"
               "    seg.next_offset += 1\n"
               "    local.metrics.flushes = 1\n")
     assert header_reaches("local_log.py", source) == [
-        "local_log.py:1 imports _CURRENT from _writers", "local_log.py:3 reaches ._words"]
+        "local_log.py:1 imports _CURRENT from writers", "local_log.py:3 reaches ._words"]
     assert foreign_assignments("local_log.py", source) == [
         (4, "local.end"), (5, "seg.next_offset"), (6, "local.metrics.flushes")]
     own = ("class C:\n"

@@ -10,7 +10,8 @@ import weakref
 
 import pytest
 
-from seglog import Log, _prefault
+from seglog import Log
+from seglog._runtime import prefault as _prefault
 
 from helpers import wait_for
 
@@ -55,7 +56,7 @@ def test_rolling_and_closing_while_the_thread_works(logdir):
 def test_a_closed_map_is_never_faulted_in(tmp_path):
     """Unmapping clears the address under the map lock: a request still queued
     then does nothing."""
-    from seglog._writable_map import WritableMap
+    from seglog._storage.writable_map import WritableMap
     with open(tmp_path / "f", "wb+") as f:
         wmap = WritableMap(f.fileno(), 0, 1 << 20, lambda end: None)
         wmap.grow(4096)

@@ -9,8 +9,9 @@ import os
 
 import pytest
 
-from seglog import _files, codec, recovery
-from seglog import _format
+from seglog._runtime import files as _files
+from seglog import codec, recovery
+from seglog._codec import format as _format
 from seglog.errors import CorruptRecordError
 from seglog.index import entries_valid, next_entry_position
 from seglog.segment import Segment

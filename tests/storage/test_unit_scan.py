@@ -1,5 +1,5 @@
-"""Unit tests of the one batch walker (``_scan.walk``), the checking scan
-(``_scan.scan``) and the in-buffer walk (``codec.batches_in``) over hand-built files."""
+"""Unit tests of the one batch walker (``_storage.scan.walk``), the checking scan
+(``_storage.scan.scan``) and the in-buffer walk (``codec.batches_in``) over hand-built files."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from seglog import _scan, codec
-from seglog import _format
-from seglog._scan import Damage
+from seglog._storage import scan as _scan
+from seglog import codec
+from seglog._codec import format as _format
+from seglog._storage.scan import Damage
 from seglog.errors import CorruptRecordError
 from seglog.segment import Segment
 

@@ -8,8 +8,9 @@ import os
 
 import pytest
 
-from seglog import _scan, codec
-from seglog import _format
+from seglog._storage import scan as _scan
+from seglog import codec
+from seglog._codec import format as _format
 from seglog.errors import CorruptRecordError
 from seglog.segment import Segment, WriterState
 

@@ -195,7 +195,7 @@ def test_a_readonly_topic_keeps_its_count_and_sees_the_new_one_when_reopened(tmp
 # met by wrapping what topic.py calls (in this child only).
 GROWER = r"""
 import os, sys
-import seglog, seglog._marker as marker, seglog.topic as T
+import seglog, seglog._storage.marker as marker, seglog.topic as T
 root, point, old, new = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 
 def stop():

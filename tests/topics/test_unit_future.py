@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from seglog._future import LightFuture, new_future
+from seglog._runtime.future import LightFuture, new_future
 
 
 def test_is_a_future_and_light():
@@ -94,7 +94,7 @@ def test_wait_as_completed_and_asyncio():
 
 
 def test_start_all_and_finish_all_respect_what_users_did():
-    from seglog._future import finish_all, start_all
+    from seglog._runtime.future import finish_all, start_all
     fs = [new_future() for _ in range(6)]
     assert fs[1].cancel()
     fs[2].done()                        # looked at: its condition exists

@@ -20,10 +20,10 @@ import pytest
 import seglog
 import seglog.repair
 import seglog.cli
-import seglog._cli_inspect
-from seglog import Log, Record, Topic
-from seglog._cli_inspect import reread_records
-from seglog._cli_output import Progress
+import seglog._cli.inspect
+from seglog import Log, Record, Topic, codec
+from seglog._cli.inspect import reread_records
+from seglog._cli.output import Progress
 from seglog.testing import abandon
 
 from day import damage as flip
@@ -451,8 +451,8 @@ def test_reading_commands_beside_a_live_writer_report_stored_bytes(tmp_path):
         assert stats["reserved_bytes"] == verify["reserved_bytes"] == _sizes(path) - stored
         assert stats["messages"] == verify["messages"] == 5
         out = run("verify", path).stdout
-        assert f"{seglog._html.size(stored)} (+{seglog._html.size(_sizes(path) - stored)} " \
-               f"reserved)" in out, out
+        size = seglog._views.html.size
+        assert f"{size(stored)} (+{size(_sizes(path) - stored)} reserved)" in out, out
         assert "reserved:" in run("stats", path).stdout
         assert run("tail", path, "-n", "2").stdout.count("message") == 2
 
@@ -464,7 +464,7 @@ def test_verify_tells_a_batch_being_written_from_a_torn_tail(tmp_path):
     with live_writer(path, "idle") as proc:
         seg = os.path.join(path, f"{0:020d}.log")
         end = sum(b["size"] for b in json.loads(run("dump", path, "--json").stdout)["batches"])
-        half = seglog.codec.encode_batch(5, [b"y" * 300], 1)[:200]
+        half = codec.encode_batch(5, [b"y" * 300], 1)[:200]
         with open(seg, "r+b") as f:
             f.seek(end)
             f.write(half)
@@ -904,7 +904,7 @@ def test_progress_counts_data_not_a_writers_reserved_zeros(tmp_path, monkeypatch
         def __call__(self, n: int) -> None:
             totals[-1][1] += n
             super().__call__(n)
-    monkeypatch.setattr(seglog._cli_inspect, "Progress", Spy)
+    monkeypatch.setattr(seglog._cli.inspect, "Progress", Spy)
     with Log.open(path, segment_bytes=64 << 20) as log:     # a writer: its file reserved
         log.append_batch([b"y" * 500] * 20)
         log.flush()

@@ -14,7 +14,8 @@ import time
 import pytest
 
 import seglog
-from seglog import Log, Record, Topic, _log_reads
+from seglog import Log, Record, Topic
+from seglog._log import reads as _log_reads
 
 from helpers import header
 
@@ -262,7 +263,7 @@ def test_html_reprs_are_tables_and_escape_values(log, tmp_path):
     mv = parse(ms._repr_html_())
     assert "the first 20 messages shown" in mv.notes
     assert mv.titles == ["MessageSet: offsets 0..29, 30 message(s) in "
-                         f"{seglog._html.size(ms.size_in_bytes)} of whole batches"]
+                         f"{seglog._views.html.size(ms.size_in_bytes)} of whole batches"]
     assert not parse(log.read(0, 1 << 20)._repr_html_()).notes     # a segment's 16
     with Topic.open(str(tmp_path / "r"), "o", partitions=2) as t:
         t.append(b"x", partition=1)

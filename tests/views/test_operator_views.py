@@ -18,7 +18,8 @@ import traceback
 import pytest
 
 import seglog
-from seglog import Log, Topic, _group_view, cli
+from seglog import Log, Topic, cli
+from seglog._groups import view as _group_view
 from seglog.testing import abandon
 
 import day
@@ -366,7 +367,7 @@ def test_metrics_and_stats_of_an_idle_readonly_topic_are_short(data):
     with Topic.open(data.root, "orders", readonly=True) as t:
         m = t.metrics()
         assert isinstance(m, dict) and len(m["partitions"]) == 6        # still the dict
-        text = seglog._notebook.metrics_text(m)
+        text = seglog._views.notebook.metrics_text(m)
         assert len(text.splitlines()) <= 4, text
         assert "6 partitions" in text and "idle" in text
         v = parse(m._repr_html_())
@@ -406,7 +407,7 @@ def test_views_draw_messages_over_time_segment_sizes_and_lag(data):
         v = parse(t._repr_html_())
         assert v.charts == ["messages per 30 minutes"]
     # the counts in the chart add up to the messages (every batch read: a small log)
-    from seglog import _notebook
+    from seglog._views import notebook as _notebook
     with Log.open(os.path.join(data.root, "access"), readonly=True) as log:
         st = log.stats()
         tl = _notebook.timeline([st._part], st["oldest_timestamp"], st["newest_timestamp"])
@@ -422,7 +423,7 @@ def test_a_batch_whose_records_span_buckets_is_counted_by_its_records(tmp_path):
         stamps = [t0 + (4 if i % 3 else i % 10) * 60_000 + i for i in range(300)]
         log.append_batch([seglog.Record(b"x", timestamp=ts) for ts in stamps])
         st = log.stats()
-        from seglog import _notebook
+        from seglog._views import notebook as _notebook
         tl = _notebook.timeline([st._part], st["oldest_timestamp"], st["newest_timestamp"])
         assert tl is not None and tl.step == 15_000
         minute4 = sum(c for i, c in enumerate(tl.counts)
@@ -431,7 +432,7 @@ def test_a_batch_whose_records_span_buckets_is_counted_by_its_records(tmp_path):
 
 
 def test_the_estimate_from_the_time_index_covers_every_offset(tmp_path, monkeypatch):
-    from seglog import _notebook
+    from seglog._views import notebook as _notebook
     monkeypatch.setattr(_notebook, "EXACT_CHART_BYTES", 0)       # as a large log would
     t0 = int(time.time() * 1000) - 86_400_000
     with Log.open(str(tmp_path / "l"), segment_bytes=4096) as log:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any, Iterator
 
-from .._columns import arrow_modules, arrow_schema, record_batch
+from .._codec.columns import arrow_modules, arrow_schema, record_batch
 from ..errors import CorruptRecordError
 from . import _uniform, _wire
 from ._reads import Found, general, placed_in

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .. import _encode
+from .._codec import encode as _encode
 from ..errors import InvalidConfigError
 from ..log import Log, append_encoded
 from ._partition import KafkaPartition

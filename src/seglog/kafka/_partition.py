@@ -14,11 +14,11 @@ from bisect import bisect_left
 from itertools import chain
 from typing import Any, Iterator
 
-from .. import _html
+from .._views import html as _html
 from ..errors import InvalidConfigError, NotALogError, OffsetOutOfRangeError
-from .._records import make_message, messages_html
+from .._codec.records import make_message, messages_html
 from ..message import Message
-from .._columns import arrow_modules
+from .._codec.columns import arrow_modules
 from . import _arrow, _discover, _reads, _txn, _wire
 from ._segments import ARROW_CHUNK, Segment, list_segments, open_readonly
 from ._wire import BatchInfo, Records

@@ -7,7 +7,7 @@ import functools
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..errors import OffsetOutOfRangeError
-from .._columns import arrow_modules
+from .._codec.columns import arrow_modules
 from ..message import ArrowColumns, Columns
 from ._options import OffsetRange, Options
 from ._plan import data_loss

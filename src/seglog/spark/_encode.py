@@ -1,24 +1,24 @@
 """Arrow columns to seglog batches, for the sink: each batch's records section built
 from whole columns with numpy (lengths from Arrow's offsets, the bytes sliced out of
-Arrow's buffers), in the layout docs/FORMAT.md gives and ``_encode.encode_batch``
+Arrow's buffers), in the layout docs/FORMAT.md gives and ``_codec.encode.encode_batch``
 writes (the same bytes for the same records: tested), finished by
-``_encode.finish_batch`` (compression, header, checksum). No Python step per row."""
+``_codec.encode.finish_batch`` (compression, header, checksum). No Python step per row."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .. import _encode, _format
-from .._format import NULL_16 as _NULL16, NULL_32 as _NULL32
-from .._log_encode import check_window
+from .._codec import encode as _encode, format as _format
+from .._codec.format import NULL_16 as _NULL16, NULL_32 as _NULL32
+from .._log.batching import check_window
 from ..config import LogConfig
 from ..errors import MessageTooLargeError
-from .._columns import arrow_modules
-from .._records import HEADER_FRAMING
+from .._codec.columns import arrow_modules
+from .._codec.records import HEADER_FRAMING
 
 # what Log.append_batch counts per record against max_message_bytes when cutting
-# batches (its _encode: the same cut, so the same batches)
+# batches (its _codec.encode: the same cut, so the same batches)
 RECORD_OVERHEAD = 24
 MAX_TIMESTAMP = (1 << 63) - 1
 
@@ -185,7 +185,7 @@ def encode_rows(rows: Rows, config: LogConfig, compress: int, now: int, where: s
 
 def _batch(values: _Binary, keys: _Binary | None, headers: _Headers | None, stamps: Any,
            a: int, b: int, compress: int) -> tuple[list[bytes], int, int]:
-    """Rows ``a`` to ``b`` as one batch: what ``_encode.encode_batch`` makes of them."""
+    """Rows ``a`` to ``b`` as one batch: what ``_codec.encode.encode_batch`` makes of them."""
     n = b - a
     attrs = 0
     sections: list[Any] = []

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
 
-from .._files import MARKER, list_topics
+from .._runtime.files import MARKER, list_topics
 from ..errors import InvalidConfigError
 from ..log import Log
 from ..topic import check_name, partition_dir, read_partition_count

@@ -34,9 +34,9 @@ from contextlib import ExitStack, contextmanager
 from itertools import groupby
 from typing import Any, Iterable, Iterator
 
-from .. import _format
-from .._files import SPARK_DIR, atomic_write, fsync_dir, make_dirs, remove
-from .._platform import boot_id, lock_within
+from .._codec import format as _format
+from .._runtime.files import SPARK_DIR, atomic_write, fsync_dir, make_dirs, remove
+from .._runtime.platform import boot_id, lock_within
 from ..errors import CorruptRecordError, LogLockedError, SeglogError
 from ..log import Log, append_encoded
 from ..topic import partition_dir

@@ -9,7 +9,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from .._files import require_dir
+from .._runtime.files import require_dir
 from ..consumer_group import ConsumerMessage, commit_offsets, committed_offsets
 from ..errors import InvalidConfigError, OffsetOutOfRangeError
 from ..log import Log

@@ -13,8 +13,8 @@ import os
 import uuid
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from .._files import SPARK_DIR, make_dirs
-from .._marker import check_root
+from .._runtime.files import SPARK_DIR, make_dirs
+from .._storage.marker import check_root
 from ..errors import InvalidConfigError, SeglogError
 from ._publish import WriteDir, make_manifest, publish, start_job, sweep_jobs
 from ._sink_options import ColumnSpec, SinkOptions, check_columns, parse_sink_options

@@ -11,12 +11,12 @@ import time
 import uuid
 from typing import Any, Callable, NamedTuple
 
-from .. import _format
-from .._files import fsync_dir, remove
+from .._codec import format as _format
+from .._runtime.files import fsync_dir, remove
 from ..config import LogConfig
 from ..errors import InvalidConfigError, MessageTooLargeError
 from ..log import Log
-from .._columns import arrow_modules
+from .._codec.columns import arrow_modules
 from ..topic import Topic, check_name, key_hashes, partition_dir, read_partition_count
 from ._encode import Rows, compute, encode_rows
 from ._sink_options import ColumnSpec, SinkOptions
