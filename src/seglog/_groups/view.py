@@ -21,7 +21,7 @@ STABLE, REBALANCING, EMPTY, NO_LIVE_OWNER = "stable", "rebalancing", "empty", "n
 _CHART_ROWS = 30
 
 
-def tp_of(key: Any) -> tuple[str, int]:
+def tp_of(key: object) -> tuple[str, int]:
     """A partition key of ``describe_group`` as ``(topic, partition)``."""
     if isinstance(key, (tuple, list)):
         return str(key[0]), int(key[1])
