@@ -211,7 +211,7 @@ def segment_html(seg: ShownSegment) -> str:
     """A segment's table (``Segment._repr_html_``)."""
     try:
         first = _first_ts(seg)
-        rows: list[tuple[str, Any]] = [
+        rows: list[tuple[str, object]] = [
             ("base offset", seg.base_offset), ("size", size(seg.size)),
             ("oldest record", when(first)), ("newest record", when(seg.max_timestamp)),
             ("state", segment_state(seg))]
@@ -351,7 +351,7 @@ class LogView:
     segs: Sequence[ShownSegment]
     config: LogConfig
     reading: Reading
-    last: list[Any] = field(default_factory=list)
+    last: Sequence[_html.ShownMessage] = field(default_factory=list)
     last_error: str | None = None
     verified: _verdict.Report | None = None   # repair.latest(path): a CheckReport, or None
 
@@ -365,12 +365,12 @@ def _damaged_segment(rep: _verdict.Report | None) -> int | None:
 
 
 def _segment_rows(segs: Sequence[ShownSegment], end: int, reading: Reading, compacted: bool,
-                  damaged: int | None) -> list[Sequence[Any] | Gap]:
+                  damaged: int | None) -> list[Sequence[object] | Gap]:
     n = len(segs)
     head, tail = _SHOWN_SEGMENTS
     shown = list(range(n)) if n <= head + tail + 2 else list(range(head)) + [-1] + list(
         range(n - tail, n))
-    rows: list[Sequence[Any] | Gap] = []
+    rows: list[Sequence[object] | Gap] = []
     for i in shown:
         if i < 0:
             lo, hi = segs[head].base_offset, segs[n - tail].base_offset
@@ -467,7 +467,7 @@ def log_html(v: LogView) -> str:
     return _html.block(*parts)
 
 
-def closed_html(what: str, rows: list[tuple[str, Any]]) -> str:
+def closed_html(what: str, rows: Sequence[tuple[str, object]]) -> str:
     return _html.fields(f"{what} (closed)", rows)
 
 
@@ -483,7 +483,7 @@ def topic_html(name: str, root: str, readonly: bool, logs: Sequence[ShownLog]) -
             stats.append(log.stats())
         except SeglogError as e:
             stats.append(f"unreadable: {e}")
-    rows: list[Sequence[Any]] = []
+    rows: list[Sequence[object]] = []
     good = [st for st in stats if isinstance(st, Stats)]
     verified = [_verdict.latest(log.path) for log in logs]
     for p, st in enumerate(stats):
