@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from itertools import chain
 from operator import itemgetter
+# Any: the caller's message type and lead values (as _codec.decode)
 from typing import Any, Iterable, Iterator, Protocol
 
 from . import decode as _decode, encode as _encode, format as _format

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+# Any: describe_group's JSON-shaped description
 from typing import Any, Mapping
 
 from .._views import html as _html, svg as _svg

@@ -11,6 +11,8 @@ import os
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from html import escape
+# Any: pyarrow tables and pandas frames (no type information), IPython's printer, stats and
+# metrics dicts (JSON-shaped)
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from . import html as _html, svg as _svg, verdict as _verdict
