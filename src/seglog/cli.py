@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import sys
-from typing import Any, Sequence
+from typing import IO, Sequence
 
 from ._cli.groups import cmd_groups
 from ._cli.inspect import cmd_dump, cmd_stats, cmd_tail, cmd_verify
@@ -122,7 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: Sequence[str] | None = None, out: Any = None, stdin: Any = None) -> int:
+def main(argv: Sequence[str] | None = None, out: IO[str] | None = None,
+         stdin: IO[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     out = out or sys.stdout
     a = _parser().parse_args(argv)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import asdict, dataclass, fields
+# Any: the user's settings, checked at run time
 from typing import Any
 
 from .errors import InvalidConfigError

@@ -18,6 +18,7 @@ import threading
 import time
 import weakref
 from dataclasses import fields
+# Any: Log.open's **options and what append takes: user values
 from typing import Any, Iterable, Iterator, Sequence
 
 from ._codec import format as _format

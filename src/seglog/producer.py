@@ -19,6 +19,7 @@ from bisect import bisect_right
 from concurrent.futures import Future
 from itertools import accumulate, compress, repeat
 from operator import add
+# Any: user values and keys, their serializers, and Futures of them
 from typing import Any, Callable, Iterable, Sequence
 
 from ._runtime.future import finish_all, new_future, start_all

@@ -13,6 +13,7 @@ import os
 import time
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
+# Any: parsed JSON / JSON documents (dict[str, Any]): seglog.json
 from typing import Any
 
 from ._codec import format as _format

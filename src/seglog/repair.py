@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable, Protocol
 
 from ._codec import format as _format
 from ._storage import marker as _marker
@@ -108,7 +108,17 @@ def latest(path: str) -> CheckReport | None:
     return rep if isinstance(rep, CheckReport) else None
 
 
-def verify(log: Any) -> CheckReport:
+class VerifiableLog(Protocol):
+    """What ``verify`` needs of a log (``Log`` has it; this module sits below it):
+    whether it is closed, and its directory."""
+
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def path(self) -> str: ...
+
+
+def verify(log: VerifiableLog) -> CheckReport:
     """Read and check every batch and index entry of the log, as ``seglog verify``
     does (``check``): a ``CheckReport`` that says what was read, and at damage where
     it is, what is at stake and what to do next (a notebook shows it as a table;

@@ -335,7 +335,8 @@ class FaultyFS:
         self._event("fallocate", self._fd_path(fd))
         self._real["posix_fallocate"](fd, offset, length)
 
-    def _move(self, name: str, src: StrPath, dst: StrPath, **kw: Any) -> None:
+    # **kw: os's own keywords (dir_fd, src_dir_fd, dst_dir_fd), passed through
+    def _move(self, name: str, src: StrPath, dst: StrPath, **kw: int | None) -> None:
         s, d = os.fspath(src), os.fspath(dst)
         self._event("rename", s)
         watched = self._watched(s) and self._watched(d)
@@ -348,13 +349,13 @@ class FaultyFS:
         if watched:
             self._ops.append(("rename", os.path.basename(s), os.path.basename(d), ident))
 
-    def _rename(self, src: StrPath, dst: StrPath, **kw: Any) -> None:
+    def _rename(self, src: StrPath, dst: StrPath, **kw: int | None) -> None:
         self._move("rename", src, dst, **kw)
 
-    def _replace(self, src: StrPath, dst: StrPath, **kw: Any) -> None:
+    def _replace(self, src: StrPath, dst: StrPath, **kw: int | None) -> None:
         self._move("replace", src, dst, **kw)
 
-    def _drop(self, name: str, path: StrPath, **kw: Any) -> None:
+    def _drop(self, name: str, path: StrPath, **kw: int | None) -> None:
         p = os.fspath(path)
         self._event("unlink", p)
         ident = self._ident_of_path(p) if self._watched(p) else None
@@ -364,10 +365,10 @@ class FaultyFS:
         if ident is not None:
             self._ops.append(("unlink", os.path.basename(p)))
 
-    def _unlink(self, path: StrPath, **kw: Any) -> None:
+    def _unlink(self, path: StrPath, **kw: int | None) -> None:
         self._drop("unlink", path, **kw)
 
-    def _remove(self, path: StrPath, **kw: Any) -> None:
+    def _remove(self, path: StrPath, **kw: int | None) -> None:
         self._drop("remove", path, **kw)
 
 

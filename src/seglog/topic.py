@@ -28,6 +28,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict
+# Any: Topic.open's **config: the user's settings, checked there
 from typing import Any, Iterable, Iterator
 
 import xxhash

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import textwrap
-from typing import Any
+from typing import IO, Any  # Any: values of the JSON documents --json prints
 
 from .._groups import view as _group_view
 from .output import EXIT_OK, Col, table, width
@@ -34,7 +34,7 @@ def _json(v: GroupView, desc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def cmd_groups(a: argparse.Namespace, out: Any) -> int:
+def cmd_groups(a: argparse.Namespace, out: IO[str]) -> int:
     require_root(a.root)
     room = width(out)
     if a.group is None:

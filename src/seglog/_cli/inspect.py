@@ -10,7 +10,7 @@ import os
 import sys
 import textwrap
 import time
-from typing import Any, Callable
+from typing import IO, Any, Callable  # Any: values of the JSON documents --json prints
 
 from . import kafka as _cli_kafka
 from .._codec import decode as _decode, format as _format
@@ -35,7 +35,7 @@ def _parse_time(s: str) -> int:
 
 
 # -- dump --------------------------------------------------------------------------------
-def cmd_dump(a: argparse.Namespace, out: Any) -> int:
+def cmd_dump(a: argparse.Namespace, out: IO[str]) -> int:
     path = a.path
     kafka_parts = _cli_kafka.targets(path)
     if kafka_parts is not None:
@@ -155,7 +155,7 @@ def _check(t: Target, prog: Progress) -> repair.CheckReport:
     return missing_report(t.path) if t.missing else repair.check(t.path, prog)
 
 
-def cmd_verify(a: argparse.Namespace, out: Any) -> int:
+def cmd_verify(a: argparse.Namespace, out: IO[str]) -> int:
     kafka_parts = _cli_kafka.targets(a.path)
     if kafka_parts is not None:
         return _cli_kafka.verify(a, out, kafka_parts)
@@ -196,7 +196,7 @@ def cmd_verify(a: argparse.Namespace, out: Any) -> int:
     return EXIT_DAMAGE if bad else EXIT_OK
 
 
-def _skipped(out: Any, path: str, found: Found, room: int) -> None:
+def _skipped(out: IO[str], path: str, found: Found, room: int) -> None:
     if found.skipped:
         out.write(f"skipped {plural(len(found.skipped), 'entry')} of {path} (not read):\n")
         for name, why in found.skipped:
@@ -260,7 +260,7 @@ def _ratio(r: dict[str, Any]) -> str:
     return f"{(r['lz4_stored'] / r['lz4_raw'] - 1) * 100:+.0f}%"
 
 
-def cmd_stats(a: argparse.Namespace, out: Any) -> int:
+def cmd_stats(a: argparse.Namespace, out: IO[str]) -> int:
     kafka_parts = _cli_kafka.targets(a.path)
     if kafka_parts is not None:
         return _cli_kafka.stats(a, out, kafka_parts)
@@ -355,7 +355,7 @@ def _span(start: int | None, end: int | None) -> str:
 
 
 # -- tail --------------------------------------------------------------------------------
-def cmd_tail(a: argparse.Namespace, out: Any) -> int:
+def cmd_tail(a: argparse.Namespace, out: IO[str]) -> int:
     if is_log(a.path):
         if a.topic is not None:
             raise InvalidConfigError(f"{a.path} is a log; TOPIC applies to a root of topics")
@@ -420,7 +420,7 @@ def _last_n(log: Log, first: int, end: int, n: int) -> int:
         lo = max(first, end - 2 * (end - lo))
 
 
-def _print_from(out: Any, a: argparse.Namespace, t: str | None, p: int | None, log: Log,
+def _print_from(out: IO[str], a: argparse.Namespace, t: str | None, p: int | None, log: Log,
                 pos: int) -> int:
     """Print the messages of ``log`` from ``pos`` to its end now; return the next
     position. Messages retention deletes before they are printed are said to be gone."""
@@ -444,7 +444,7 @@ def _print_from(out: Any, a: argparse.Namespace, t: str | None, p: int | None, l
     return pos
 
 
-def _print_message(out: Any, a: argparse.Namespace, t: str | None, p: int | None,
+def _print_message(out: IO[str], a: argparse.Namespace, t: str | None, p: int | None,
                    m: _format.MessageTuple) -> None:
     if a.json:
         d: dict[str, Any] = {} if t is None else {"topic": t, "partition": p}

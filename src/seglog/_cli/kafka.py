@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+from typing import IO, Any  # Any: values of the JSON documents --json prints
 
 from .. import kafka
 from .output import EXIT_DAMAGE, EXIT_OK, header_key, json_value, plural, show_value, span_text
@@ -54,7 +54,7 @@ def _batch_doc(path: str, info: kafka.BatchInfo) -> dict[str, Any]:
             "checksum": "valid"}
 
 
-def dump(a: argparse.Namespace, out: Any, parts: list[tuple[str, str]]) -> int:
+def dump(a: argparse.Namespace, out: IO[str], parts: list[tuple[str, str]]) -> int:
     """Every batch as stored (control batches too), with ``--print-data`` its records."""
     lo = a.from_offset
     hi = a.to_offset
@@ -138,7 +138,7 @@ def _survey(d: str) -> dict[str, Any]:
     return row
 
 
-def verify(a: argparse.Namespace, out: Any, parts: list[tuple[str, str]]) -> int:
+def verify(a: argparse.Namespace, out: IO[str], parts: list[tuple[str, str]]) -> int:
     """Every batch of every partition read, checksummed and decoded."""
     rows = [(name, _survey(d)) for name, d in parts]
     bad = [r for _, r in rows if r["problem"]]
@@ -161,7 +161,7 @@ def verify(a: argparse.Namespace, out: Any, parts: list[tuple[str, str]]) -> int
     return EXIT_DAMAGE if bad else EXIT_OK
 
 
-def stats(a: argparse.Namespace, out: Any, parts: list[tuple[str, str]]) -> int:
+def stats(a: argparse.Namespace, out: IO[str], parts: list[tuple[str, str]]) -> int:
     """Per partition: segments, bytes, batches, records, offsets, codecs, transactions."""
     rows = [(name, _survey(d)) for name, d in parts]
     if a.json:

@@ -9,7 +9,7 @@ import os
 import sys
 import textwrap
 import time
-from typing import Any
+from typing import IO, Any  # Any: values of the JSON documents --json prints
 
 from .._views import verdict as _verdict
 from .. import recovery, repair
@@ -72,13 +72,13 @@ def _cut_text(c: recovery.Cut) -> str:
             f"{c.reserved_bytes} bytes of reserved space (zeros)\n")
 
 
-def _emit(a: argparse.Namespace, out: Any, result: dict[str, Any]) -> None:
+def _emit(a: argparse.Namespace, out: IO[str], result: dict[str, Any]) -> None:
     if a.json:
         json.dump(result, out, indent=1)
         out.write("\n")
 
 
-def cmd_recover(a: argparse.Namespace, out: Any, stdin: Any) -> int:
+def cmd_recover(a: argparse.Namespace, out: IO[str], stdin: IO[str]) -> int:
     path = a.path
     require_log(path)
     result: dict[str, Any] = {"path": path}
@@ -155,7 +155,7 @@ def _check_dict(rep: repair.CheckReport, path: str) -> dict[str, Any]:
             "next": None if rep.ok else _verdict.next_step(rep, path)}
 
 
-def cmd_compact(a: argparse.Namespace, out: Any) -> int:
+def cmd_compact(a: argparse.Namespace, out: IO[str]) -> int:
     require_log(a.path)
     with Log.open(a.path) as log:
         before = sum(s.size for s in log.segments)       # stored bytes, not reservations
@@ -182,7 +182,7 @@ def cmd_compact(a: argparse.Namespace, out: Any) -> int:
     return EXIT_OK
 
 
-def cmd_retention(a: argparse.Namespace, out: Any) -> int:
+def cmd_retention(a: argparse.Namespace, out: IO[str]) -> int:
     require_log(a.path)
     now = int(time.time() * 1000)
     with Log.open(a.path, readonly=a.dry_run) as log:

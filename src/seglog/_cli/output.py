@@ -10,7 +10,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import IO, Any, Sequence  # Any: values of the JSON documents --json prints
 
 from .._codec import format as _format
 from .._views import html as _html
@@ -25,7 +25,7 @@ class Progress:
     """bytes done / total, rate and ETA on stderr, only when it is a terminal. The
     total and the counts are bytes of data (never a writer's reserved zeros)."""
 
-    def __init__(self, label: str, total: int, stream: Any = None) -> None:
+    def __init__(self, label: str, total: int, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stderr
         self.on = bool(getattr(self.stream, "isatty", lambda: False)()) and total > 0
         self.label, self.total, self.done = label, total, 0
@@ -58,7 +58,7 @@ def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else 's'}"
 
 
-def width(out: Any) -> int:
+def width(out: IO[str]) -> int:
     """Columns to fit: the terminal's when ``out`` is one, else 80."""
     if getattr(out, "isatty", lambda: False)():
         return max(40, shutil.get_terminal_size((WIDTH, 24)).columns)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 from collections import deque
 from struct import error as struct_error
+# Any: pyarrow and numpy modules and arrays: they ship no type information
 from typing import Any, NamedTuple
 
 from . import decode as _decode, format as _format

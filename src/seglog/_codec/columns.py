@@ -8,6 +8,7 @@ from array import array
 from itertools import repeat
 from operator import mul
 from struct import Struct
+# Any: pyarrow and numpy modules and arrays: they ship no type information
 from typing import Any, NamedTuple, Sequence, cast
 
 from . import decode as _decode

@@ -16,6 +16,8 @@ from itertools import islice, repeat
 from operator import add
 from struct import Struct
 from struct import error as struct_error
+# Any: the caller's message type and the lead values it is built with (a Message, a
+# consumer's ConsumerMessage, a plain tuple)
 from typing import (TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator, NamedTuple,
                     Sequence, TypeVar, cast, overload)
 

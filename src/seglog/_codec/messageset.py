@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import socket
 from itertools import chain
 from operator import itemgetter
-from typing import Any, Iterable, Iterator
+# Any: the caller's message type and lead values (as _codec.decode)
+from typing import Any, Iterable, Iterator, Protocol
 
 from . import decode as _decode, encode as _encode, format as _format
 from .._views import html as _html
@@ -14,6 +14,19 @@ from .arrow_batches import ArrowColumns, arrow_columns
 from .columns import Columns
 from .records import Message, Record, make_message, messages_html, prepare_batch
 from ..errors import CorruptRecordError, SeglogError
+
+
+class SendfileSource(Protocol):
+    """The file behind a set read from a segment (``Segment`` is one): ``write_to``
+    sends from it zero-copy."""
+
+    def sendfile(self, out: int, pos: int, count: int) -> int: ...
+
+
+class HasFileno(Protocol):
+    """A destination ``write_to`` writes to by its descriptor (a socket, a file)."""
+
+    def fileno(self) -> int: ...
 
 
 class MessageSet:
@@ -31,7 +44,7 @@ class MessageSet:
 
     def __init__(self, data: bytes, start: int = 0, end: int | None = None, *,
                  min_offset: int = 0, max_offset: int | None = None,
-                 next_offset: int | None = None, file: Any = None,
+                 next_offset: int | None = None, file: SendfileSource | None = None,
                  file_position: int | None = None, path: str | None = None,
                  max_uncompressed: int = _format.DEFAULT_MAX_UNCOMPRESSED,
                  expect: int | None = None, last_next: int | None = None) -> None:
@@ -219,7 +232,7 @@ class MessageSet:
         """A read-only view of the raw batch bytes (no copy)."""
         return memoryview(self._data)[self._start:self._end].toreadonly()
 
-    def write_to(self, dest: int | socket.socket | Any) -> int:
+    def write_to(self, dest: int | HasFileno) -> int:
         """Send the raw batch bytes to a file descriptor, socket or file object.
 
         Uses ``os.sendfile`` from the segment file when the set is file-backed

@@ -5,6 +5,7 @@ out (``Message``). ``seglog.message`` is the face of this module, ``_codec.colum
 from __future__ import annotations
 
 from operator import itemgetter
+# Any: user values checked at run time: what append takes
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Sequence, cast
 
 from . import format as _format

@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import uuid
+# Any: the user's callbacks
 from typing import Any, Callable, Iterable, Mapping
 
 from .assignment import Assignment, Target

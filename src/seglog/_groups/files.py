@@ -21,6 +21,7 @@ import re
 import stat
 import time
 from dataclasses import dataclass
+# Any: parsed JSON / JSON documents (dict[str, Any]): the group's files, checked as parsed
 from typing import Any, Callable, TypeGuard
 
 from .._storage import marker as _marker

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+# Any: describe_group's JSON-shaped description
 from typing import Any, Mapping
 
 from .._views import html as _html, svg as _svg
@@ -21,7 +22,7 @@ STABLE, REBALANCING, EMPTY, NO_LIVE_OWNER = "stable", "rebalancing", "empty", "n
 _CHART_ROWS = 30
 
 
-def tp_of(key: Any) -> tuple[str, int]:
+def tp_of(key: object) -> tuple[str, int]:
     """A partition key of ``describe_group`` as ``(topic, partition)``."""
     if isinstance(key, (tuple, list)):
         return str(key[0]), int(key[1])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
+# Any: a Future's result: the user's value
 from typing import Any, Callable, Iterable
 
 _MAKE = threading.Lock()

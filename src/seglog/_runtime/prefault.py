@@ -22,7 +22,7 @@ import errno
 import mmap
 import os
 import threading
-from typing import Any, Callable
+from typing import Callable, Protocol
 
 from . import platform as _platform
 
@@ -30,18 +30,25 @@ from . import platform as _platform
 POPULATE: int | None = _platform.POPULATE
 
 
+class Prefaultable(Protocol):
+    """A writable map whose reserved pages the thread faults in
+    (``_storage.writable_map.WritableMap``, which sits above this module)."""
+
+    def prefault(self, prefaulter: Prefaulter) -> None: ...
+
+
 class Prefaulter:
     """A daemon thread that runs ``wmap.prefault(self)`` for queued writable maps."""
 
     def __init__(self, madvise: Callable[..., int]) -> None:
         self.madvise = madvise
-        self._queue: collections.deque[Any] = collections.deque()
+        self._queue: collections.deque[Prefaultable] = collections.deque()
         self._wake = threading.Event()
         self.disabled = False
         self._thread = threading.Thread(target=self._run, name="seglog-prefault", daemon=True)
         self._thread.start()
 
-    def request(self, wmap: Any) -> None:
+    def request(self, wmap: Prefaultable) -> None:
         self._queue.append(wmap)
         self._wake.set()
 
@@ -54,7 +61,7 @@ class Prefaulter:
                 # a closed log's objects (and any file they hold) alive
                 self._work(self._queue.popleft())
 
-    def _work(self, wmap: Any) -> None:
+    def _work(self, wmap: Prefaultable) -> None:
         try:
             wmap.prefault(self)
         except Exception:   # noqa: BLE001 - only a hint failed: the writer's copies fault instead

@@ -17,6 +17,7 @@ import os
 import threading
 import time
 import weakref
+# Any: a job's owner (any object, held weakly) and its callback
 from typing import Any, Callable
 
 _log = logging.getLogger("seglog")

@@ -13,6 +13,7 @@ import os
 import time
 import uuid
 from dataclasses import asdict, fields
+# Any: parsed JSON / JSON documents (dict[str, Any]): seglog.json
 from typing import Any
 
 from .._codec import format as _format

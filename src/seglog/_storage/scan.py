@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 from .._codec import decode as _decode, format as _format
 from .._runtime.files import remove
@@ -20,6 +20,16 @@ from ..errors import CorruptRecordError
 from ..index import OffsetIndex, TimeIndex, next_entry_position
 
 CHUNK = 1 << 20
+
+
+class ScannableSegment(Protocol):
+    """What ``scan`` reads of a segment (``Segment`` has it): its first offset and
+    its ``.log`` descriptor."""
+
+    @property
+    def base_offset(self) -> int: ...
+
+    def fileno(self) -> int: ...
 
 
 class Damage(CorruptRecordError):
@@ -284,7 +294,7 @@ class ScanResult:
         self.batches += 1
 
 
-def scan(seg: Any, start: int, end: int, next_offset: int | None,
+def scan(seg: ScannableSegment, start: int, end: int, next_offset: int | None,
          interval: int | None = None, max_timestamp: int = -1) -> ScanResult:
     """Validate batches of ``seg`` from file position ``start`` to ``end``.
 

@@ -10,7 +10,7 @@ settings, passed in; ``Segment`` keeps the index objects they return.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Protocol, Sequence
 
 from .._codec import format as _format
 from . import scan as _scan
@@ -19,7 +19,27 @@ from ..errors import CorruptRecordError
 from ..index import OffsetIndex, TimeIndex, entries_valid, offset_arrays
 
 
-def open_pair(seg: Any, max_bytes: int, **how: Any) -> tuple[OffsetIndex, TimeIndex]:
+class IndexedSegment(_scan.ScannableSegment, Protocol):
+    """The surface these functions use of a segment (``Segment`` has it): where its
+    index files are, its data (read and scanned), whether this process may write
+    them, and its way of replacing them (``write_indexes``, which comes back to
+    ``replace_files``)."""
+
+    @property
+    def index_path(self) -> str: ...
+    @property
+    def timeindex_path(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def writer(self) -> bool: ...
+
+    def pread(self, n: int, pos: int) -> bytes: ...
+
+    def write_indexes(self, res: _scan.ScanResult, final: bool) -> None: ...
+
+
+def open_pair(seg: IndexedSegment, max_bytes: int, **how: bool) -> tuple[OffsetIndex, TimeIndex]:
     """Both index files of ``seg``, opened as ``how`` says (``live``, ``writable``...)."""
     return (OffsetIndex(seg.index_path, seg.base_offset, max_bytes, **how),
             TimeIndex(seg.timeindex_path, seg.base_offset, max_bytes, **how))
@@ -39,7 +59,7 @@ def indexes_ok(ix: OffsetIndex, tix: TimeIndex, size: int, sealed: bool = True) 
     return entries_valid(rel, pos, stamps, size)
 
 
-def entry_fits(seg: Any, ix: OffsetIndex) -> bool:
+def entry_fits(seg: IndexedSegment, ix: OffsetIndex) -> bool:
     """Does the index's last entry point at a batch that holds its offset, in the
     file ``seg`` reads? An index opened by path can belong to another file than the
     ``.log`` descriptor the segment holds: a compaction swap renames a new ``.log``
@@ -69,7 +89,7 @@ def memory_indexes(base: int, res: _scan.ScanResult, max_bytes: int
     return ix, tix
 
 
-def rebuilt(seg: Any, max_bytes: int, interval: int) -> tuple[OffsetIndex, TimeIndex]:
+def rebuilt(seg: IndexedSegment, max_bytes: int, interval: int) -> tuple[OffsetIndex, TimeIndex]:
     """Indexes rebuilt by a scan of ``seg``'s data: written to disk by a writer
     (``seg.write_indexes``), else, or if the disk is full, in memory."""
     res = _scan.scan(seg, 0, seg.size, None, interval)
@@ -82,7 +102,7 @@ def rebuilt(seg: Any, max_bytes: int, interval: int) -> tuple[OffsetIndex, TimeI
     return memory_indexes(seg.base_offset, res, max_bytes)
 
 
-def load(seg: Any, max_bytes: int, interval: int, checked: bool = False
+def load(seg: IndexedSegment, max_bytes: int, interval: int, checked: bool = False
          ) -> tuple[OffsetIndex, TimeIndex, bool]:
     """A sealed segment's indexes, checked cheaply: entries ascend, point inside the
     file, and the files hold whole entries (``checked``: these files passed that
@@ -101,7 +121,7 @@ def load(seg: Any, max_bytes: int, interval: int, checked: bool = False
     return *rebuilt(seg, max_bytes, interval), True
 
 
-def for_reading(seg: Any, max_bytes: int, interval: int, live: bool, checked: bool
+def for_reading(seg: IndexedSegment, max_bytes: int, interval: int, live: bool, checked: bool
                 ) -> tuple[OffsetIndex, TimeIndex, bool]:
     """A segment's indexes as its reads use them: a live segment's as views that
     follow its writer, a sealed one's ``load``-ed (checked; rebuilt from the log if
@@ -112,7 +132,7 @@ def for_reading(seg: Any, max_bytes: int, interval: int, live: bool, checked: bo
     return load(seg, max_bytes, interval, checked)
 
 
-def active_entries(seg: Any, max_bytes: int, interval: int) -> tuple[int, int, bool]:
+def active_entries(seg: IndexedSegment, max_bytes: int, interval: int) -> tuple[int, int, bool]:
     """Entry counts of the (trimmed) indexes of a cleanly closed segment that is to
     become active again, ``rebuilt`` first if they fail the check (the flag)."""
     try:
@@ -132,7 +152,7 @@ def active_entries(seg: Any, max_bytes: int, interval: int) -> tuple[int, int, b
     return *counts, True
 
 
-def replace_files(seg: Any, res: _scan.ScanResult, max_bytes: int, final: bool) -> None:
+def replace_files(seg: IndexedSegment, res: _scan.ScanResult, max_bytes: int, final: bool) -> None:
     """Replace both index files of ``seg`` by the entries of a scan (``final``:
     trimmed), through temp files renamed in; the caller fsyncs the directory."""
     tmp_ix, tmp_tix = tmp_path(seg.index_path), tmp_path(seg.timeindex_path)

@@ -10,23 +10,48 @@ Functions of a segment's public surface (``size``, ``fileno()``, ``pread``,
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from typing import Iterator, Protocol
 
 from .._codec import format as _format
 from . import scan as _scan
 from ..errors import CorruptRecordError
+from ..index import OffsetIndex, TimeIndex
 from ..message import MessageSet
 
 _SCAN_CHUNK = 1 << 16
 
 
+class ReadableSegment(Protocol):
+    """The surface these functions read a segment through (``Segment`` has it: it
+    binds them as its methods, so ``pread`` and ``batches`` are these functions)."""
 
-def pread(seg: Any, n: int, pos: int) -> bytes:
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def index(self) -> OffsetIndex: ...
+    @property
+    def time_index(self) -> TimeIndex: ...
+
+    def fileno(self) -> int: ...
+
+    def pread(self, n: int, pos: int) -> bytes: ...
+
+    def batches(self, start: int = 0, end: int | None = None, expect: int | None = None
+                ) -> Iterator[tuple[int, _format.BatchHeader]]: ...
+
+    def sendfile(self, out: int, pos: int, count: int) -> int: ...
+
+
+def pread(seg: ReadableSegment, n: int, pos: int) -> bytes:
     """``n`` bytes of the ``.log`` file from ``pos`` (fewer at its end)."""
     return os.pread(seg.fileno(), n, pos)
 
 
-def batches(seg: Any, start: int = 0, end: int | None = None, expect: int | None = None
+def batches(seg: ReadableSegment, start: int = 0, end: int | None = None, expect: int | None = None
             ) -> Iterator[tuple[int, _format.BatchHeader]]:
     """(position, header) of each whole batch from ``start`` up to ``end``.
 
@@ -46,7 +71,7 @@ def batches(seg: Any, start: int = 0, end: int | None = None, expect: int | None
         raise e.at(seg.path, e.position, e.offset) from None
 
 
-def first_header(seg: Any) -> _format.BatchHeader | None:
+def first_header(seg: ReadableSegment) -> _format.BatchHeader | None:
     """The header of the segment's first batch, None if it holds none. Only the
     header is read, however large the batch; its framing is checked, and that
     the batch ends within the segment's data."""
@@ -63,7 +88,7 @@ def first_header(seg: Any) -> _format.BatchHeader | None:
     return hdr
 
 
-def find_position(seg: Any, offset: int, end: int | None = None
+def find_position(seg: ReadableSegment, offset: int, end: int | None = None
                   ) -> tuple[int, _format.BatchHeader | None]:
     """Position of the first batch whose last offset is >= ``offset``.
 
@@ -91,7 +116,7 @@ def find_position(seg: Any, offset: int, end: int | None = None
     return end, None
 
 
-def read(seg: Any, offset: int, max_bytes: int, end: int | None = None,
+def read(seg: ReadableSegment, offset: int, max_bytes: int, end: int | None = None,
          max_offset: int | None = None) -> MessageSet:
     """Whole batches holding messages from ``offset``, up to about ``max_bytes``.
 
@@ -108,7 +133,7 @@ def read(seg: Any, offset: int, max_bytes: int, end: int | None = None,
     return read_at(seg, start, offset, max_bytes, end, max_offset, expect=hdr.base_offset)
 
 
-def read_at(seg: Any, start: int, min_offset: int, max_bytes: int, end: int,
+def read_at(seg: ReadableSegment, start: int, min_offset: int, max_bytes: int, end: int,
             max_offset: int | None = None, expect: int | None = None) -> MessageSet:
     """Whole batches from file position ``start`` (a batch start), the first
     starting at offset ``expect`` when the caller knows it."""
@@ -142,7 +167,7 @@ def read_at(seg: Any, start: int, min_offset: int, max_bytes: int, end: int,
                       file_position=start, path=seg.path, expect=expect, last_next=after)
 
 
-def largest_timestamp(seg: Any) -> int:
+def largest_timestamp(seg: ReadableSegment) -> int:
     """A sealed segment's largest record timestamp (-1: none): its time index's last
     entry, or (a segment rolled before its first entry) a walk over its batches."""
     last = seg.time_index.last_entry()

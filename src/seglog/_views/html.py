@@ -19,7 +19,7 @@ import codecs
 import datetime as _dt
 import json
 from html import escape
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 # cosmetics only: alignment is inline (see the module's docstring), colours are
 # translucent so that dark themes keep their text colour
@@ -204,6 +204,11 @@ def _headers_cell(headers: Sequence[tuple[str, bytes | None]], limit: int) -> st
 
 
 # -- HTML ------------------------------------------------------------------------
+# a message as the tables show it: (offset, timestamp, key, value, headers), the
+# codec's ``MessageTuple`` (this module sits below the codec)
+ShownMessage = tuple[int, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
+
+
 class Raw(str):
     """HTML that a table puts in a cell as it is (built here, already escaped)."""
 
@@ -213,7 +218,7 @@ def pill(label: str, kind: str) -> Raw:
     return Raw(f"<span class='pill {kind}'>{escape(label)}</span>")
 
 
-def _cell(v: Any, align: str, wide: bool = False) -> str:
+def _cell(v: object, align: str, wide: bool = False) -> str:
     body = v if isinstance(v, Raw) else escape(str(v))
     return f"<td{' class=v' if wide else ''} style='{align}'>{body}</td>"
 
@@ -237,19 +242,19 @@ def note(text_: str | Raw) -> str:
     return f"<div class='note'>{text_ if isinstance(text_, Raw) else escape(text_)}</div>"
 
 
-def fields_table(rows: Iterable[tuple[str, Any]]) -> str:
+def fields_table(rows: Iterable[tuple[str, object]]) -> str:
     """A two-column table of names and values (values left-aligned)."""
     body = "".join(f"<tr><th style='{LEFT}'>{escape(k)}</th>{_cell(v, LEFT, True)}</tr>"
                    for k, v in rows)
     return f"<table>{body}</table>"
 
 
-def fields(title_: str, rows: Iterable[tuple[str, Any]], badge: Raw | str = "") -> str:
+def fields(title_: str, rows: Iterable[tuple[str, object]], badge: Raw | str = "") -> str:
     """A titled two-column table of names and values."""
     return block(title(title_, badge), fields_table(rows))
 
 
-def table(header: Sequence[str], rows: Iterable[Sequence[Any] | "Gap"], align: str = "",
+def table(header: Sequence[str], rows: Iterable[Sequence[object] | "Gap"], align: str = "",
           wide: int = -1) -> str:
     """A table with a header row: ``align`` has one letter per column, ``r`` for
     numbers (right) and ``l`` for text (the default, also for ``Raw`` cells);
@@ -272,17 +277,17 @@ class Gap(NamedTuple):
     text: str
 
 
-def grid(title_: str, header: Sequence[str], rows: Iterable[Sequence[Any] | Gap],
+def grid(title_: str, header: Sequence[str], rows: Iterable[Sequence[object] | Gap],
          note_: str = "", align: str = "", badge: Raw | str = "") -> str:
     """A titled table with a header row, and a note below it (``table``)."""
     return block(title(title_, badge), table(header, rows, align), note(note_))
 
 
-def messages_table(msgs: Iterable[Any], limit: int = 20, width: int = 120) -> str:
+def messages_table(msgs: Iterable[ShownMessage], limit: int = 20, width: int = 120) -> str:
     """Up to ``limit`` messages (offset, time, key, value, headers) as a table, values
     shown as JSON, text or hex and cut at ``width`` characters; a note when more
     were left out."""
-    rows: list[Sequence[Any]] = []
+    rows: list[Sequence[object]] = []
     more = False
     for m in msgs:
         if len(rows) == limit:
@@ -296,6 +301,6 @@ def messages_table(msgs: Iterable[Any], limit: int = 20, width: int = 120) -> st
             + note(f"the first {limit} messages shown" if more else ""))
 
 
-def messages(title_: str, msgs: Iterable[Any], limit: int = 20) -> str:
+def messages(title_: str, msgs: Iterable[ShownMessage], limit: int = 20) -> str:
     """A titled table of messages (``messages_table``)."""
     return block(title(title_), messages_table(msgs, limit))

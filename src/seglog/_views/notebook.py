@@ -11,18 +11,81 @@ import os
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any, Callable, Sequence
+# Any: pyarrow tables and pandas frames (no type information), IPython's printer, stats and
+# metrics dicts (JSON-shaped)
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from . import html as _html, svg as _svg, verdict as _verdict
 from .html import Gap, Raw, num, offsets, plural, size, when
+from ..config import LogConfig
 from ..errors import CorruptRecordError, OffsetOutOfRangeError, SeglogError
 
-Reading = Callable[[], AbstractContextManager[Any]]
+# the read path's in-flight count (a context manager; what it yields is not used)
+Reading = Callable[[], AbstractContextManager[object]]
 # the chart counts every batch of a log up to this many bytes (reading them is
 # quick); above, it estimates from the time index (a few entries per segment)
 EXACT_CHART_BYTES = 64 << 20
 _SHOWN_SEGMENTS = (3, 5)          # the first and last rows of a long segment table
 _COLUMN_BARS = 240                # at most this many columns in the segment sizes chart
+
+
+# -- what the views read: this module sits below the segment and the log, which have these
+class ShownHeader(Protocol):
+    """A batch's header as a view reads it (``_codec.format.BatchHeader``)."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def base_timestamp(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def record_count(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+
+
+class ShownTimeIndex(Protocol):
+    """A segment's time index as a chart samples it (``index.TimeIndex``)."""
+
+    def entries(self) -> list[tuple[int, int]]: ...
+
+
+class ShownSegment(Protocol):
+    """A segment as its table, the log's table and the charts read it (``Segment``)."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def is_active(self) -> bool: ...
+    @property
+    def live(self) -> bool: ...
+    @property
+    def time_index(self) -> ShownTimeIndex: ...
+
+    def first_header(self) -> ShownHeader | None: ...
+
+    def batches(self, start: int = 0, end: int | None = None, expect: int | None = None
+                ) -> Iterator[tuple[int, ShownHeader]]: ...
+
+    def read_at(self, start: int, min_offset: int, max_bytes: int, end: int,
+                max_offset: int | None = None, expect: int | None = None
+                ) -> Iterable[tuple[int, int, object, object, object]]: ...
+
+
+class ShownLog(Protocol):
+    """A topic's partition as the topic's table reads it (``Log``)."""
+
+    @property
+    def path(self) -> str: ...
+
+    def stats(self) -> dict[str, Any]: ...
 
 
 # -- dicts that show themselves -----------------------------------------------------
@@ -32,7 +95,7 @@ class Stats(dict[str, Any]):
     also keeps what the topic view's chart reads (its segments and the read path's
     ``reading``), outside the dict."""
 
-    _part: tuple[Sequence[Any], int, Reading] | None = None
+    _part: tuple[Sequence[ShownSegment], int, Reading] | None = None
 
     def _repr_html_(self) -> str:
         return _html.block(_html.title(f"stats of {self.get('path') or self.get('topic')}"),
@@ -132,7 +195,7 @@ def metrics_html(m: dict[str, Any]) -> str:
 
 
 # -- segments ------------------------------------------------------------------------
-def segment_state(seg: Any) -> str:
+def segment_state(seg: ShownSegment) -> str:
     """One word for a segment, the same in every table: ``active`` (this process
     appends to it), ``live`` (a reader's last segment, which another process may
     still append to) or ``sealed``."""
@@ -141,16 +204,16 @@ def segment_state(seg: Any) -> str:
     return "live" if seg.live else "sealed"
 
 
-def _first_ts(seg: Any) -> int | None:
+def _first_ts(seg: ShownSegment) -> int | None:
     hdr = seg.first_header()
     return None if hdr is None else int(hdr.base_timestamp)
 
 
-def segment_html(seg: Any) -> str:
+def segment_html(seg: ShownSegment) -> str:
     """A segment's table (``Segment._repr_html_``)."""
     try:
         first = _first_ts(seg)
-        rows: list[tuple[str, Any]] = [
+        rows: list[tuple[str, object]] = [
             ("base offset", seg.base_offset), ("size", size(seg.size)),
             ("oldest record", when(first)), ("newest record", when(seg.max_timestamp)),
             ("state", segment_state(seg))]
@@ -159,7 +222,7 @@ def segment_html(seg: Any) -> str:
     return _html.fields(f"seglog.Segment {seg.path}", rows)
 
 
-def segment_repr(seg: Any) -> str:
+def segment_repr(seg: ShownSegment) -> str:
     """A segment's repr (``Segment.__repr__``); never raises, for a closed or deleted one."""
     try:
         size_: int | str = seg.size
@@ -169,7 +232,7 @@ def segment_repr(seg: Any) -> str:
 
 
 # -- a log's numbers -----------------------------------------------------------------
-def log_stats(path: str, start: int, end: int, messages: int | None, segs: Sequence[Any],
+def log_stats(path: str, start: int, end: int, messages: int | None, segs: Sequence[ShownSegment],
               readonly: bool, reading: Reading | None = None) -> Stats:
     """``Log.stats()``'s dict from the segments (batch headers only); ``messages``
     None: not counted (a view that does not show it). ``reading``: the read path's
@@ -213,7 +276,7 @@ def _grid(oldest: int | None, newest: int | None) -> tuple[int, int, int] | None
     return t0, step, (newest - t0) // step + 1
 
 
-def samples(segs: Sequence[Any], end: int, reading: Reading, step: int, exact: bool
+def samples(segs: Sequence[ShownSegment], end: int, reading: Reading, step: int, exact: bool
             ) -> tuple[list[tuple[int, int]], str | None]:
     """``(timestamp, messages)`` samples of the segments (the last one ending at
     offset ``end``), and the damage that stopped the reading (None). ``exact``:
@@ -235,7 +298,7 @@ def samples(segs: Sequence[Any], end: int, reading: Reading, step: int, exact: b
     return out, None
 
 
-def _batch_samples(seg: Any, step: int, out: list[tuple[int, int]]) -> None:
+def _batch_samples(seg: ShownSegment, step: int, out: list[tuple[int, int]]) -> None:
     for p, hdr in seg.batches(0, seg.size):
         lo, hi, n = hdr.base_timestamp, hdr.max_timestamp, hdr.record_count
         if lo // step == hi // step:
@@ -245,7 +308,7 @@ def _batch_samples(seg: Any, step: int, out: list[tuple[int, int]]) -> None:
             out += ((m[1], 1) for m in seg.read_at(p, hdr.base_offset, size_, p + size_))
 
 
-def _index_samples(seg: Any, end: int, out: list[tuple[int, int]]) -> None:
+def _index_samples(seg: ShownSegment, end: int, out: list[tuple[int, int]]) -> None:
     first = _first_ts(seg)
     if first is None:
         return
@@ -255,7 +318,7 @@ def _index_samples(seg: Any, end: int, out: list[tuple[int, int]]) -> None:
     out += ((t_b, o_b - o_a) for (_, o_a), (t_b, o_b) in zip(pts, pts[1:]) if o_b > o_a)
 
 
-def timeline(parts: Sequence[tuple[Sequence[Any], int, Reading]], oldest: int | None,
+def timeline(parts: Sequence[tuple[Sequence[ShownSegment], int, Reading]], oldest: int | None,
              newest: int | None) -> Timeline | None:
     """Messages over time of one log or of a topic's partitions (each ``(segments,
     end offset, reading)``), in buckets that fit (``_views.svg.step_for``)."""
@@ -287,15 +350,15 @@ class LogView:
     """What ``Log._repr_html_`` shows, gathered by the read path (``_log.reads``)."""
 
     stats: dict[str, Any]
-    segs: Sequence[Any]
-    config: Any
+    segs: Sequence[ShownSegment]
+    config: LogConfig
     reading: Reading
-    last: list[Any] = field(default_factory=list)
+    last: Sequence[_html.ShownMessage] = field(default_factory=list)
     last_error: str | None = None
-    verified: Any = None            # repair.latest(path): a CheckReport, or None
+    verified: _verdict.Report | None = None   # repair.latest(path): a CheckReport, or None
 
 
-def _damaged_segment(rep: Any) -> int | None:
+def _damaged_segment(rep: _verdict.Report | None) -> int | None:
     """The base offset of the segment a check found damaged (its file name)."""
     if rep is None or rep.ok:
         return None
@@ -303,13 +366,13 @@ def _damaged_segment(rep: Any) -> int | None:
     return int(name[:-4]) if name.endswith(".log") and name[:-4].isdigit() else None
 
 
-def _segment_rows(segs: Sequence[Any], end: int, reading: Reading, compacted: bool,
-                  damaged: int | None) -> list[Sequence[Any] | Gap]:
+def _segment_rows(segs: Sequence[ShownSegment], end: int, reading: Reading, compacted: bool,
+                  damaged: int | None) -> list[Sequence[object] | Gap]:
     n = len(segs)
     head, tail = _SHOWN_SEGMENTS
     shown = list(range(n)) if n <= head + tail + 2 else list(range(head)) + [-1] + list(
         range(n - tail, n))
-    rows: list[Sequence[Any] | Gap] = []
+    rows: list[Sequence[object] | Gap] = []
     for i in shown:
         if i < 0:
             lo, hi = segs[head].base_offset, segs[n - tail].base_offset
@@ -335,7 +398,7 @@ def _segment_rows(segs: Sequence[Any], end: int, reading: Reading, compacted: bo
     return rows
 
 
-def _sizes_svg(segs: Sequence[Any], damaged: int | None) -> str:
+def _sizes_svg(segs: Sequence[ShownSegment], damaged: int | None) -> str:
     if len(segs) < 2:
         return ""
     k = -(-len(segs) // _COLUMN_BARS)
@@ -406,23 +469,23 @@ def log_html(v: LogView) -> str:
     return _html.block(*parts)
 
 
-def closed_html(what: str, rows: list[tuple[str, Any]]) -> str:
+def closed_html(what: str, rows: Sequence[tuple[str, object]]) -> str:
     return _html.fields(f"{what} (closed)", rows)
 
 
 # -- a topic -----------------------------------------------------------------------
-def topic_html(name: str, root: str, readonly: bool, logs: Sequence[Any]) -> str:
+def topic_html(name: str, root: str, readonly: bool, logs: Sequence[ShownLog]) -> str:
     """A topic's view (``Topic._repr_html_``): a row per partition (its numbers, and
     what its latest verification found or that there was none), totals, and
     messages over time. A partition whose stats cannot be read (damage met
     counting a compacted log) says why in its row."""
-    stats: list[Stats | str] = []
+    stats: list[dict[str, Any] | str] = []
     for log in logs:
         try:
             stats.append(log.stats())
         except SeglogError as e:
             stats.append(f"unreadable: {e}")
-    rows: list[Sequence[Any]] = []
+    rows: list[Sequence[object]] = []
     good = [st for st in stats if isinstance(st, Stats)]
     verified = [_verdict.latest(log.path) for log in logs]
     for p, st in enumerate(stats):

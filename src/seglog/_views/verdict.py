@@ -9,13 +9,92 @@ import os
 import re
 import textwrap
 import threading
-from typing import Any, Sequence
+from typing import Protocol, Sequence
 
 from . import html as _html
 from .html import num, offsets, plural, size, when
 
+
+
+# what the functions read of a report: this module sits below ``repair``, whose
+# ``CheckReport``, ``Problem`` and ``CutPlan`` have these
+class Finding(Protocol):
+    """One problem a check found (``_log.walk.Problem``)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def position(self) -> int | None: ...
+    @property
+    def offset(self) -> int | None: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def torn(self) -> bool: ...
+
+
+class Stake(Protocol):
+    """What a cut at the damage loses (``repair.CutPlan``)."""
+
+    @property
+    def position(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def damaged_unread(self) -> bool: ...
+    @property
+    def damaged_count(self) -> int | None: ...
+    @property
+    def lost_messages(self) -> int: ...
+    @property
+    def lost_end_offset(self) -> int | None: ...
+    @property
+    def lost_bytes(self) -> int: ...
+    @property
+    def lost_segments(self) -> int: ...
+    @property
+    def valid_after(self) -> int: ...
+
+
+class Report(Protocol):
+    """A check of one log (``repair.CheckReport``)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def problems(self) -> Sequence[Finding]: ...
+    @property
+    def cut(self) -> Stake | None: ...
+    @property
+    def stopped_at_damage(self) -> bool: ...
+    @property
+    def messages(self) -> int: ...
+    @property
+    def segments(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def reserved_bytes(self) -> int: ...
+    @property
+    def start_offset(self) -> int | None: ...
+    @property
+    def end_offset(self) -> int | None: ...
+    @property
+    def vanished(self) -> Sequence[str]: ...
+    @property
+    def superseded(self) -> Sequence[str]: ...
+    @property
+    def checked_at(self) -> int: ...
+
+
 WIDTH = 80
-_LATEST: dict[str, Any] = {}      # real path -> the latest full check's report
+_LATEST: dict[str, Report] = {}      # real path -> the latest full check's report
 _LATEST_MAX = 4096
 _LATEST_LOCK = threading.Lock()
 _LABEL = 12          # "  at stake: " and its kind
@@ -59,14 +138,14 @@ def wrap(label: str, text: str, width: int = WIDTH) -> list[str]:
     return [ln.replace("\u00a0", " ") for ln in lines]
 
 
-def _where(p: Any) -> str:
+def _where(p: Finding) -> str:
     at = [os.path.basename(p.path)]
     if p.position is not None:
         at.append(f"position {p.position}")
     return ", ".join(at) + (f" (offset {p.offset})" if p.offset is not None else "")
 
 
-def stake_text(cut: Any) -> str:
+def stake_text(cut: Stake) -> str:
     """What lies from the damage on: the messages a cut there loses, in all and by
     where they are."""
     damaged = cut.damaged_count if cut.damaged_unread else 0
@@ -87,7 +166,7 @@ def stake_text(cut: Any) -> str:
             f"{plural(cut.lost_segments, 'segment file')} from the damaged one on")
 
 
-def next_step(rep: Any, name: str) -> str:
+def next_step(rep: Report, name: str) -> str:
     """What the operator does about the report's problems."""
     path = rep.path
     data = [p for p in rep.problems if p.reason not in ("index", "missing")]
@@ -104,7 +183,7 @@ def next_step(rep: Any, name: str) -> str:
             f"what the cut loses and asks first)")
 
 
-def total_messages(rep: Any) -> int | None:
+def total_messages(rep: Report) -> int | None:
     """The messages the log holds by its batches' headers, the damaged batch's too:
     None when the damaged batch's count cannot be read."""
     cut = rep.cut
@@ -116,7 +195,7 @@ def total_messages(rep: Any) -> int | None:
     return int(rep.messages + cut.lost_messages + damaged)
 
 
-def scopes(rep: Any, name: str) -> tuple[str, list[tuple[str, str]]]:
+def scopes(rep: Report, name: str) -> tuple[str, list[tuple[str, str]]]:
     """A log's check as a headline and (scope, text) pairs: none when it is healthy,
     else what was read, the damage, what is at stake, and what to do next."""
     healthy = (f"{plural(rep.messages, 'message')}, {plural(rep.segments, 'segment')}, "
@@ -159,7 +238,7 @@ def scopes(rep: Any, name: str) -> tuple[str, list[tuple[str, str]]]:
     return f"{name}: DAMAGED", out + also + [("next", next_step(rep, name))]
 
 
-def report_lines(rep: Any, name: str, width: int = WIDTH) -> list[str]:
+def report_lines(rep: Report, name: str, width: int = WIDTH) -> list[str]:
     """``scopes`` as lines of at most ``width`` characters."""
     head, parts = scopes(rep, name)
     out = textwrap.wrap(head, width, subsequent_indent="    ", break_long_words=False)
@@ -168,7 +247,7 @@ def report_lines(rep: Any, name: str, width: int = WIDTH) -> list[str]:
     return out
 
 
-def status(rep: Any | None, start: int | None = None, short: bool = False
+def status(rep: Report | None, start: int | None = None, short: bool = False
            ) -> tuple[str, str]:
     """(label, kind) of a view's verification: what was checked and when (``short``:
     for a table's cell or a title)."""
@@ -190,12 +269,12 @@ def status(rep: Any | None, start: int | None = None, short: bool = False
     return (f"{kind}{where}" if short else f"{kind}{where} (verified {at})"), "bad"
 
 
-def damage_of(rep: Any) -> Any:
+def damage_of(rep: Report) -> Finding:
     """The report's first problem in the data (else its first)."""
     return next((p for p in rep.problems if p.reason != "index"), rep.problems[0])
 
 
-def report_html(reps: Sequence[Any]) -> str:
+def report_html(reps: Sequence[Report]) -> str:
     """Reports as a notebook shows them: a status per log, and for each damaged one
     where, what is at stake and what to do."""
     rows = []
@@ -218,7 +297,7 @@ def report_html(reps: Sequence[Any]) -> str:
                        _html.note(f"every batch and index entry read at {when_}"))
 
 
-def remember(path: str, rep: Any) -> None:
+def remember(path: str, rep: Report) -> None:
     """Keep ``rep`` as the latest check of the log at ``path`` (this process's)."""
     key = os.path.realpath(path)
     with _LATEST_LOCK:
@@ -234,7 +313,7 @@ def forget(path: str) -> None:
         _LATEST.pop(os.path.realpath(path), None)
 
 
-def latest(path: str) -> Any:
+def latest(path: str) -> Report | None:
     """The latest check of the log at ``path`` this process made, None if none."""
     with _LATEST_LOCK:
         return _LATEST.get(os.path.realpath(path))

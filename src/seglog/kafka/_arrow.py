@@ -7,6 +7,7 @@ batch's from ``_wire.decode``'s lists. One record batch per chunk read (about 1 
 from __future__ import annotations
 
 from itertools import chain
+# Any: pyarrow and numpy modules and arrays: they ship no type information
 from typing import Any, Iterator
 
 from .._codec.columns import arrow_modules, arrow_schema, record_batch

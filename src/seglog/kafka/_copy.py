@@ -4,6 +4,7 @@ offsets (compaction's holes, and the offsets below the log start, stay holes).""
 from __future__ import annotations
 
 import os
+# Any: Log.open's **options (the user's keywords); Kafka's messages
 from typing import Any
 
 from .._codec import encode as _encode

@@ -11,6 +11,7 @@ from bisect import bisect_right
 from functools import lru_cache
 from itertools import repeat
 from operator import itemgetter
+# Any: the caller's message type (as _codec.decode)
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from ..errors import CorruptRecordError

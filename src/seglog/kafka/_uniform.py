@@ -11,6 +11,7 @@ goes through ``_wire.decode``. Pure functions over bytes.
 
 from __future__ import annotations
 
+# Any: a column cutter giving a run or a tuple starting with one
 from typing import Any, Callable, NamedTuple
 
 # zigzag decoding of one varint byte (values 0..127)

@@ -78,7 +78,7 @@ class BatchInfo(NamedTuple):
         return self.attributes & CODEC_MASK
 
 
-def batch_size(data: Any, pos: int, end: int) -> int | None:
+def batch_size(data: bytes, pos: int, end: int) -> int | None:
     """The size of the batch at ``pos`` as its header says (it may reach past ``end``:
     the caller compares), or None when fewer bytes than its length and magic lie
     before ``end``. ``CorruptRecordError`` when no batch of any magic can start there."""
@@ -99,7 +99,7 @@ def batch_size(data: Any, pos: int, end: int) -> int | None:
     return int(LOG_OVERHEAD + length)
 
 
-def header(data: Any, pos: int, size: int) -> BatchInfo:
+def header(data: bytes, pos: int, size: int) -> BatchInfo:
     """The header of the framed batch at ``pos`` (``batch_size`` gave ``size``, and all
     of it is in ``data``)."""
     magic = data[pos + MAGIC_AT]
@@ -121,7 +121,7 @@ def header(data: Any, pos: int, size: int) -> BatchInfo:
     return BatchInfo(pos, size, magic, base, offset, attrs & 0xFF, NO_PRODUCER, ts, ts, 1)
 
 
-def check(data: Any, info: BatchInfo) -> None:
+def check(data: bytes, info: BatchInfo) -> None:
     """``CorruptRecordError`` unless the batch's checksum matches its bytes."""
     pos, size = info.position, info.size
     if info.magic == 2:
@@ -168,7 +168,7 @@ def _varint(b: bytes, p: int) -> tuple[int, int]:
             raise CorruptRecordError("a varint longer than 10 bytes")
 
 
-def records_region(data: Any, info: BatchInfo,
+def records_region(data: bytes, info: BatchInfo,
                    limit: int = _codecs.MAX_UNCOMPRESSED) -> bytes:
     """The records of a magic 2 batch as plain bytes (decompressed when compressed)."""
     body = bytes(data[info.position + V2_HEADER_SIZE:info.position + info.size])
@@ -190,7 +190,7 @@ def records_span(data: bytes, info: BatchInfo) -> tuple[bytes, int, int]:
     return data, info.position + V2_HEADER_SIZE, info.position + info.size
 
 
-def decode(data: Any, info: BatchInfo) -> Records:
+def decode(data: bytes, info: BatchInfo) -> Records:
     """The records of the batch (checked by ``check`` first: this does not), each field
     decoded in Python: the path for every shape of batch."""
     if info.magic == 2:
@@ -274,7 +274,7 @@ def decode_v2(region: bytes, info: BatchInfo) -> Records:
     return Records(offsets, stamps, keys, values, headers)
 
 
-def control_type(data: Any, info: BatchInfo) -> int:
+def control_type(data: bytes, info: BatchInfo) -> int:
     """A control batch's kind (``CONTROL_ABORT``, ``CONTROL_COMMIT``, or another a newer
     Kafka defines), from its one record's key."""
     recs = decode_v2(records_region(data, info), info)
@@ -312,7 +312,7 @@ def _legacy_bytes(b: bytes, p: int, end: int, what: str) -> tuple[bytes | None, 
     return bytes(b[p:p + n]), n, p + n
 
 
-def decode_legacy(data: Any, info: BatchInfo) -> Records:
+def decode_legacy(data: bytes, info: BatchInfo) -> Records:
     """The records of a legacy message: itself, or the messages its compressed value
     holds (offsets and timestamps as Kafka's consumer reads them)."""
     pos, end, magic = info.position, info.position + info.size, info.magic

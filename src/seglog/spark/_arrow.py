@@ -4,6 +4,7 @@ record batches (the hot path of every Spark read)."""
 from __future__ import annotations
 
 import functools
+# Any: pyarrow and numpy modules and arrays: they ship no type information
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..errors import OffsetOutOfRangeError

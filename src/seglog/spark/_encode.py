@@ -7,6 +7,7 @@ writes (the same bytes for the same records: tested), finished by
 from __future__ import annotations
 
 from dataclasses import dataclass
+# Any: pyarrow and numpy modules and arrays: they ship no type information
 from typing import Any, Iterator
 
 from .._codec import encode as _encode, format as _format

@@ -7,13 +7,27 @@ copy), and a partition as the readonly log the planner and the readers use
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 from .. import kafka
 from ..errors import InvalidConfigError
 
 TP = tuple[str, int]
 OPTIONS = ("kafka.logDirs", "kafka.isolation.level")
+
+
+class Selection(Protocol):
+    """What the options select of Kafka's log dirs (``_options.Options`` has it; it
+    imports this module): the dirs, and the topics, pattern or partitions."""
+
+    @property
+    def kafka_dirs(self) -> tuple[str, ...]: ...
+    @property
+    def subscribe(self) -> tuple[str, ...]: ...
+    @property
+    def pattern(self) -> str | None: ...
+    @property
+    def assign(self) -> tuple[TP, ...]: ...
 
 
 def parse(get: Callable[[str], str | None]) -> dict[str, Any]:
@@ -34,14 +48,14 @@ def parse(get: Callable[[str], str | None]) -> dict[str, Any]:
     return {"kafka_dirs": paths, "isolation": level}
 
 
-def _found(o: Any) -> dict[TP, str]:
+def _found(o: Selection) -> dict[TP, str]:
     try:
         return kafka.list_partitions(list(o.kafka_dirs))
     except (OSError, ValueError) as e:
         raise InvalidConfigError(f"kafka.logDirs: {e}") from None
 
 
-def partitions(o: Any, must_exist: bool) -> list[TP]:
+def partitions(o: Selection, must_exist: bool) -> list[TP]:
     """The partitions of the subscribed topics (or the pattern's, or the assigned
     ones) found in the log dirs."""
     found = _found(o)
@@ -61,7 +75,7 @@ def partitions(o: Any, must_exist: bool) -> list[TP]:
     return sorted(tp for tp in found if tp[0] in topics)
 
 
-def directory(o: Any, tp: TP) -> str:
+def directory(o: Selection, tp: TP) -> str:
     found = _found(o)
     if tp not in found:
         raise InvalidConfigError(f"{tp[0]}-{tp[1]} is not in kafka.logDirs")

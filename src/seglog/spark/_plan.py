@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import math
+# Any: parsed JSON / JSON documents (dict[str, Any]): Spark's offsets; an opener of a Log or
+# a Kafka partition
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import InvalidConfigError, OffsetOutOfRangeError

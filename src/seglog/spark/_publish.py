@@ -32,6 +32,7 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from itertools import groupby
+# Any: parsed JSON / JSON documents (dict[str, Any]): the job's manifest
 from typing import Any, Iterable, Iterator
 
 from .._codec import format as _format

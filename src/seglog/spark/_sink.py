@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+# Any: pyspark's DataSource objects: rows as Arrow batches, commit messages, the options map
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from .._runtime.files import SPARK_DIR, make_dirs

@@ -7,6 +7,7 @@ import difflib
 import os
 import typing
 from dataclasses import dataclass, fields
+# Any: a field of pyspark's schema, or None
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..config import LogConfig

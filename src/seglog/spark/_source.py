@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
+# Any: parsed JSON / JSON documents (dict[str, Any]): Spark's offsets, as pyspark's
+# DataSource API types them
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..consumer_group import commit_offsets

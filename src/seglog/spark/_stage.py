@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+# Any: pyarrow and numpy modules and arrays: they ship no type information
 from typing import Any, Callable, NamedTuple
 
 from .._codec import format as _format
