@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import given, strategies as st
 
 from seglog._storage import scan as _scan
 from seglog import codec
 from seglog._codec import format as _format
 from seglog.errors import CorruptRecordError
-from seglog.segment import ActiveSettings, Segment, WriterState
+from seglog.segment import ActiveSettings, LogSegments, Segment, WriterState
 
 CAP = 1 << 20
 MAX_IX = 1 << 16
@@ -366,3 +367,43 @@ def test_writer_state_follows_appends_and_rolls(segdir):
         assert new.writer_state().next_offset == off + 1
     finally:
         new.close(seal=False)
+
+
+class _Seg:
+    """A stand-in with the one field the list's lookups read."""
+
+    def __init__(self, base_offset: int) -> None:
+        self.base_offset = base_offset
+
+    def __repr__(self) -> str:
+        return f"_Seg({self.base_offset})"
+
+
+@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=12, unique=True),
+       st.integers(-5, 10_100), st.integers(0, 12), st.integers(1, 4))
+def test_the_segment_list_finds_drops_and_swaps_as_a_list_scan_would(bases, offset, i, n):
+    """LogSegments' bisections agree with a plain scan of the list: the segment
+    holding an offset, the prefix retention drops, compaction's swap (refused when
+    the list no longer holds the segments so, or they reach the active one)."""
+    segs = [_Seg(b) for b in sorted(bases)]
+    lst = LogSegments(segs)
+    below = [k for k, s in enumerate(segs) if s.base_offset <= offset]
+    assert lst.holding(offset) == (below[-1] if below else -1)
+    kept, gone = lst.split_through(offset)
+    assert isinstance(kept, LogSegments)
+    assert list(gone) == [s for s in segs if s.base_offset <= offset]
+    assert list(kept) == [s for s in segs if s.base_offset > offset]
+    new = _Seg(-1)
+    assert lst.added(new) == (*segs, new) and lst == tuple(segs)    # values, unchanged
+    i = min(i, len(segs) - 1)
+    taken = [s.base_offset for s in segs[i:i + n]]
+    swapped = lst.replaced(taken, new)
+    if i + len(taken) < len(segs) and len(taken) == n:
+        assert swapped is not None
+        assert swapped[0] == (*segs[:i], new, *segs[i + n:])
+        assert swapped[1] == tuple(segs[i:i + n])
+    else:
+        assert swapped is None                                # the active one, or short
+    assert lst.replaced([-7], new) is None                   # a base offset it never held
+    if len(taken) > 1:
+        assert lst.replaced(taken[::-1], new) is None        # not as they were

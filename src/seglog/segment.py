@@ -21,6 +21,8 @@ from __future__ import annotations
 import io
 import mmap
 import os
+from bisect import bisect_right
+from operator import attrgetter
 from struct import Struct
 from typing import Any, Callable, NamedTuple, Sequence, cast
 
@@ -671,3 +673,44 @@ class Segment:
     __repr__ = _notebook.segment_repr
     _repr_html_ = _notebook.segment_html
 
+
+
+_BASE = attrgetter("base_offset")
+
+
+class LogSegments(tuple[Segment, ...]):
+    """A log's segments in offset order, as one immutable value (Kafka's
+    ``LogSegments``): a tuple, so a reader holding one sees a list that never changes
+    under it, and every change makes a new one, by the list's owner (a writer's
+    ``LocalLog``, a reader's ``LiveLog``). The active segment, if any, is the last.
+    Lookup by offset (``holding``); the changes a log makes, each returning the new
+    list: ``added`` (a roll), ``split_through`` (retention: the prefix through a base
+    offset goes), ``replaced`` (compaction's swap)."""
+
+    __slots__ = ()
+
+    def holding(self, offset: int) -> int:
+        """The index of the segment that holds ``offset`` if any does: the last one
+        whose base offset is at most ``offset`` (-1: below the first one)."""
+        return bisect_right(self, offset, key=_BASE) - 1
+
+    def added(self, seg: Segment) -> "LogSegments":
+        """This list and ``seg`` (a new active segment) after it."""
+        return LogSegments((*self, seg))
+
+    def split_through(self, base: int) -> tuple["LogSegments", tuple[Segment, ...]]:
+        """(the segments whose base offset is above ``base``, the others)."""
+        i = bisect_right(self, base, key=_BASE)
+        return LogSegments(self[i:]), tuple(self[:i])
+
+    def replaced(self, bases: Sequence[int], new: Segment
+                 ) -> tuple["LogSegments", tuple[Segment, ...]] | None:
+        """(the list with ``new`` in place of the consecutive sealed segments whose
+        base offsets are ``bases``, those segments); None if the list does not hold
+        them so (it changed since they were taken), or they reach the active one."""
+        i = self.holding(bases[0])
+        n = len(bases)
+        if (i < 0 or i + n >= len(self)
+                or [s.base_offset for s in self[i:i + n]] != list(bases)):
+            return None
+        return LogSegments((*self[:i], new, *self[i + n:])), tuple(self[i:i + n])

@@ -42,7 +42,7 @@ from .._shared.writers import (Shared, WritersFile, adopt, follow, remove_unwrit
 from ..config import LogConfig
 from .._codec.format import LENGTH_END, MAGIC, ONE_PREFIX as _ONE_PREFIX
 from ..errors import LogClosedError, LogLockedError, SeglogError, StorageError, storage_error
-from ..segment import ActiveSettings, Segment, WriterState
+from ..segment import ActiveSettings, LogSegments, Segment, WriterState
 
 # what a refused call did not do, said by its LogLockedError
 _NOT_FLUSHED = ("the flush did not happen: what was appended is written (readable, safe "
@@ -84,7 +84,7 @@ class LocalLog:
         self.metrics = Metrics()
         # what each active segment is made with: its file's length, its roll policy
         self._settings = ActiveSettings.of(config)
-        self._segs: tuple[Segment, ...] = ()
+        self._segs = LogSegments()
         self._reads = InFlight(self.closed_error, lambda: self._segs)
         self._start = start
         self._end = end
@@ -115,7 +115,7 @@ class LocalLog:
         self._batches = 0          # batches appended since open (under the append lock)
         self._gate = CloseGate()   # shut by a close under way
         if segments:
-            self._set(tuple(segments))
+            self._set(LogSegments(segments))
             self._reads.found(self._segs[:-1])
             self._counts.restart(end, self._active.size)
             self._watch_reservations(self._active)
@@ -138,7 +138,7 @@ class LocalLog:
     # is not empty (it is never empty once the writer is attached)
     _active: Segment
 
-    def _set(self, segs: tuple[Segment, ...]) -> None:
+    def _set(self, segs: LogSegments) -> None:
         self._segs = segs
         if segs:
             self._active = segs[-1]
@@ -162,7 +162,7 @@ class LocalLog:
         return self._end
 
     @property
-    def segs(self) -> tuple[Segment, ...]:
+    def segs(self) -> LogSegments:
         """The segments as this object last saw them (a tuple, replaced whole)."""
         return self._segs
 
@@ -413,7 +413,7 @@ class LocalLog:
         self._reads.sealed(old)           # sealed, its files open: closed when idle
         new = Segment.create(self.path, end, self._settings)
         self._watch_reservations(new)
-        self._set(self._segs + (new,))
+        self._set(self._segs.added(new))
         self._list_changed()
         self._counts.rolled(old.size)
         self._marks.sealed_through(end)
@@ -477,7 +477,7 @@ class LocalLog:
         old = self._active if self._segs else None
         if old is not None and segs[-1] is not old:
             self._counts.rolled(old.size)
-        self._set(tuple(segs))
+        self._set(LogSegments(segs))
         self._watch_reservations(segs[-1])
         self._reads.retire(gone, "replaced by compaction, deleted by retention or sealed "
                                  "by another writer")
@@ -498,7 +498,7 @@ class LocalLog:
             fresh = Segment(self.path, seg.base_offset, max_index_bytes=settings.max_index_bytes,
                             writer=True, index_interval_bytes=settings.index_interval_bytes)
             fresh.activate(sh.state, settings)
-            self._take_list(list(self._segs[:-1]) + [fresh], [seg])
+            self._take_list([*self._segs[:-1], fresh], [seg])
             seg = fresh
             adopt(seg, cut)
         else:
@@ -585,8 +585,8 @@ class LocalLog:
                     # pointing at deleted data
                     write_checkpoint(self.path, LOG_START, new_start)
                     self._start = new_start
-                doomed = tuple(s for s in segs if s.base_offset <= through)
-                self._set(tuple(s for s in segs if s.base_offset > through))
+                kept, doomed = segs.split_through(through)
+                self._set(kept)
                 self._list_changed()
         except BaseException:
             self._abort_writing()
@@ -621,12 +621,10 @@ class LocalLog:
                 raise
         gone: list[Segment] = []
         try:
-            cur = self._segs
-            at = [s.base_offset for s in cur]
-            i = at.index(bases[0]) if bases[0] in at else -1
-            if i >= 0 and at[i:i + len(bases)] == bases and i + len(bases) < len(cur):
-                gone = list(cur[i:i + len(bases)])
-                self._set(cur[:i] + (new,) + cur[i + len(bases):])
+            swapped = self._segs.replaced(bases, new)
+            if swapped is not None:
+                self._set(swapped[0])
+                gone = list(swapped[1])
                 self._list_changed()
             elif self._w is not None:
                 self._relist_now()

@@ -11,11 +11,9 @@ holds (``OffsetOutOfRangeError`` if its next offset was deleted).
 from __future__ import annotations
 
 import os
-from bisect import bisect_right
 from contextlib import contextmanager
 from functools import partial
 from itertools import chain
-from operator import attrgetter
 from typing import Any, Callable, Iterator, TypeVar
 
 from .._codec import decode as _decode
@@ -30,9 +28,8 @@ View = LocalLog | LiveLog
 from .._codec.columns import arrow_modules, arrow_schema
 from .._codec.records import as_ms, check_timestamp, make_message
 from ..message import Message, MessageSet
-from ..segment import Segment, SegmentGoneError
+from ..segment import LogSegments, Segment, SegmentGoneError
 
-_BASE = attrgetter("base_offset")
 _RELOCATIONS = 64         # a reader re-finds its place at most this often per step
 _T = TypeVar("_T")
 _ITER_CHUNK = 1 << 20
@@ -41,12 +38,12 @@ _ITER_CHUNK = 1 << 20
 _ARROW_CHUNK = 4 << 20
 
 
-def _locate(local: View, offset: int) -> tuple[tuple[Segment, ...], int]:
+def _locate(local: View, offset: int) -> tuple[LogSegments, int]:
     """The segment list as it is now and the index of the segment holding ``offset``;
     ``OffsetOutOfRangeError`` if retention removed it after the caller checked the
     log start (the list is read once, after the start)."""
     segs = local.segs
-    i = bisect_right(segs, offset, key=_BASE) - 1
+    i = segs.holding(offset)
     if i < 0 and segs:
         raise OffsetOutOfRangeError(
             f"offset {offset} was deleted (log start is now {segs[0].base_offset})")
@@ -443,7 +440,7 @@ def _iter_step(local: View, st: list[Any], offset: int, end: int | None,
                         f"offset {offset} was deleted by retention while iterating "
                         f"(log start is now {local.start})")
                 segs = local.segs
-                k = bisect_right(segs, seg.base_offset, key=_BASE)
+                k = segs.holding(seg.base_offset) + 1
                 if not k or segs[k - 1] is not seg:
                     # the list changed under this reader (compaction swapped in a copy
                     # of its segment, merged with the next ones, and has not retired
