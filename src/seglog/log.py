@@ -40,7 +40,7 @@ from ._log.metrics import Metrics
 from ._log.local_log import LocalLog
 from ._codec.records import check_timestamp
 from .message import Headers, Message, MessageSet, Record
-from .segment import Segment
+from .segment import LogSegments, Segment
 _log = logging.getLogger("seglog")
 _TAIL_1H = _format.ONE_TAIL
 _checksum = _format.CHECKSUM
@@ -364,7 +364,7 @@ class Log:
         return self._view.end_offset
 
     @property
-    def segments(self) -> tuple[Segment, ...]:
+    def segments(self) -> LogSegments:
         """The segments, oldest first; the last one is active."""
         return self._view.segments
 

@@ -28,7 +28,7 @@ from .errors import CorruptRecordError
 from .index import TimeIndex, entries_valid, offset_arrays
 from .retention import remove_leftovers
 from ._storage.segment_indexes import active_entries
-from .segment import NO_TIMESTAMP, Segment, WriterState
+from .segment import NO_TIMESTAMP, ActiveSettings, Segment, WriterState
 
 CLEAN_MARKER = ".clean-shutdown"
 
@@ -44,11 +44,12 @@ class Loaded:
     report: "RecoveryReport | None" = None
 
 
-def load_for_writer(directory: str, capacity: int, interval: int, max_index_bytes: int) -> Loaded:
-    """Open every segment of ``directory`` for a writer, recovering after a crash."""
+def load_for_writer(directory: str, settings: ActiveSettings) -> Loaded:
+    """Open every segment of ``directory`` for a writer, recovering after a crash; the
+    last one active, made with ``settings``."""
     opened: list[Segment] = []
     try:
-        return _load(directory, capacity, interval, max_index_bytes, opened)
+        return _load(directory, settings, opened)
     except BaseException:
         for seg in opened:
             try:
@@ -58,8 +59,7 @@ def load_for_writer(directory: str, capacity: int, interval: int, max_index_byte
         raise
 
 
-def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
-          opened: list[Segment]) -> Loaded:
+def _load(directory: str, settings: ActiveSettings, opened: list[Segment]) -> Loaded:
     names = os.listdir(directory)
     # one listing serves a clean open; the rare leftovers of interrupted work re-list.
     # Committed compaction swaps are finished first (they rename cleaned files in)
@@ -72,7 +72,7 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
     marker = read_marker(directory)
     if not bases:
         base = start or 0
-        seg = Segment.create(directory, base, capacity, interval, max_index_bytes)
+        seg = Segment.create(directory, base, settings)
         opened.append(seg)
         _remove_marker(directory, marker)
         write_session(directory)
@@ -88,6 +88,7 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
         fsync_dir(directory)
         bases = bases[len(below):]
     # a sealed segment covers up to the next one's base offset
+    max_index_bytes, interval = settings.max_index_bytes, settings.index_interval_bytes
     segs = [Segment(directory, b, next_offset=nxt, max_index_bytes=max_index_bytes,
                     writer=True, index_interval_bytes=interval)
             for b, nxt in zip(bases, [*bases[1:], None])]
@@ -95,7 +96,7 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
     active = segs[-1]
     if marker is not None and _marker_matches(marker, active):
         _remove_marker(directory, marker)
-        active.activate(capacity, _clean_state(active, marker, max_index_bytes, interval))
+        active.activate(_clean_state(active, marker, max_index_bytes, interval), settings)
         write_session(directory)
         return Loaded(segs, start, marker["end_offset"], marker["end_offset"])
     _remove_marker(directory, marker)
@@ -108,7 +109,7 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
     rp = max(read_checkpoint(directory, RECOVERY_POINT) or 0, bases[-1])
     same_boot = _previous_boot(directory) == boot_id() is not None
     report = RecoveryReport(recovery_point=rp, same_boot=same_boot)
-    _recover_tail(active, rp, same_boot, capacity, interval, max_index_bytes, report)
+    _recover_tail(active, rp, same_boot, settings, report)
     end = active.next_offset
     assert end is not None
     # what recovery kept may still be only in the page cache: make it durable, so
@@ -119,17 +120,18 @@ def _load(directory: str, capacity: int, interval: int, max_index_bytes: int,
     return Loaded(segs, start, end, end, report=report)
 
 
-def _recover_tail(seg: Segment, rp: int, same_boot: bool, capacity: int, interval: int,
-                  max_index_bytes: int, report: "RecoveryReport") -> None:
+def _recover_tail(seg: Segment, rp: int, same_boot: bool, settings: ActiveSettings,
+                  report: "RecoveryReport") -> None:
     """Scan the last segment from the recovery point (checksums included), cut a
     torn tail, rebuild its indexes and open it for appends."""
     file_size = os.stat(seg.path).st_size
     start_pos, start_off, trusted = (0, seg.base_offset, None)
     if rp > seg.base_offset:
-        start_pos, start_off, trusted = _trusted_prefix(seg, rp, max_index_bytes)
+        start_pos, start_off, trusted = _trusted_prefix(seg, rp, settings.max_index_bytes)
     tmax, tmax_off = (trusted[1][-1] if trusted and trusted[1] else (-1, seg.base_offset))
     t0 = time.perf_counter()
-    res = scan(seg, start_pos, file_size, start_off, interval, max_timestamp=tmax)
+    res = scan(seg, start_pos, file_size, start_off, settings.index_interval_bytes,
+               max_timestamp=tmax)
     report.scan_seconds += time.perf_counter() - t0
     if res.max_timestamp == tmax:
         res = replace(res, max_ts_offset=tmax_off)
@@ -161,9 +163,10 @@ def _recover_tail(seg: Segment, rp: int, same_boot: bool, capacity: int, interva
         report.cuts.append(Cut(seg.path, res.end, res.stop, file_size - res.end,
                                sv.data_bytes, sv.good_messages))
     first = res.first_timestamp
-    seg.activate(capacity, WriterState(
+    seg.activate(WriterState(
         seg.base_offset, res.end, res.next_offset, len(res.index), len(res.time_index), -1,
-        res.max_timestamp, res.max_ts_offset, NO_TIMESTAMP if first is None else first))
+        res.max_timestamp, res.max_ts_offset, NO_TIMESTAMP if first is None else first),
+        settings)
 
 
 def _truncate_durably(path: str, size: int) -> None:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import io
 import mmap
 import os
+from bisect import bisect_right
+from operator import attrgetter
 from struct import Struct
 from typing import Any, Callable, NamedTuple, Sequence, cast
 
@@ -33,6 +35,7 @@ from ._storage.segment_indexes import close_all, for_reading, replace_files, res
 # SegmentGoneError is raised by the .log descriptor's holder, and known by Segment's name
 from ._storage.segment_file import SegmentFile
 from ._storage.segment_file import SegmentGoneError as SegmentGoneError
+from .config import LogConfig
 from .errors import CorruptRecordError
 from .index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, next_entry_position
 from ._storage.writable_map import WritableMap
@@ -77,6 +80,32 @@ class WriterState(NamedTuple):
     first_timestamp: int
 
 
+class ActiveSettings(NamedTuple):
+    """What an active segment is made with, derived once from the log's settings
+    (``of``) and handed to ``Segment.create`` and ``Segment.activate``, so that no
+    segment takes appends without its roll policy.
+
+    ``capacity``: the length its file may reach and is mapped to (a full segment
+    plus the largest batch and its framing, so an append that passes the roll check
+    always fits; blocks are reserved as it grows, never further); ``segment_bytes``
+    and ``segment_ms``: when appends roll (Kafka's conditions, see ``append_one``);
+    ``index_interval_bytes`` and ``max_index_bytes``: its indexes' shape.
+    """
+
+    capacity: int
+    segment_bytes: int
+    segment_ms: int | None
+    index_interval_bytes: int
+    max_index_bytes: int
+
+    @classmethod
+    def of(cls, config: LogConfig) -> "ActiveSettings":
+        """A log's active segments' settings (``config`` is validated)."""
+        return cls(config.segment_bytes + config.max_message_bytes + 65536,
+                   config.segment_bytes, config.segment_ms, config.index_interval_bytes,
+                   config.max_index_bytes)
+
+
 def _native_u32(v: int) -> int:
     """``v`` such that ``_NATIVE_U32`` stores it little-endian (the format's order)."""
     return int.from_bytes(v.to_bytes(4, "little"), "big") if BIG_ENDIAN_HOST else v
@@ -109,7 +138,9 @@ class Segment:
     ``max_timestamp`` (-1 when empty). Writer interface (``LocalLog``, the loader, the
     writers' repair): ``create``, ``activate``, ``append``, ``append_one`` (-1: roll
     first), ``writer_state``, ``reload``, ``erase_after``, ``flush``, ``seal``,
-    ``close``, ``abandon``, ``retire``, ``delete``, ``set_measured``, ``write_indexes``."""
+    ``close``, ``abandon``, ``retire``, ``delete``, ``set_measured``, ``write_indexes``.
+    ``create`` and ``activate`` take the ``ActiveSettings`` it appends by: its roll
+    policy comes with it, never set afterwards."""
 
     def __init__(self, directory: str, base_offset: int, *, size: int | None = None,
                  next_offset: int | None = None, max_index_bytes: int = 10 << 20,
@@ -140,7 +171,7 @@ class Segment:
         self._next_index_pos = 1 << 62
         self._max_ts_offset = base_offset
         self.first_timestamp: int | None = None
-        # the roll limits appends compare with (NEVER while empty: set_roll_policy)
+        # the roll limits appends compare with (NEVER while empty; the policy: activate)
         self._roll_bytes = self._roll_ms = None  # type: int | None
         self._roll_size = self._roll_ts = self._roll_off = NEVER
         self.writer = writer        # this process owns the directory: it may repair files
@@ -155,17 +186,17 @@ class Segment:
 
     # -- the writer interface: creation, activation, state ------------------------------
     @classmethod
-    def create(cls, directory: str, base_offset: int, capacity: int,
-               index_interval_bytes: int, max_index_bytes: int) -> "Segment":
-        """A new empty active segment, files and directory entry durable (R2, DURABILITY.md)."""
+    def create(cls, directory: str, base_offset: int, settings: ActiveSettings) -> "Segment":
+        """A new empty active segment made with ``settings``, files and directory entry
+        durable (R2, DURABILITY.md)."""
         seg = cls(directory, base_offset, size=0, next_offset=base_offset,
-                  max_index_bytes=max_index_bytes, writer=True,
-                  index_interval_bytes=index_interval_bytes)
+                  max_index_bytes=settings.max_index_bytes, writer=True,
+                  index_interval_bytes=settings.index_interval_bytes)
         SegmentFile.create(seg.path, seg.index_path, seg.timeindex_path)
         try:
-            seg.activate(capacity, WriterState(base_offset, 0, base_offset, 0, 0,
-                                               index_interval_bytes, NO_TIMESTAMP, base_offset,
-                                               NO_TIMESTAMP))
+            seg.activate(WriterState(base_offset, 0, base_offset, 0, 0,
+                                     settings.index_interval_bytes, NO_TIMESTAMP, base_offset,
+                                     NO_TIMESTAMP), settings)
             seg.flush()
             fsync_dir(directory)
         except BaseException:
@@ -183,12 +214,18 @@ class Segment:
         if max_timestamp is not None:
             self._max_ts = max_timestamp
 
-    def activate(self, capacity: int, state: WriterState) -> None:
+    def activate(self, state: WriterState, settings: ActiveSettings) -> None:
         """Open this segment for appends at ``state`` (its files hold what it says;
-        ``next_index_pos`` -1: from the last index entry, by Kafka's rule)."""
+        ``next_index_pos`` -1: from the last index entry, by Kafka's rule), mapped to
+        ``settings.capacity`` and rolling by its ``segment_bytes`` and ``segment_ms``:
+        appends return -1 once the next batch would pass ``segment_bytes``, its
+        timestamp is ``segment_ms`` past the segment's first, an offset would not fit
+        the index's 32-bit relative offset, or an index is full. An empty segment
+        never rolls."""
         self._size = state.size
-        self._map = WritableMap(self._log.open_for_writing().fileno(), self._size, capacity,
-                                self._reserved)
+        self._roll_bytes, self._roll_ms = settings.segment_bytes, settings.segment_ms
+        self._map = WritableMap(self._log.open_for_writing().fileno(), self._size,
+                                settings.capacity, self._reserved)
         self._mm = cast(mmap.mmap, self._map.mm)
         self._alloc_end = self._size
         self._index = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes,
@@ -265,14 +302,6 @@ class Segment:
         return WriterState(self.base_offset, self._size, cast(int, self.next_offset), len(ix),
                            len(tix), self._next_index_pos, self._max_ts, self._max_ts_offset,
                            NO_TIMESTAMP if first is None else first)
-
-    def set_roll_policy(self, segment_bytes: int, segment_ms: int | None) -> None:
-        """When appends must roll (``append`` returns -1): Kafka's conditions, the next
-        batch would pass ``segment_bytes``, its timestamp is ``segment_ms`` past the
-        segment's first, an offset would not fit the index's 32-bit relative offset,
-        or an index is full. An empty segment never rolls."""
-        self._roll_bytes, self._roll_ms = segment_bytes, segment_ms
-        self._set_roll_limits()
 
     def _set_roll_limits(self) -> None:
         # precomputed, so that an append compares three ints
@@ -390,7 +419,7 @@ class Segment:
                max_timestamp: int, size: int | None = None) -> int:
         """Copy one encoded batch (bytes, or its two parts: header, records) to the end;
         return the position written at, or -1 (nothing written) if the segment must
-        roll first (``set_roll_policy``).
+        roll first (the policy ``activate`` was given).
 
         Stamps the batch's base offset field: the checksum does not cover it, so a batch
         can be encoded before its offset is known (outside the log's lock).
@@ -644,3 +673,44 @@ class Segment:
     __repr__ = _notebook.segment_repr
     _repr_html_ = _notebook.segment_html
 
+
+
+_BASE = attrgetter("base_offset")
+
+
+class LogSegments(tuple[Segment, ...]):
+    """A log's segments in offset order, as one immutable value (Kafka's
+    ``LogSegments``): a tuple, so a reader holding one sees a list that never changes
+    under it, and every change makes a new one, by the list's owner (a writer's
+    ``LocalLog``, a reader's ``LiveLog``). The active segment, if any, is the last.
+    Lookup by offset (``holding``); the changes a log makes, each returning the new
+    list: ``added`` (a roll), ``split_through`` (retention: the prefix through a base
+    offset goes), ``replaced`` (compaction's swap)."""
+
+    __slots__ = ()
+
+    def holding(self, offset: int) -> int:
+        """The index of the segment that holds ``offset`` if any does: the last one
+        whose base offset is at most ``offset`` (-1: below the first one)."""
+        return bisect_right(self, offset, key=_BASE) - 1
+
+    def added(self, seg: Segment) -> "LogSegments":
+        """This list and ``seg`` (a new active segment) after it."""
+        return LogSegments((*self, seg))
+
+    def split_through(self, base: int) -> tuple["LogSegments", tuple[Segment, ...]]:
+        """(the segments whose base offset is above ``base``, the others)."""
+        i = bisect_right(self, base, key=_BASE)
+        return LogSegments(self[i:]), tuple(self[:i])
+
+    def replaced(self, bases: Sequence[int], new: Segment
+                 ) -> tuple["LogSegments", tuple[Segment, ...]] | None:
+        """(the list with ``new`` in place of the consecutive sealed segments whose
+        base offsets are ``bases``, those segments); None if the list does not hold
+        them so (it changed since they were taken), or they reach the active one."""
+        i = self.holding(bases[0])
+        n = len(bases)
+        if (i < 0 or i + n >= len(self)
+                or [s.base_offset for s in self[i:i + n]] != list(bases)):
+            return None
+        return LogSegments((*self[:i], new, *self[i + n:])), tuple(self[i:i + n])

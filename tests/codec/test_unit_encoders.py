@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from seglog import Log, codec
 from seglog._codec import encode as _encode
-from seglog.segment import Segment
+from seglog.segment import ActiveSettings, Segment
 
 from helpers import header
 
@@ -73,7 +73,7 @@ def test_append_one_writes_what_encode_batch_makes(records, base):
     """The one-record path as Log.append calls it (the checksum of the tail and the
     value), against the reference, read back from the segment's file."""
     with tempfile.TemporaryDirectory() as d:
-        seg = Segment.create(d, base, 1 << 24, 4096, 1 << 16)
+        seg = Segment.create(d, base, ActiveSettings(1 << 24, 1 << 23, None, 4096, 1 << 16))
         try:
             off = base
             for value, ts in records:

@@ -172,7 +172,7 @@ def test_an_iteration_whose_segment_grows_and_rolls_after_it_measured_it(tmp_pat
     writer: list[Outcome] = []
 
     def start(self: local_log.LocalLog) -> int:
-        if not writer and sys._getframe(1).f_code.co_name == "_iter_step":
+        if not writer and sys._getframe(1).f_code.co_name == "_step":
             writer.append(in_another_thread(lambda: _append_then_roll(log)))
         return real.fget(self)              # type: ignore[attr-defined]
     with monkeypatch.context() as m:
@@ -208,7 +208,7 @@ def test_a_readonly_iteration_whose_segment_another_thread_refreshes_grown_and_r
 
     def start(self: _live.LiveLog) -> int:
         if not refresher and threading.current_thread() is reader \
-                and sys._getframe(1).f_code.co_name == "_iter_step":
+                and sys._getframe(1).f_code.co_name == "_step":
             added.extend(_append_then_roll(w))         # the writer (another process)
             refresher.append(in_another_thread(lambda: r.end_offset))   # a refresh
         return real.fget(self)              # type: ignore[attr-defined]

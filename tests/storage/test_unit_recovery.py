@@ -14,13 +14,14 @@ from seglog import codec, recovery
 from seglog._codec import format as _format
 from seglog.errors import CorruptRecordError
 from seglog.index import entries_valid, next_entry_position
-from seglog.segment import Segment
+from seglog.segment import ActiveSettings, Segment
 
 from helpers import header, put_header
 
 CAP = 1 << 20
 INTERVAL = 256
 MAX_IX = 1 << 16
+SETTINGS = ActiveSettings(CAP, CAP // 2, None, INTERVAL, MAX_IX)
 
 
 def _name(d: str, base: int, ext: str = ".log") -> str:
@@ -44,7 +45,7 @@ def _write_segment(d: str, base: int, nbatches: int, per: int = 2, ts0: int = 10
 
 
 def _load(d: str) -> recovery.Loaded:
-    return recovery.load_for_writer(d, CAP, INTERVAL, MAX_IX)
+    return recovery.load_for_writer(d, SETTINGS)
 
 
 def _close(loaded: recovery.Loaded) -> None:
@@ -260,7 +261,7 @@ def test_segments_wholly_below_the_start_checkpoint_are_deleted(d):
 
 def _clean_shutdown_dir(d: str) -> tuple[Segment, int, list[int]]:
     """A segment written by a writer and sealed, then a clean-shutdown marker."""
-    seg = Segment.create(d, 0, CAP, INTERVAL, MAX_IX)
+    seg = Segment.create(d, 0, SETTINGS)
     positions = []
     for i in range(20):
         positions.append(seg.size)

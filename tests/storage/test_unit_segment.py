@@ -7,15 +7,21 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import given, strategies as st
 
 from seglog._storage import scan as _scan
 from seglog import codec
 from seglog._codec import format as _format
 from seglog.errors import CorruptRecordError
-from seglog.segment import Segment, WriterState
+from seglog.segment import ActiveSettings, LogSegments, Segment, WriterState
 
 CAP = 1 << 20
 MAX_IX = 1 << 16
+
+
+def settings(interval: int, segment_bytes: int = CAP // 2) -> ActiveSettings:
+    """An active segment mapped to CAP, rolling past ``segment_bytes``."""
+    return ActiveSettings(CAP, segment_bytes, None, interval, MAX_IX)
 
 
 @pytest.fixture
@@ -43,7 +49,7 @@ def _messages(seg: Segment, offset: int, max_bytes: int = 1 << 20):
 
 
 def test_append_tracks_size_next_offset_and_max_timestamp(segdir):
-    seg = Segment.create(segdir, 100, CAP, 4096, MAX_IX)
+    seg = Segment.create(segdir, 100, settings(4096))
     try:
         assert (seg.size, seg.next_offset, seg.max_timestamp) == (0, 100, -1)
         expect_size = 0
@@ -67,7 +73,7 @@ def test_append_tracks_size_next_offset_and_max_timestamp(segdir):
 def test_append_one_updates_next_offset_on_every_path(segdir):
     """Regression: the one-record fast path (no index entry, no new max timestamp)
     once left ``next_offset`` stale."""
-    seg = Segment.create(segdir, 0, CAP, 1 << 30, MAX_IX)   # no index entries at all
+    seg = Segment.create(segdir, 0, settings(1 << 30))   # no index entries at all
     try:
         size = 0
         for off in range(20):
@@ -85,7 +91,7 @@ def test_append_one_updates_next_offset_on_every_path(segdir):
 
 
 def test_append_one_writes_what_encode_batch_makes(segdir):
-    seg = Segment.create(segdir, 7, CAP, 4096, MAX_IX)
+    seg = Segment.create(segdir, 7, settings(4096))
     try:
         seg.append_one(*_one_args(7, 5, b"hello"))
         seg.append_one(*_one_args(8, 9, b""))
@@ -103,7 +109,7 @@ def test_append_one_writes_what_encode_batch_makes(segdir):
 
 
 def test_mixed_append_paths_read_back(segdir):
-    seg = Segment.create(segdir, 0, CAP, 256, MAX_IX)
+    seg = Segment.create(segdir, 0, settings(256))
     expected = []
     try:
         off = 0
@@ -129,7 +135,7 @@ def test_mixed_append_paths_read_back(segdir):
 
 
 def test_find_position_lands_on_the_batch_holding_the_offset(segdir):
-    seg = Segment.create(segdir, 1000, CAP, 128, MAX_IX)
+    seg = Segment.create(segdir, 1000, settings(128))
     try:
         starts = []
         for i in range(40):
@@ -149,7 +155,7 @@ def test_find_position_lands_on_the_batch_holding_the_offset(segdir):
 
 
 def test_read_at_respects_max_bytes_but_returns_one_whole_batch(segdir):
-    seg = Segment.create(segdir, 0, CAP, 4096, MAX_IX)
+    seg = Segment.create(segdir, 0, settings(4096))
     try:
         big = _append_batch(seg, [b"y" * 5000], 1)
         small = _append_batch(seg, [b"s"], 2)
@@ -168,7 +174,7 @@ def test_read_at_respects_max_bytes_but_returns_one_whole_batch(segdir):
 def test_writer_index_equals_scan_index(segdir, interval):
     """The writer's index rule (``Segment._appended``) and the scan's
     (``ScanResult.add``) must make the same offset and time index entries."""
-    seg = Segment.create(segdir, 500, CAP, interval, MAX_IX)
+    seg = Segment.create(segdir, 500, settings(interval))
     try:
         off = 500
         for i in range(120):
@@ -199,7 +205,7 @@ def test_writer_index_equals_scan_index(segdir, interval):
 def test_index_entries_every_interval_bytes(segdir):
     """With equal-sized batches, an entry lands on the first batch at least an
     interval past the last one."""
-    seg = Segment.create(segdir, 0, CAP, 1000, MAX_IX)
+    seg = Segment.create(segdir, 0, settings(1000))
     try:
         data = b""
         for i in range(50):
@@ -213,7 +219,7 @@ def test_index_entries_every_interval_bytes(segdir):
 
 
 def test_seal_cuts_file_back_and_reopen_reads_the_same(segdir):
-    seg = Segment.create(segdir, 42, CAP, 200, MAX_IX)
+    seg = Segment.create(segdir, 42, settings(200))
     for i in range(30):
         _append_batch(seg, [b"m%d" % i, b"n%d" % i], 100 + i)
     size, nxt, mts = seg.size, seg.next_offset, seg.max_timestamp
@@ -242,7 +248,7 @@ def test_seal_cuts_file_back_and_reopen_reads_the_same(segdir):
 
 
 def _sealed(segdir: str, n: int = 10) -> tuple[int, list[int]]:
-    seg = Segment.create(segdir, 0, CAP, 4096, MAX_IX)
+    seg = Segment.create(segdir, 0, settings(4096))
     positions = []
     for i in range(n):
         positions.append(seg.size)
@@ -309,7 +315,7 @@ def test_truncated_file_is_reported_not_misread(segdir):
 
 # -- the writer's state --------------------------------------------------------------
 def test_writer_state_saves_compares_and_reloads_into_a_fresh_segment(segdir):
-    seg = Segment.create(segdir, 0, CAP, 128, MAX_IX)
+    seg = Segment.create(segdir, 0, settings(128))
     try:
         empty = seg.writer_state()
         assert empty == WriterState(0, 0, 0, 0, 0, 128, -1, 0, -1)
@@ -323,7 +329,7 @@ def test_writer_state_saves_compares_and_reloads_into_a_fresh_segment(segdir):
     finally:
         seg.abandon()                                      # as a killed writer leaves it
     again = Segment(segdir, 0, max_index_bytes=MAX_IX, writer=True, index_interval_bytes=128)
-    again.activate(CAP, state)
+    again.activate(state, settings(128))
     try:
         assert again.writer_state() == state
         for i in range(40, 50):                            # both go on alike
@@ -338,8 +344,7 @@ def test_writer_state_saves_compares_and_reloads_into_a_fresh_segment(segdir):
 
 
 def test_writer_state_follows_appends_and_rolls(segdir):
-    seg = Segment.create(segdir, 0, CAP, 64, MAX_IX)
-    seg.set_roll_policy(1024, None)
+    seg = Segment.create(segdir, 0, settings(64, segment_bytes=1024))
     states = [seg.writer_state()]
     off = 0
     while True:
@@ -355,10 +360,50 @@ def test_writer_state_follows_appends_and_rolls(segdir):
     sealed_state = seg.writer_state()
     assert sealed_state.size == states[-1].size and sealed_state.next_offset == off
     seg.close(seal=False)
-    new = Segment.create(segdir, off, CAP, 64, MAX_IX)
+    new = Segment.create(segdir, off, settings(64))
     try:
         assert new.writer_state() == WriterState(off, 0, off, 0, 0, 64, -1, off, -1)
         assert new.append_one(*_one_args(off, 600, b"y")) == 0
         assert new.writer_state().next_offset == off + 1
     finally:
         new.close(seal=False)
+
+
+class _Seg:
+    """A stand-in with the one field the list's lookups read."""
+
+    def __init__(self, base_offset: int) -> None:
+        self.base_offset = base_offset
+
+    def __repr__(self) -> str:
+        return f"_Seg({self.base_offset})"
+
+
+@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=12, unique=True),
+       st.integers(-5, 10_100), st.integers(0, 12), st.integers(1, 4))
+def test_the_segment_list_finds_drops_and_swaps_as_a_list_scan_would(bases, offset, i, n):
+    """LogSegments' bisections agree with a plain scan of the list: the segment
+    holding an offset, the prefix retention drops, compaction's swap (refused when
+    the list no longer holds the segments so, or they reach the active one)."""
+    segs = [_Seg(b) for b in sorted(bases)]
+    lst = LogSegments(segs)
+    below = [k for k, s in enumerate(segs) if s.base_offset <= offset]
+    assert lst.holding(offset) == (below[-1] if below else -1)
+    kept, gone = lst.split_through(offset)
+    assert isinstance(kept, LogSegments)
+    assert list(gone) == [s for s in segs if s.base_offset <= offset]
+    assert list(kept) == [s for s in segs if s.base_offset > offset]
+    new = _Seg(-1)
+    assert lst.added(new) == (*segs, new) and lst == tuple(segs)    # values, unchanged
+    i = min(i, len(segs) - 1)
+    taken = [s.base_offset for s in segs[i:i + n]]
+    swapped = lst.replaced(taken, new)
+    if i + len(taken) < len(segs) and len(taken) == n:
+        assert swapped is not None
+        assert swapped[0] == (*segs[:i], new, *segs[i + n:])
+        assert swapped[1] == tuple(segs[i:i + n])
+    else:
+        assert swapped is None                                # the active one, or short
+    assert lst.replaced([-7], new) is None                   # a base offset it never held
+    if len(taken) > 1:
+        assert lst.replaced(taken[::-1], new) is None        # not as they were

@@ -24,7 +24,7 @@ from .._storage.scan import ScanResult, scan
 from ..config import LogConfig
 from ..errors import CorruptRecordError, LogClosedError, SeglogError
 from ..recovery import continuing_batch_after, read_marker
-from ..segment import Segment
+from ..segment import LogSegments, Segment
 
 _RACY_NS = 3_000_000_000  # a directory listing this close to its mtime is not trusted
 
@@ -38,7 +38,7 @@ class LiveLog:
         self.path = path
         self.config = config
         self.metrics = metrics if metrics is not None else Metrics()
-        self._segs: tuple[Segment, ...] = ()
+        self._segs = LogSegments()
         self._start = 0
         self._end = 0
         self._closed = False
@@ -64,7 +64,7 @@ class LiveLog:
         return self._end
 
     @property
-    def segs(self) -> tuple[Segment, ...]:
+    def segs(self) -> LogSegments:
         """The segments as this reader last saw them (a tuple, replaced whole)."""
         return self._segs
 
@@ -81,7 +81,7 @@ class LiveLog:
         return self._end
 
     @property
-    def segments(self) -> tuple[Segment, ...]:
+    def segments(self) -> LogSegments:
         """The segments, oldest first (looked at again first)."""
         self.refresh()
         return self._segs
@@ -185,7 +185,7 @@ class LiveLog:
             # the start first: a reader that sees the new list sees the start with it
             start = read_checkpoint(self.path, LOG_START)
             self._start = max(start or 0, new[0].base_offset if new else 0)
-            self._segs = tuple(new)
+            self._segs = LogSegments(new)
             self._reads.watch(self._segs)
             self._reads.retire(gone, "replaced by compaction or deleted by retention")
         if self._segs:

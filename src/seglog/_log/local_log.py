@@ -42,7 +42,7 @@ from .._shared.writers import (Shared, WritersFile, adopt, follow, remove_unwrit
 from ..config import LogConfig
 from .._codec.format import LENGTH_END, MAGIC, ONE_PREFIX as _ONE_PREFIX
 from ..errors import LogClosedError, LogLockedError, SeglogError, StorageError, storage_error
-from ..segment import Segment, WriterState
+from ..segment import ActiveSettings, LogSegments, Segment, WriterState
 
 # what a refused call did not do, said by its LogLockedError
 _NOT_FLUSHED = ("the flush did not happen: what was appended is written (readable, safe "
@@ -52,13 +52,6 @@ _NOT_DELETED = "nothing was deleted"
 _NOT_COMPACTED = "nothing was compacted"
 _NOT_SWAPPED = ("the compacted files are in place on disk; this writer's list follows "
                 "them at its next append")
-
-
-def active_capacity(config: LogConfig) -> int:
-    """The size an active segment's file may reach: a full segment plus the largest
-    batch (and room for its framing), so an append that fits the roll check always
-    fits. The file grows to it as blocks are reserved, never further."""
-    return config.segment_bytes + config.max_message_bytes + 65536
 
 
 class ModeLock(Protocol):
@@ -89,8 +82,9 @@ class LocalLog:
         self.config = config
         # counters every layer of this log adds to (``Log.metrics()`` shows them)
         self.metrics = Metrics()
-        self._capacity = active_capacity(config)
-        self._segs: tuple[Segment, ...] = ()
+        # what each active segment is made with: its file's length, its roll policy
+        self._settings = ActiveSettings.of(config)
+        self._segs = LogSegments()
         self._reads = InFlight(self.closed_error, lambda: self._segs)
         self._start = start
         self._end = end
@@ -121,10 +115,10 @@ class LocalLog:
         self._batches = 0          # batches appended since open (under the append lock)
         self._gate = CloseGate()   # shut by a close under way
         if segments:
-            self._set(tuple(segments))
+            self._set(LogSegments(segments))
             self._reads.found(self._segs[:-1])
             self._counts.restart(end, self._active.size)
-            self._arm(self._active)
+            self._watch_reservations(self._active)
 
     def _bind_mode(self) -> None:
         """The three steps of every change, chosen once for the writer's mode."""
@@ -144,17 +138,15 @@ class LocalLog:
     # is not empty (it is never empty once the writer is attached)
     _active: Segment
 
-    def _set(self, segs: tuple[Segment, ...]) -> None:
+    def _set(self, segs: LogSegments) -> None:
         self._segs = segs
         if segs:
             self._active = segs[-1]
         self._reads.watch(segs)
 
-    def _arm(self, seg: Segment) -> None:
-        """Give the active segment its roll policy and, with several writers, the
-        header's reservation hook."""
-        cfg = self.config
-        seg.set_roll_policy(cfg.segment_bytes, cfg.segment_ms)
+    def _watch_reservations(self, seg: Segment) -> None:
+        """With several writers, the active segment tells the header each reservation
+        of disk blocks (the bound of what a writer that died may have left)."""
         if self._w is not None:
             seg.watch_reservations(self._w.reserve)
 
@@ -170,7 +162,7 @@ class LocalLog:
         return self._end
 
     @property
-    def segs(self) -> tuple[Segment, ...]:
+    def segs(self) -> LogSegments:
         """The segments as this object last saw them (a tuple, replaced whole)."""
         return self._segs
 
@@ -419,11 +411,9 @@ class LocalLog:
             w.rolling(old.base_offset)
         old.seal()
         self._reads.sealed(old)           # sealed, its files open: closed when idle
-        cfg = self.config
-        new = Segment.create(self.path, end, self._capacity, cfg.index_interval_bytes,
-                             cfg.max_index_bytes)
-        self._arm(new)
-        self._set(self._segs + (new,))
+        new = Segment.create(self.path, end, self._settings)
+        self._watch_reservations(new)
+        self._set(self._segs.added(new))
         self._list_changed()
         self._counts.rolled(old.size)
         self._marks.sealed_through(end)
@@ -468,9 +458,8 @@ class LocalLog:
         # measured before anything maps the active segment (a dead roller cut it back)
         cut = rolling_cut(self.path, sh) if sh.holder else None
         if self._relist or w.list_moved(sh) or not self._segs:
-            new, gone = follow(self.path, self._segs, sh,
-                               self._capacity if cut is None else cut,
-                               self.config.index_interval_bytes, self.config.max_index_bytes)
+            new, gone = follow(self.path, self._segs, sh, self._settings if cut is None
+                               else self._settings._replace(capacity=cut))
             self._take_list(new, gone)
             self._relist = False
         else:
@@ -488,8 +477,8 @@ class LocalLog:
         old = self._active if self._segs else None
         if old is not None and segs[-1] is not old:
             self._counts.rolled(old.size)
-        self._set(tuple(segs))
-        self._arm(segs[-1])
+        self._set(LogSegments(segs))
+        self._watch_reservations(segs[-1])
         self._reads.retire(gone, "replaced by compaction, deleted by retention or sealed "
                                  "by another writer")
 
@@ -505,15 +494,15 @@ class LocalLog:
             # sealed with the next one after it (which is empty), and trusts its size
             # from then on; so no writer may append to it again, whenever this
             # repair dies (the file stays cut back, or the next segment stays made)
-            cfg = self.config
-            fresh = Segment(self.path, seg.base_offset, max_index_bytes=cfg.max_index_bytes,
-                            writer=True, index_interval_bytes=cfg.index_interval_bytes)
-            fresh.activate(cut, sh.state)
-            self._take_list(list(self._segs[:-1]) + [fresh], [seg])
+            settings = self._settings._replace(capacity=cut)
+            fresh = Segment(self.path, seg.base_offset, max_index_bytes=settings.max_index_bytes,
+                            writer=True, index_interval_bytes=settings.index_interval_bytes)
+            fresh.activate(sh.state, settings)
+            self._take_list([*self._segs[:-1], fresh], [seg])
             seg = fresh
             adopt(seg, cut)
         else:
-            adopt(seg, min(max(sh.reserved, seg.size), self._capacity))
+            adopt(seg, min(max(sh.reserved, seg.size), self._settings.capacity))
         if seg.next_offset is not None:
             self._end = seg.next_offset
         for base in stray_segments(self.path, seg.base_offset):
@@ -567,8 +556,7 @@ class LocalLog:
         w = self._w
         assert w is not None
         sh = w.read()
-        new, gone = follow(self.path, self._segs, sh, self._capacity,
-                           self.config.index_interval_bytes, self.config.max_index_bytes)
+        new, gone = follow(self.path, self._segs, sh, self._settings)
         self._take_list(new, gone)
         self._list_changed()
 
@@ -597,8 +585,8 @@ class LocalLog:
                     # pointing at deleted data
                     write_checkpoint(self.path, LOG_START, new_start)
                     self._start = new_start
-                doomed = tuple(s for s in segs if s.base_offset <= through)
-                self._set(tuple(s for s in segs if s.base_offset > through))
+                kept, doomed = segs.split_through(through)
+                self._set(kept)
                 self._list_changed()
         except BaseException:
             self._abort_writing()
@@ -633,12 +621,10 @@ class LocalLog:
                 raise
         gone: list[Segment] = []
         try:
-            cur = self._segs
-            at = [s.base_offset for s in cur]
-            i = at.index(bases[0]) if bases[0] in at else -1
-            if i >= 0 and at[i:i + len(bases)] == bases and i + len(bases) < len(cur):
-                gone = list(cur[i:i + len(bases)])
-                self._set(cur[:i] + (new,) + cur[i + len(bases):])
+            swapped = self._segs.replaced(bases, new)
+            if swapped is not None:
+                self._set(swapped[0])
+                gone = list(swapped[1])
                 self._list_changed()
             elif self._w is not None:
                 self._relist_now()

@@ -19,8 +19,9 @@ from .metrics import Metrics
 from ..config import LogConfig
 from ..errors import InvalidConfigError, LogLockedError, SeglogError, storage_error
 from .live import LiveLog
-from .local_log import LocalLog, active_capacity
+from .local_log import LocalLog
 from ..retention import remove_orphans
+from ..segment import ActiveSettings
 
 
 def check_open_options(readonly: bool, multi_writer: bool, lock_timeout_ms: int) -> None:
@@ -104,8 +105,7 @@ def open_writer(path: str, options: dict[str, Any]) -> tuple[LocalLog, DirLock, 
     lock_fd, cfg = _lock_and_configure(path, options)
     try:
         _writers.invalidate(path)
-        loaded = recovery.load_for_writer(path, active_capacity(cfg), cfg.index_interval_bytes,
-                                          cfg.max_index_bytes)
+        loaded = recovery.load_for_writer(path, ActiveSettings.of(cfg))
     except BaseException as e:
         os.close(lock_fd)
         if isinstance(e, OSError) and not isinstance(e, SeglogError):
@@ -159,8 +159,7 @@ def open_shared(path: str, options: dict[str, Any], timeout_ms: int
             loaded = None
             if first or not w.live():
                 cfg = _writer_config(path, options)
-                loaded = recovery.load_for_writer(path, active_capacity(cfg),
-                                                  cfg.index_interval_bytes, cfg.max_index_bytes)
+                loaded = recovery.load_for_writer(path, ActiveSettings.of(cfg))
                 local = LocalLog(path, cfg, loaded.segments, loaded.start_offset,
                                  loaded.end_offset, loaded.recovery_point, writers=w)
             else:

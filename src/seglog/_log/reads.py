@@ -11,28 +11,25 @@ holds (``OffsetOutOfRangeError`` if its next offset was deleted).
 from __future__ import annotations
 
 import os
-from bisect import bisect_right
 from contextlib import contextmanager
 from functools import partial
 from itertools import chain
-from operator import attrgetter
 from typing import Any, Callable, Iterator, TypeVar
 
 from .._codec import decode as _decode
-from .._views import notebook as _notebook, verdict as _verdict
 from .._codec.arrow_batches import arrow_columns
+from .._codec.columns import arrow_modules, arrow_schema
+from .._codec.records import as_ms, check_timestamp, make_message
+from .._views import notebook as _notebook, verdict as _verdict
 from ..errors import CorruptRecordError, OffsetOutOfRangeError, SeglogError
+from ..message import Message, MessageSet
+from ..segment import LogSegments, Segment, SegmentGoneError
 from .live import LiveLog
 from .local_log import LocalLog
 
 # what the read path reads: a writer's list, or a readonly reader's
 View = LocalLog | LiveLog
-from .._codec.columns import arrow_modules, arrow_schema
-from .._codec.records import as_ms, check_timestamp, make_message
-from ..message import Message, MessageSet
-from ..segment import Segment, SegmentGoneError
 
-_BASE = attrgetter("base_offset")
 _RELOCATIONS = 64         # a reader re-finds its place at most this often per step
 _T = TypeVar("_T")
 _ITER_CHUNK = 1 << 20
@@ -41,19 +38,55 @@ _ITER_CHUNK = 1 << 20
 _ARROW_CHUNK = 4 << 20
 
 
-def _locate(local: View, offset: int) -> tuple[tuple[Segment, ...], int]:
+def _locate(local: View, offset: int) -> tuple[LogSegments, int]:
     """The segment list as it is now and the index of the segment holding ``offset``;
     ``OffsetOutOfRangeError`` if retention removed it after the caller checked the
     log start (the list is read once, after the start)."""
     segs = local.segs
-    i = bisect_right(segs, offset, key=_BASE) - 1
+    i = segs.holding(offset)
     if i < 0 and segs:
         raise OffsetOutOfRangeError(
             f"offset {offset} was deleted (log start is now {segs[0].base_offset})")
     return segs, max(0, i)
 
 
-def _look_again(local: View, offset: int, err: Exception) -> None:
+def _current(local: View) -> None:
+    """The list as it is now: a readonly reader's looks at the files again (a
+    writer's own list is always current; the check spares its hot path a call)."""
+    if local.follows:
+        local.refresh()
+
+
+def _settled(local: View, look: Callable[[], _T], offset: int | None = None, *,
+             relist: bool = True, from_start: bool = False) -> _T:
+    """The read path's one retry loop: ``look()`` over the current segments (after
+    ``_current``, unless not ``relist``: an iterator's step looks again only at a
+    segment's end), done again over the new list when retention or compaction
+    retired a segment under it or a file vanished, a bounded number of times
+    (``_unsettled`` past that). ``offset``: the reader's position, deleted
+    meanwhile an ``OffsetOutOfRangeError`` (None: a look over the whole log, from
+    wherever its start is now). ``from_start``: ``look`` reads from the log start,
+    and is done again from the new start when retention deletes what it reads (a
+    writer in another process). ``look`` counts its reads in flight itself."""
+    for _ in range(_RELOCATIONS):
+        if relist:
+            _current(local)
+        start = local.start if from_start else 0
+        try:
+            return look()
+        except (SegmentGoneError, FileNotFoundError) as e:
+            _look_again(local, offset, e)
+        except OffsetOutOfRangeError:
+            if not from_start:
+                raise
+            if local.follows:
+                local.refresh(force=True)
+            if local.start <= start:
+                raise
+    raise _unsettled(local)
+
+
+def _look_again(local: View, offset: int | None, err: Exception) -> None:
     """A segment left the list (retired), or vanished before this reader opened
     it (retention or compaction in the writer's process): find the current list.
     Raises ``OffsetOutOfRangeError`` if ``offset`` was deleted meanwhile."""
@@ -62,7 +95,7 @@ def _look_again(local: View, offset: int, err: Exception) -> None:
     elif not isinstance(err, SegmentGoneError):
         # the writer's own list is always current: a file went away behind its back
         raise CorruptRecordError(f"a segment file of {local.path} vanished: {err}") from err
-    if offset < local.start:
+    if offset is not None and offset < local.start:
         raise OffsetOutOfRangeError(
             f"offset {offset} was deleted (log start is now {local.start})") from None
 
@@ -79,22 +112,19 @@ def read(local: View, offset: int, max_bytes: int = 1 << 20) -> MessageSet:
         raise ValueError("max_bytes must be >= 1")
     local.enter()
     try:
-        for _ in range(_RELOCATIONS):
-            if local.follows:
-                local.refresh()
-            start, end = local.start, local.end
-            if not start <= offset <= end:
-                raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}]")
-            if offset == end:
-                local.raise_damage()
-                return MessageSet(b"", min_offset=offset, next_offset=offset)
-            try:
-                return _read_from(local, offset, max_bytes, end)
-            except (SegmentGoneError, FileNotFoundError) as e:
-                _look_again(local, offset, e)
-        raise _unsettled(local)
+        return _settled(local, lambda: _read_at(local, offset, max_bytes), offset)
     finally:
         local.leave()
+
+
+def _read_at(local: View, offset: int, max_bytes: int) -> MessageSet:
+    start, end = local.start, local.end
+    if not start <= offset <= end:
+        raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}]")
+    if offset == end:
+        local.raise_damage()
+        return MessageSet(b"", min_offset=offset, next_offset=offset)
+    return _read_from(local, offset, max_bytes, end)
 
 
 def _unsettled(local: View) -> SeglogError:
@@ -132,8 +162,7 @@ def iter_arrow(local: View, start: int | None = None, end: int | None = None,
     checked at the call, not at the first batch."""
     arrow_modules()
     local.check_readable()
-    if local.follows:
-        local.refresh()
+    _current(local)
     lo = local.start if start is None else start
     hi = local.end if end is None else end
     for name, v in (("start", lo), ("end", hi)):
@@ -160,8 +189,7 @@ def iterate(local: View, start: int | None = None, end: int | None = None,
     ``owner`` alive (a ``Log`` that nothing else references is closed when it is
     collected: ``Log.open(p).iter()`` must still read to the end)."""
     local.check_readable()
-    if local.follows:
-        local.refresh()
+    _current(local)
     lo = local.start if start is None else start
     if not isinstance(lo, int) or isinstance(lo, bool):
         raise TypeError("start must be an int")
@@ -176,29 +204,10 @@ def iterate(local: View, start: int | None = None, end: int | None = None,
 def count(local: View) -> int:
     """``len(log)`` (whose docstring states the contract)."""
     local.check_readable()
-    if local.follows:
-        local.refresh()
+    _current(local)
     if "compact" not in local.config.cleanup_policy:
         return local.end - local.start
     return _count(local)[2]
-
-
-def _from_start(local: View, read: Callable[[int], _T], relist: bool = False) -> _T:
-    """``read(start)`` from the log's start offset, done again from the new start if
-    retention deletes what it reads meanwhile (a writer in another process);
-    ``relist``: a readonly reader looks for new segments first."""
-    for _ in range(_RELOCATIONS):
-        if relist and local.follows:
-            local.refresh()
-        start = local.start
-        try:
-            return read(start)
-        except OffsetOutOfRangeError:
-            if local.follows:
-                local.refresh(force=True)
-            if local.start <= start:
-                raise
-    raise _unsettled(local)
 
 
 def _count(local: View) -> tuple[int, int, int]:
@@ -207,7 +216,7 @@ def _count(local: View) -> tuple[int, int, int]:
     def count(start: int) -> tuple[int, int, int]:
         end = local.end
         return start, end, sum(1 for _ in iterate(local, start, end))
-    return _from_start(local, count)
+    return _settled(local, lambda: count(local.start), relist=False, from_start=True)
 
 
 def stats(local: View, readonly: bool) -> dict[str, Any]:
@@ -215,24 +224,6 @@ def stats(local: View, readonly: bool) -> dict[str, Any]:
     (one of several writers reads through a readonly reader's list)."""
     local.check_readable()
     return _settled(local, lambda: _stats(local, readonly))
-
-
-def _settled(local: View, look: Callable[[], _T]) -> _T:
-    """``look()`` over the current segments, again over the new list when
-    retention or compaction retired a segment under it (a bounded number of
-    times: ``_unsettled`` past that). ``look`` counts its reads in flight itself,
-    segment by segment (``_reading``)."""
-    for _ in range(_RELOCATIONS):
-        if local.follows:
-            local.refresh()
-        try:
-            return look()
-        except (SegmentGoneError, FileNotFoundError) as e:
-            try:
-                _look_again(local, local.start, e)
-            except OffsetOutOfRangeError:
-                pass
-    raise _unsettled(local)
 
 
 @contextmanager
@@ -266,8 +257,7 @@ def window(local: View, start: int | None, end: int | None, since: object,
             until: object) -> tuple[int, int, int | None, int | None]:
     """Offsets [lo, hi) and the time bounds in ms of a to_pandas-style window."""
     local.check_readable()
-    if local.follows:
-        local.refresh()
+    _current(local)
     lo = local.start if start is None else start
     hi = local.end if end is None else min(end, local.end)
     t0 = None if since is None else as_ms(since, "since")
@@ -285,7 +275,7 @@ def to_pandas(local: View, start: int | None = None, end: int | None = None, *,
               since: object = None, until: object = None, decode: str | None = None
               ) -> Any:
     """``Log.to_pandas`` (whose docstring states the contract)."""
-    for _ in range(_RELOCATIONS):
+    def frame() -> Any:
         lo, hi, t0, t1 = window(local, start, end, since, until)
         try:
             # to the visible end (no end, no until): read_arrow's own end, which
@@ -293,9 +283,6 @@ def to_pandas(local: View, start: int | None = None, end: int | None = None, *,
             to_end = end is None and until is None
             return _notebook.frame(read_arrow(local, lo, None if to_end else hi), t0, t1,
                                    decode)
-        except OffsetOutOfRangeError:
-            if start is not None or local.start <= lo:
-                raise
         except CorruptRecordError as e:
             # raised from here, not from the read path's frames (a notebook shows the
             # user's call and this), with what to do next
@@ -303,7 +290,8 @@ def to_pandas(local: View, start: int | None = None, end: int | None = None, *,
             err.add_note(f"log.verify() (or `seglog verify {local.path}`) says what is at "
                          f"stake and what to do")
             raise err from None
-    raise _unsettled(local)
+    # without a start offset, from the log's start wherever retention moves it
+    return _settled(local, frame, relist=False, from_start=start is None)
 
 
 def repr_html(local: View, readonly: bool) -> str:
@@ -333,7 +321,7 @@ def last_messages(local: View, n: int, end: int) -> list[Message]:
     def last(start: int) -> list[Message]:
         stop = max(end, start)
         return list(iterate(local, max(start, stop - n), stop))
-    return _from_start(local, last, relist=True)
+    return _settled(local, lambda: last(local.start), from_start=True)
 
 
 def _batch_iters(local: View, offset: int, end: int | None, columns: bool = False,
@@ -414,61 +402,69 @@ def _iter_step(local: View, st: list[Any], offset: int, end: int | None,
     carefully, or None at the end of the log. Moves ``st`` to the next segment
     when the current one is done; re-finds ``offset`` after the segment list
     changed (compaction, retention, a reader's re-listing)."""
-    for _ in range(_RELOCATIONS):
+    def step() -> bytes | MessageSet | None:
         try:
-            seg: Segment | None = st[0]
-            if seg is None or seg.retired:
-                if offset < local.start:
-                    raise OffsetOutOfRangeError(
-                        f"offset {offset} was deleted by retention while iterating "
-                        f"(log start is now {local.start})")
-                segs, i = _locate(local, offset)
-                if not segs:
-                    return None
-                seg = segs[i]
-                pos, hdr = seg.find_position(offset)
-                st[:] = [seg, pos, hdr.base_offset if hdr is not None else None]
-            while True:
-                pos = st[1]
-                seg_end = seg.size
-                if pos >= seg_end and local.follows:
-                    local.refresh()
-                    if seg.retired:
-                        raise SegmentGoneError("re-listed")
-                    seg_end = seg.size
-                if pos < seg_end:
-                    break
-                if offset < local.start:
-                    raise OffsetOutOfRangeError(
-                        f"offset {offset} was deleted by retention while iterating "
-                        f"(log start is now {local.start})")
-                segs = local.segs
-                k = bisect_right(segs, seg.base_offset, key=_BASE)
-                if not k or segs[k - 1] is not seg:
-                    # the list changed under this reader (compaction swapped in a copy
-                    # of its segment, merged with the next ones, and has not retired
-                    # the old one yet): its next segment is not this list's next
-                    raise SegmentGoneError("replaced in the list")
-                if k >= len(segs):
-                    local.raise_damage()
-                    return None
-                if seg.size != seg_end:
-                    # it grew after this reader measured it, then rolled (the list with
-                    # its next segment came later): read what was added first
-                    continue
-                _check_covers(seg, st[2] if st[2] is not None else offset,
-                              segs[k].base_offset, seg_end)
-                seg = segs[k]
-                st[:] = [seg, 0, seg.base_offset]
-            if not careful:
-                buf = (pread or Segment.pread)(seg, min(chunk, seg_end - pos), pos)
-                if len(buf) >= chunk or pos + len(buf) >= seg_end:
-                    return buf
-            return seg.read_at(pos, offset, chunk, seg_end, end, st[2])
-        except (SegmentGoneError, FileNotFoundError) as e:
-            _look_again(local, offset, e)
-            st[0] = None
-    raise _unsettled(local)
+            return _step(local, st, offset, end, careful, chunk, pread)
+        except (SegmentGoneError, FileNotFoundError):
+            st[0] = None             # found again in the list as it is then
+            raise
+    return _settled(local, step, offset, relist=False)
+
+
+def _step(local: View, st: list[Any], offset: int, end: int | None, careful: bool,
+          chunk: int, pread: Callable[[Segment, int, int], Any] | None
+          ) -> bytes | MessageSet | None:
+    """One try of ``_iter_step``, over the list as it is (``SegmentGoneError`` or
+    ``FileNotFoundError``: it changed under this reader)."""
+    seg: Segment | None = st[0]
+    if seg is None or seg.retired:
+        if offset < local.start:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} was deleted by retention while iterating "
+                f"(log start is now {local.start})")
+        segs, i = _locate(local, offset)
+        if not segs:
+            return None
+        seg = segs[i]
+        pos, hdr = seg.find_position(offset)
+        st[:] = [seg, pos, hdr.base_offset if hdr is not None else None]
+    while True:
+        pos = st[1]
+        seg_end = seg.size
+        if pos >= seg_end and local.follows:
+            local.refresh()
+            if seg.retired:
+                raise SegmentGoneError("re-listed")
+            seg_end = seg.size
+        if pos < seg_end:
+            break
+        if offset < local.start:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} was deleted by retention while iterating "
+                f"(log start is now {local.start})")
+        segs = local.segs
+        k = segs.holding(seg.base_offset) + 1
+        if not k or segs[k - 1] is not seg:
+            # the list changed under this reader (compaction swapped in a copy
+            # of its segment, merged with the next ones, and has not retired
+            # the old one yet): its next segment is not this list's next
+            raise SegmentGoneError("replaced in the list")
+        if k >= len(segs):
+            local.raise_damage()
+            return None
+        if seg.size != seg_end:
+            # it grew after this reader measured it, then rolled (the list with
+            # its next segment came later): read what was added first
+            continue
+        _check_covers(seg, st[2] if st[2] is not None else offset,
+                      segs[k].base_offset, seg_end)
+        seg = segs[k]
+        st[:] = [seg, 0, seg.base_offset]
+    if not careful:
+        buf = (pread or Segment.pread)(seg, min(chunk, seg_end - pos), pos)
+        if len(buf) >= chunk or pos + len(buf) >= seg_end:
+            return buf
+    return seg.read_at(pos, offset, chunk, seg_end, end, st[2])
 
 
 def offset_for_time(local: View, timestamp: int) -> int | None:

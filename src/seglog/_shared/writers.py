@@ -39,7 +39,7 @@ from .._runtime.files import (SEGMENT_SUFFIXES, WRITERS_FILE, fsync_dir, list_se
 from .._runtime.platform import LOCK_EX_NB as _EX_NB, LOCK_UN as _UN, flock as _flock
 from .._storage.scan import Damage, walk
 from ..errors import CorruptRecordError, LogClosedError, LogLockedError
-from ..segment import Segment, WriterState
+from ..segment import ActiveSettings, Segment, WriterState
 
 # the header's layout; a writer of another layout refuses to join a live session of
 # it (``foreign``), and the first writer of a session rewrites it whole (``live`` is
@@ -390,13 +390,14 @@ def invalidate(directory: str) -> None:
         os.close(fd)
 
 
-def follow(directory: str, segs: tuple[Segment, ...], shared: Shared, capacity: int,
-           interval: int, max_index_bytes: int) -> tuple[list[Segment], list[Segment]]:
+def follow(directory: str, segs: tuple[Segment, ...], shared: Shared,
+           settings: ActiveSettings) -> tuple[list[Segment], list[Segment]]:
     """The segment list as the header says it is after another writer rolled, or
     retention or compaction changed it: (the new list, the objects that left it).
 
     Objects whose files are unchanged are kept; the active one (the header's) is
-    activated at the header's state, reloaded if this writer had it active. A
+    activated at the header's state with ``settings``, reloaded if this writer had
+    it active. A
     segment this writer had active and another sealed leaves (its copy of the
     writable map is dropped, never touched: the file was cut back under it)."""
     names = os.listdir(directory)
@@ -408,6 +409,7 @@ def follow(directory: str, segs: tuple[Segment, ...], shared: Shared, capacity: 
     if not bases or bases[-1] != active:
         raise FileNotFoundError(f"the active segment {active} of {directory} is missing")
     known = {s.base_offset: s for s in segs}
+    max_index_bytes, interval = settings.max_index_bytes, settings.index_interval_bytes
     new: list[Segment] = []
     for b, nxt in zip(bases, bases[1:]):
         s = known.get(b)
@@ -423,7 +425,7 @@ def follow(directory: str, segs: tuple[Segment, ...], shared: Shared, capacity: 
     else:
         s = Segment(directory, active, max_index_bytes=max_index_bytes, writer=True,
                     index_interval_bytes=interval)
-        s.activate(capacity, shared.state)
+        s.activate(shared.state, settings)
     new.append(s)
     kept = set(map(id, new))
     return new, [s for s in segs if id(s) not in kept]
