@@ -64,6 +64,9 @@ nitpick_ignore = [
     ("py:class", "DataSourceStreamReader"), ("py:class", "DataSourceWriter"),
     ("py:class", "DataSourceStreamWriter"),                     # pyspark, typing only
     ("py:class", "seglog._codec.decode._M"),          # the message type of codec's decoders
+    # what MessageSet's file and write_to's destination must have (Protocols, typing only)
+    ("py:class", "seglog._codec.messageset.SendfileSource"),
+    ("py:class", "seglog._codec.messageset.HasFileno"),
     # the loader's and the prefaulter's work items, in Segment's writer interface
     ("py:class", "seglog._storage.scan.ScanResult"), ("py:class", "seglog._runtime.prefault.Prefaulter"),
 ]

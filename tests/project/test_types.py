@@ -37,8 +37,8 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "_groups.view": (3, "describe_group's JSON-shaped description"),
     "_log.batching": (2, "user values checked at run time: what append takes"),
     "_log.opening": (6, "Log.open's **options: the user's keywords, checked there"),
-    "_log.reads": (2, "the iterator's state cell and a pread that gives bytes or an "
-                      "Arrow buffer"),
+    "_log.reads": (2, "a pread that gives bytes or an Arrow buffer (pyarrow: no types), "
+                      "through the iterator's step and its one try"),
     "_runtime.future": (2, "a Future's result: the user's value"),
     "_runtime.scheduler": (4, "a job's owner (any object, held weakly) and its callback"),
     "_storage.marker": (3, _JSON + ": seglog.json"),

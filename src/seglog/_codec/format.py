@@ -243,7 +243,7 @@ def whole_batches(data: bytes | memoryview, start: int, end: int) -> tuple[int, 
     made (a read's walk to its last batch). Raises ``CorruptRecordError`` where the
     framing is impossible."""
     # read_raw_header's checks inlined: through raw_batches_in's generator a Log.read
-    # cost 15 % more instructions (callgrind); tests/test_unit_codec.py's
+    # cost 15 % more instructions (callgrind); tests/codec/test_unit_codec.py's
     # test_whole_batches_walks_as_batches_in holds the two walks to the same answers
     pos, last = start, -1
     end = min(end, len(data))

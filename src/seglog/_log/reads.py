@@ -324,16 +324,31 @@ def last_messages(local: View, n: int, end: int) -> list[Message]:
     return _settled(local, lambda: last(local.start), from_start=True)
 
 
+class _Place:
+    """Where an iteration is: the segment it reads (None: to be found for its next
+    offset), the position there, and the base offset of the batch at that position
+    (None: not known), which the decoders check the batch against."""
+
+    __slots__ = ("seg", "pos", "expect")
+
+    def __init__(self) -> None:
+        self.seg: Segment | None = None
+        self.pos = 0
+        self.expect: int | None = None
+
+    def move(self, seg: Segment, pos: int, expect: int | None) -> None:
+        self.seg, self.pos, self.expect = seg, pos, expect
+
+
 def _batch_iters(local: View, offset: int, end: int | None, columns: bool = False,
                  owner: object = None, arrow: bool = False, views: bool = False
                  ) -> Iterator[Any]:
     # ``owner`` lives as long as this generator's frame (see ``iterate``);
     # per batch an iterator of Messages, or with ``columns`` a _codec.decode.ColumnPart, or
     # with ``arrow`` per chunk of batches an ArrowColumns (with ``views``: over the
-    # chunk's bytes); [segment, position, base offset of the batch there (None:
-    # unknown)]; files are touched only inside _iter_step, never while messages
-    # are being yielded
-    st: list[Any] = [None, 0, None]
+    # chunk's bytes); ``at``: where it is (``_Place``); files are touched only
+    # inside _iter_step, never while messages are being yielded
+    at = _Place()
     careful = False
     chunk = _ARROW_CHUNK if arrow else _ITER_CHUNK
     while True:
@@ -341,35 +356,36 @@ def _batch_iters(local: View, offset: int, end: int | None, columns: bool = Fals
             return
         local.enter()
         try:
-            step = _iter_step(local, st, offset, end, careful, chunk,
+            step = _iter_step(local, at, offset, end, careful, chunk,
                               _pool_pread if arrow else None)
         finally:
             local.leave()
         careful = False
         if step is None:
             return
-        seg, pos = st[0], st[1]
+        seg, pos = at.seg, at.pos
+        assert seg is not None           # a step that read something holds its segment
         if not isinstance(step, MessageSet):
             # decode the chunk's whole batches straight from the buffer
             try:
                 if arrow:
-                    cols, done = arrow_columns(step, 0, len(step), offset, end, expect=st[2],
+                    cols, done = arrow_columns(step, 0, len(step), offset, end, expect=at.expect,
                                                partial=True, views=views)
                     if len(cols.offsets):
                         yield cols
                 elif columns:
                     done = yield from _decode.iter_column_parts(
-                        step, 0, len(step), offset, end, expect=st[2], partial=True)
+                        step, 0, len(step), offset, end, expect=at.expect, partial=True)
                 else:
                     done = yield from _decode.iter_messages(
-                        step, 0, len(step), offset, end, expect=st[2], partial=True,
+                        step, 0, len(step), offset, end, expect=at.expect, partial=True,
                         message_type=make_message)
             except CorruptRecordError as e:
                 local.metrics.corrupt_batch()
                 raise e.at(seg.path, pos + (e.position or 0), e.offset) from None
             if done.position:
-                st[1] = pos + done.position
-                st[2] = done.next_offset
+                at.pos = pos + done.position
+                at.expect = done.next_offset
                 offset = max(offset, done.next_offset)
             else:
                 # a batch larger than the chunk, a short read or damage
@@ -379,10 +395,10 @@ def _batch_iters(local: View, offset: int, end: int | None, columns: bool = Fals
             yield step.arrow_columns(views=views)
         else:
             yield from step.column_parts() if columns else step.message_iters()
-        st[1] = pos + step.size_in_bytes
+        at.pos = pos + step.size_in_bytes
         offset = max(offset, step.next_offset)
         if step.end_of_batches is not None:
-            st[2] = step.end_of_batches
+            at.expect = step.end_of_batches
 
 
 def _pool_pread(seg: Segment, n: int, pos: int) -> Any:
@@ -394,7 +410,7 @@ def _pool_pread(seg: Segment, n: int, pos: int) -> Any:
     return buf if got == n else buf.slice(0, got)
 
 
-def _iter_step(local: View, st: list[Any], offset: int, end: int | None,
+def _iter_step(local: View, at: _Place, offset: int, end: int | None,
                careful: bool, chunk: int = _ITER_CHUNK,
                pread: Callable[[Segment, int, int], Any] | None = None
                ) -> bytes | MessageSet | None:
@@ -404,19 +420,19 @@ def _iter_step(local: View, st: list[Any], offset: int, end: int | None,
     changed (compaction, retention, a reader's re-listing)."""
     def step() -> bytes | MessageSet | None:
         try:
-            return _step(local, st, offset, end, careful, chunk, pread)
+            return _step(local, at, offset, end, careful, chunk, pread)
         except (SegmentGoneError, FileNotFoundError):
-            st[0] = None             # found again in the list as it is then
+            at.seg = None             # found again in the list as it is then
             raise
     return _settled(local, step, offset, relist=False)
 
 
-def _step(local: View, st: list[Any], offset: int, end: int | None, careful: bool,
+def _step(local: View, at: _Place, offset: int, end: int | None, careful: bool,
           chunk: int, pread: Callable[[Segment, int, int], Any] | None
           ) -> bytes | MessageSet | None:
     """One try of ``_iter_step``, over the list as it is (``SegmentGoneError`` or
     ``FileNotFoundError``: it changed under this reader)."""
-    seg: Segment | None = st[0]
+    seg: Segment | None = at.seg
     if seg is None or seg.retired:
         if offset < local.start:
             raise OffsetOutOfRangeError(
@@ -427,9 +443,9 @@ def _step(local: View, st: list[Any], offset: int, end: int | None, careful: boo
             return None
         seg = segs[i]
         pos, hdr = seg.find_position(offset)
-        st[:] = [seg, pos, hdr.base_offset if hdr is not None else None]
+        at.move(seg, pos, hdr.base_offset if hdr is not None else None)
     while True:
-        pos = st[1]
+        pos = at.pos
         seg_end = seg.size
         if pos >= seg_end and local.follows:
             local.refresh()
@@ -456,15 +472,15 @@ def _step(local: View, st: list[Any], offset: int, end: int | None, careful: boo
             # it grew after this reader measured it, then rolled (the list with
             # its next segment came later): read what was added first
             continue
-        _check_covers(seg, st[2] if st[2] is not None else offset,
+        _check_covers(seg, at.expect if at.expect is not None else offset,
                       segs[k].base_offset, seg_end)
         seg = segs[k]
-        st[:] = [seg, 0, seg.base_offset]
+        at.move(seg, 0, seg.base_offset)
     if not careful:
         buf = (pread or Segment.pread)(seg, min(chunk, seg_end - pos), pos)
         if len(buf) >= chunk or pos + len(buf) >= seg_end:
             return buf
-    return seg.read_at(pos, offset, chunk, seg_end, end, st[2])
+    return seg.read_at(pos, offset, chunk, seg_end, end, at.expect)
 
 
 def offset_for_time(local: View, timestamp: int) -> int | None:
