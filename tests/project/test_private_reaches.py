@@ -8,7 +8,7 @@ entry of ``ALLOWED`` with its reason, so that they are seen in one place and a n
 is a decision, not an accident.
 
 A reach is ``x._name`` (read, written, or monkeypatched by ``setattr(x, "_name")``),
-or ``from m import _name``, where ``_name`` is not a dunder, not a name the test file
+or ``from seglog... import _name``, where ``_name`` is not a dunder, not a name the test file
 defines itself, and not a module: private modules (``seglog._codec``) are the
 package's layout, and unit tests of them import them. Names of other libraries'
 public protocols that start with ``_`` are ignored (``IGNORED``).
@@ -19,6 +19,8 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+
+from test_layers import _defined_names
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -63,22 +65,10 @@ _ACCESSORS = {"setattr", "getattr", "delattr", "hasattr"}
 
 
 def _defined(tree: ast.AST) -> set[str]:
-    """Names the file defines itself: functions, classes, variables, arguments, import
-    aliases, and attributes its own code sets on ``self``/``cls``."""
-    names: set[str] = set()
-    for n in ast.walk(tree):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(n.name)
-        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-            names.add(n.id)
-        elif isinstance(n, ast.arg):
-            names.add(n.arg)
-        elif isinstance(n, ast.alias) and n.asname:
-            names.add(n.asname)
-        elif (isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
-              and isinstance(n.value, ast.Name) and n.value.id in ("self", "cls")):
-            names.add(n.attr)
-    return names
+    """Names the file defines itself (functions, classes, variables, arguments, its own
+    ``self``/``cls`` fields: test_layers' rule for the package) and its import aliases."""
+    return _defined_names(tree) | {n.asname for n in ast.walk(tree)
+                                   if isinstance(n, ast.alias) and n.asname}
 
 
 def _aliases(tree: ast.AST) -> dict[str, str]:
@@ -130,7 +120,7 @@ def reaches(source: str) -> list[tuple[int, str]]:
             dotted = _dotted(n, aliases)
             if dotted is None or not _is_module(dotted):
                 found.append((n.lineno, n.attr))
-        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+        elif isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "seglog":
             found += [(n.lineno, a.name) for a in n.names
                       if _private(a.name) and not _is_module(f"{n.module}.{a.name}")]
         elif isinstance(n, ast.Call):
