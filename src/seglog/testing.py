@@ -33,6 +33,9 @@ engine uses (``open``, ``write``, ``pwrite``, ``fsync``, ``fdatasync``,
 * ``on_event``: a callable ``(op, path)`` called before each watched operation,
   e.g. to ``capture()`` a crash state at every step.
 
+``platform_fallbacks()`` runs seglog on the paths a platform without
+``posix_fallocate`` and ``MADV_POPULATE_WRITE`` takes (macOS), to test them on Linux.
+
 Not thread-safe with respect to other code using ``os`` in the same process; meant
 for tests. Linux only (it reads ``/proc/self/fd``).
 """
@@ -44,12 +47,14 @@ import json
 import os
 import random
 import stat
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, StrPath
 
+from ._runtime import platform as _platform
 from ._runtime.files import WRITER_SESSION
 from ._groups.files import advance_clock
 from . import log as log_module
@@ -400,3 +405,18 @@ def advance_group_clock(seconds: float) -> None:
     timeout silent, so it is expelled. For tests of session timeouts without
     sleeping; members in other processes keep their own clocks."""
     advance_clock(seconds)
+
+
+@contextmanager
+def platform_fallbacks() -> Iterator[None]:
+    """Within the block, this process takes the paths seglog takes where the platform
+    lacks them, as on macOS: disk blocks ahead of the writer are reserved by writing
+    zeros instead of ``posix_fallocate``, and the active segment's pages are not
+    faulted in ahead (no ``MADV_POPULATE_WRITE``: the writer's copies fault them in).
+    For disk-full and crash tests of those paths on Linux. It holds for every log of
+    the process while the block runs; not for logs in other threads meanwhile."""
+    _platform.use_fallbacks(True)
+    try:
+        yield
+    finally:
+        _platform.use_fallbacks(False)

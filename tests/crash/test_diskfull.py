@@ -17,7 +17,9 @@ import textwrap
 
 import pytest
 
+import seglog
 from seglog import Log
+from seglog.testing import FaultyFS, platform_fallbacks
 
 SEED = int(os.environ.get("SEGLOG_SEED", "20261122"))
 
@@ -56,13 +58,14 @@ def value(i: int) -> bytes:
 
 
 _WRITER = textwrap.dedent(r"""
-    import os, random, sys
+    import contextlib, os, random, sys
     import seglog
+    from seglog.testing import platform_fallbacks
     sys.path.insert(0, sys.argv[3])
-    from test_diskfull import value, use_fallbacks
+    from test_diskfull import value
     path, seed = sys.argv[1], int(sys.argv[2])
-    if sys.argv[4] == "fallback":
-        use_fallbacks()
+    if sys.argv[4] == "fallback":     # what macOS gets, for the rest of the process
+        contextlib.ExitStack().enter_context(platform_fallbacks())
     rng = random.Random(seed)
     out = os.fdopen(1, "w", buffering=1)
     log = seglog.Log.open(path, segment_bytes=rng.choice([64 << 10, 256 << 10]),
@@ -90,16 +93,6 @@ _WRITER = textwrap.dedent(r"""
     except seglog.StorageError:
         out.write("close failed\n")
 """)
-
-
-def use_fallbacks() -> None:
-    """What macOS gets: blocks reserved by writing zeros, no MADV_POPULATE_WRITE."""
-    import seglog._runtime.platform
-    import seglog._runtime.prefault
-    import seglog._storage.writable_map
-    seglog._runtime.platform.reserve = seglog._runtime.platform._reserve_by_writing
-    seglog._runtime.prefault.POPULATE = None
-    seglog._storage.writable_map._POPULATE = None
 
 
 def _run_writer(path, seed: int, mode: str) -> tuple[int, list[str]]:
@@ -183,16 +176,10 @@ def test_recovery_on_a_full_disk(small_disk):
         _check(log, 3000)
 
 
-def test_platform_fallbacks_round_trip(tmp_path, monkeypatch):
+def test_platform_fallbacks_round_trip(tmp_path):
     """The fallbacks macOS takes, exercised here: data and indexes round-trip."""
-    import seglog._runtime.platform
-    import seglog._runtime.prefault
-    import seglog._storage.writable_map
-    platform = seglog._runtime.platform
-    monkeypatch.setattr(platform, "reserve", platform._reserve_by_writing)
-    monkeypatch.setattr(seglog._runtime.prefault, "POPULATE", None)
-    monkeypatch.setattr(seglog._storage.writable_map, "_POPULATE", None)
-    with Log.open(tmp_path / "l", segment_bytes=64 << 10, index_interval_bytes=128) as log:
+    with platform_fallbacks(), \
+            Log.open(tmp_path / "l", segment_bytes=64 << 10, index_interval_bytes=128) as log:
         for i in range(0, 3000, 50):
             log.append_batch([value(j) for j in range(i, i + 50)])
         for i in range(3000, 3500):
@@ -201,6 +188,25 @@ def test_platform_fallbacks_round_trip(tmp_path, monkeypatch):
     with Log.open(tmp_path / "l") as log:
         _check(log, 3500)
         assert next(iter(log.read(2999))).value == value(2999)
+
+
+def test_platform_fallbacks_reserve_blocks_without_fallocate(tmp_path):
+    """Under ``platform_fallbacks`` no ``posix_fallocate`` is made: one that would fail
+    fails nothing; outside it, the same failure is the append's ``StorageError``."""
+    path = tmp_path / "l"
+    path.mkdir()
+    with FaultyFS(str(path)) as fs:
+        fs.fail("fallocate", nth=1, times=None)
+        with platform_fallbacks(), Log.open(path, segment_bytes=64 << 10) as log:
+            for i in range(0, 2000, 50):
+                log.append_batch([value(j) for j in range(i, i + 50)])
+            assert len(log.segments) >= 3          # blocks reserved for three files
+        with Log.open(path, segment_bytes=64 << 10) as log:
+            with pytest.raises(seglog.StorageError):
+                for i in range(2000, 4000, 50):
+                    log.append_batch([value(j) for j in range(i, i + 50)])
+    with Log.open(path) as log:
+        _check(log, 2000)
 
 
 def test_storage_error_keeps_the_errno(small_disk):

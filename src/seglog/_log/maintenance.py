@@ -210,8 +210,9 @@ class Maintenance:
                 self._deletes.purge()
         except (SeglogError, OSError) as e:
             if not local.closed and not local.closing:
-                _log.warning("seglog: maintenance of %s failed: %s", local.path, e)
+                # kept before it is logged: whoever reads the warning finds it raised
                 self.background_error = e
+                _log.warning("seglog: maintenance of %s failed: %s", local.path, e)
 
     def purge_all(self) -> None:
         """At close: delete what waits for its delay now (the next writer's open

@@ -82,6 +82,15 @@ reserve = _reserve_fallocate if hasattr(os, "posix_fallocate") else _reserve_by_
 
 # MADV_POPULATE_WRITE is Linux's (5.14+); the number means something else elsewhere
 POPULATE: int | None = getattr(__import__("mmap"), "MADV_POPULATE_WRITE", 23) if LINUX else None
+_NATIVE = (reserve, POPULATE)
+
+
+def use_fallbacks(on: bool) -> None:
+    """Take (``on``) or stop taking the paths of a platform without ``posix_fallocate``
+    and ``MADV_POPULATE_WRITE`` (macOS): blocks reserved by writing zeros, pages not
+    faulted in ahead. For ``seglog.testing.platform_fallbacks``; the whole process."""
+    global reserve, POPULATE
+    reserve, POPULATE = (_reserve_by_writing, None) if on else _NATIVE
 
 
 def boot_id() -> str | None:

@@ -111,7 +111,8 @@ class WritableMap:
                 self._reserve_more(new_end)
                 self.reserved = reserved = new_end
         mm = self.mm
-        if mm is None or _POPULATE is None:
+        # the platform's answer is read here, not copied: a test may take the fallbacks
+        if mm is None or _POPULATE is None or _platform.POPULATE is None:
             return reserved
         pf = _prefault.get()
         if pf is not None:
