@@ -164,3 +164,51 @@ def test_an_index_entry_is_trusted_where_a_batch_frames_whatever_its_attribute_b
         assert not _live.batch_starts_at(seg, 1, 2)
     finally:
         seg.close(seal=False)
+
+
+def _refresh_failing_at(monkeypatch, nth: int) -> list[bool]:
+    """Make a readonly reader's ``nth`` refresh raise ``FileNotFoundError`` (as its
+    listing does when files go three times in a row while it lists); the others
+    refresh. Returns each refresh's ``force``, in order."""
+    real = _live.LiveLog.refresh
+    calls: list[bool] = []
+
+    def refresh(self: _live.LiveLog, force: bool = False) -> None:
+        calls.append(force)
+        if len(calls) == nth:
+            raise FileNotFoundError(2, "a segment file went while the reader listed")
+        real(self, force)
+    monkeypatch.setattr(_live.LiveLog, "refresh", refresh)
+    return calls
+
+
+def test_a_failed_refresh_inside_len_reaches_the_caller_untried_again(logdir, monkeypatch):
+    """len() of a compacted log counts through iter(), which refreshes; its error
+    is the caller's, as before the read path had one retry loop: only retention
+    moving the start is counted again (no forced re-listing, no second count)."""
+    with Log.open(logdir, cleanup_policy="compact", flush_ms=None) as w:
+        for k, v in ((b"1", b"a"), (b"2", b"b"), (b"3", b"c")):
+            w.append(v, key=k)
+    with Log.open(logdir, readonly=True) as reader:
+        assert len(reader) == 3
+        calls = _refresh_failing_at(monkeypatch, 2)   # 1: len's own, 2: iter()'s
+        with pytest.raises(FileNotFoundError):
+            len(reader)
+        assert calls == [False, False]
+
+
+def test_a_failed_refresh_inside_to_pandas_reaches_the_caller_untried_again(logdir,
+                                                                            monkeypatch):
+    """to_pandas looks again only when retention moved the start past what it read;
+    a refresh's error is the caller's (no forced re-listing, no second try)."""
+    pytest.importorskip("pandas")
+    with Log.open(logdir, flush_ms=None) as w:
+        w.append_batch([b"a", b"b", b"c"])
+    with Log.open(logdir, readonly=True) as reader:
+        assert list(reader.to_pandas()["value"]) == [b"a", b"b", b"c"]
+        for start in (None, 1):
+            monkeypatch.undo()
+            calls = _refresh_failing_at(monkeypatch, 1)
+            with pytest.raises(FileNotFoundError):
+                reader.to_pandas(start=start)
+            assert calls == [False]

@@ -58,7 +58,7 @@ def _current(local: View) -> None:
 
 
 def _settled(local: View, look: Callable[[], _T], offset: int | None = None, *,
-             relist: bool = True, from_start: bool = False) -> _T:
+             relist: bool = True, from_start: bool = False, relocate: bool = True) -> _T:
     """The read path's one retry loop: ``look()`` over the current segments (after
     ``_current``, unless not ``relist``: an iterator's step looks again only at a
     segment's end), done again over the new list when retention or compaction
@@ -67,7 +67,10 @@ def _settled(local: View, look: Callable[[], _T], offset: int | None = None, *,
     meanwhile an ``OffsetOutOfRangeError`` (None: a look over the whole log, from
     wherever its start is now). ``from_start``: ``look`` reads from the log start,
     and is done again from the new start when retention deletes what it reads (a
-    writer in another process). ``look`` counts its reads in flight itself."""
+    writer in another process). ``relocate`` False: a look through ``iterate`` or
+    ``read_arrow``, which find their place again themselves: a list that changed or a
+    file that vanished under it (a refresh's ``FileNotFoundError``) is the caller's,
+    not looked at again. ``look`` counts its reads in flight itself."""
     for _ in range(_RELOCATIONS):
         if relist:
             _current(local)
@@ -75,6 +78,8 @@ def _settled(local: View, look: Callable[[], _T], offset: int | None = None, *,
         try:
             return look()
         except (SegmentGoneError, FileNotFoundError) as e:
+            if not relocate:
+                raise
             _look_again(local, offset, e)
         except OffsetOutOfRangeError:
             if not from_start:
@@ -216,7 +221,8 @@ def _count(local: View) -> tuple[int, int, int]:
     def count(start: int) -> tuple[int, int, int]:
         end = local.end
         return start, end, sum(1 for _ in iterate(local, start, end))
-    return _settled(local, lambda: count(local.start), relist=False, from_start=True)
+    return _settled(local, lambda: count(local.start), relist=False, from_start=True,
+                    relocate=False)
 
 
 def stats(local: View, readonly: bool) -> dict[str, Any]:
@@ -291,7 +297,7 @@ def to_pandas(local: View, start: int | None = None, end: int | None = None, *,
                          f"stake and what to do")
             raise err from None
     # without a start offset, from the log's start wherever retention moves it
-    return _settled(local, frame, relist=False, from_start=start is None)
+    return _settled(local, frame, relist=False, from_start=start is None, relocate=False)
 
 
 def repr_html(local: View, readonly: bool) -> str:
@@ -321,7 +327,7 @@ def last_messages(local: View, n: int, end: int) -> list[Message]:
     def last(start: int) -> list[Message]:
         stop = max(end, start)
         return list(iterate(local, max(start, stop - n), stop))
-    return _settled(local, lambda: last(local.start), from_start=True)
+    return _settled(local, lambda: last(local.start), from_start=True, relocate=False)
 
 
 class _Place:
