@@ -283,21 +283,21 @@ def to_pandas(local: View, start: int | None = None, end: int | None = None, *,
     """``Log.to_pandas`` (whose docstring states the contract)."""
     def frame() -> Any:
         lo, hi, t0, t1 = window(local, start, end, since, until)
-        try:
-            # to the visible end (no end, no until): read_arrow's own end, which
-            # tells of damage there
-            to_end = end is None and until is None
-            return _notebook.frame(read_arrow(local, lo, None if to_end else hi), t0, t1,
-                                   decode)
-        except CorruptRecordError as e:
-            # raised from here, not from the read path's frames (a notebook shows the
-            # user's call and this), with what to do next
-            err = e.at(e.path, e.position, e.offset)
-            err.add_note(f"log.verify() (or `seglog verify {local.path}`) says what is at "
-                         f"stake and what to do")
-            raise err from None
-    # without a start offset, from the log's start wherever retention moves it
-    return _settled(local, frame, relist=False, from_start=start is None, relocate=False)
+        # to the visible end (no end, no until): read_arrow's own end, which tells of
+        # damage there
+        to_end = end is None and until is None
+        return _notebook.frame(read_arrow(local, lo, None if to_end else hi), t0, t1, decode)
+    try:
+        # without a start offset, from the log's start wherever retention moves it
+        return _settled(local, frame, relist=False, from_start=start is None,
+                        relocate=False)
+    except CorruptRecordError as e:
+        # raised from here, not from the read path's frames (a notebook shows the
+        # user's call and this), with what to do next
+        err = e.at(e.path, e.position, e.offset)
+        err.add_note(f"log.verify() (or `seglog verify {local.path}`) says what is at "
+                     f"stake and what to do")
+        raise err from None
 
 
 def repr_html(local: View, readonly: bool) -> str:
