@@ -413,8 +413,9 @@ def platform_fallbacks() -> Iterator[None]:
     lacks them, as on macOS: disk blocks ahead of the writer are reserved by writing
     zeros instead of ``posix_fallocate``, and the active segment's pages are not
     faulted in ahead (no ``MADV_POPULATE_WRITE``: the writer's copies fault them in).
-    For disk-full and crash tests of those paths on Linux. It holds for every log of
-    the process while the block runs; not for logs in other threads meanwhile."""
+    For disk-full and crash tests of those paths on Linux. It switches the whole
+    process while the block runs (every log, every thread): use it where nothing
+    else in the process writes a log meanwhile."""
     _platform.use_fallbacks(True)
     try:
         yield
