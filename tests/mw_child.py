@@ -142,7 +142,7 @@ def _stop(path: str, options: dict) -> None:
     from seglog import segment   # the test's own seam: stop inside the copy of a batch
     log = seglog.Log.open(path, multi_writer=True, **options)
     print(log.append(b"before"), flush=True)
-    real = segment.Segment.append
+    real = segment.ActiveSegment.append
     stopped = []
 
     def append_then_stop(self, *a, **k):
@@ -151,7 +151,7 @@ def _stop(path: str, options: dict) -> None:
             stopped.append(1)
             os.kill(os.getpid(), signal.SIGSTOP)
         return r
-    segment.Segment.append = append_then_stop
+    segment.ActiveSegment.append = append_then_stop
     got = log.append_batch(stopped_values())
     print(f"{got.start} {got.stop}", flush=True)
     log.close()

@@ -28,16 +28,17 @@ from .errors import CorruptRecordError
 from .index import TimeIndex, entries_valid, offset_arrays
 from .retention import remove_leftovers
 from ._storage.segment_indexes import active_entries
-from .segment import NO_TIMESTAMP, ActiveSettings, Segment, WriterState
+from .segment import NO_TIMESTAMP, ActiveSegment, ActiveSettings, Segment, WriterState
 
 CLEAN_MARKER = ".clean-shutdown"
 
 
 @dataclass
 class Loaded:
-    """The state a writer opens with."""
+    """The state a writer opens with: its segments, the last one's writer role."""
 
     segments: list[Segment]
+    active: ActiveSegment
     start_offset: int
     end_offset: int
     recovery_point: int
@@ -53,7 +54,7 @@ def load_for_writer(directory: str, settings: ActiveSettings) -> Loaded:
     except BaseException:
         for seg in opened:
             try:
-                seg.close(seal=False)
+                seg.close()
             except OSError:
                 pass
         raise
@@ -72,11 +73,11 @@ def _load(directory: str, settings: ActiveSettings, opened: list[Segment]) -> Lo
     marker = read_marker(directory)
     if not bases:
         base = start or 0
-        seg = Segment.create(directory, base, settings)
-        opened.append(seg)
+        created = ActiveSegment.create(directory, base, settings)
+        opened.append(created.segment)
         _remove_marker(directory, marker)
         write_session(directory)
-        return Loaded([seg], base, base, base)
+        return Loaded([created.segment], created, base, base, base)
     if start is None or start < bases[0]:
         start = bases[0]
     # a retention pass checkpoints the start offset before it deletes: finish its work
@@ -93,12 +94,13 @@ def _load(directory: str, settings: ActiveSettings, opened: list[Segment]) -> Lo
                     writer=True, index_interval_bytes=interval)
             for b, nxt in zip(bases, [*bases[1:], None])]
     opened.extend(segs)
-    active = segs[-1]
-    if marker is not None and _marker_matches(marker, active):
+    last = segs[-1]
+    if marker is not None and _marker_matches(marker, last):
         _remove_marker(directory, marker)
-        active.activate(_clean_state(active, marker, max_index_bytes, interval), settings)
+        active = ActiveSegment(last, _clean_state(last, marker, max_index_bytes, interval),
+                               settings)
         write_session(directory)
-        return Loaded(segs, start, marker["end_offset"], marker["end_offset"])
+        return Loaded(segs, active, start, marker["end_offset"], marker["end_offset"])
     _remove_marker(directory, marker)
     # a segment with a successor was sealed and fsynced before the successor was
     # created (and compaction output is fsynced before it is swapped in): everything
@@ -109,21 +111,20 @@ def _load(directory: str, settings: ActiveSettings, opened: list[Segment]) -> Lo
     rp = max(read_checkpoint(directory, RECOVERY_POINT) or 0, bases[-1])
     same_boot = _previous_boot(directory) == boot_id() is not None
     report = RecoveryReport(recovery_point=rp, same_boot=same_boot)
-    _recover_tail(active, rp, same_boot, settings, report)
+    active = _recover_tail(last, rp, same_boot, settings, report)
     end = active.next_offset
-    assert end is not None
     # what recovery kept may still be only in the page cache: make it durable, so
     # that flushed_offset == end_offset is true after an unclean open
     active.flush()
     write_checkpoint(directory, RECOVERY_POINT, end)
     write_session(directory)
-    return Loaded(segs, start, end, end, report=report)
+    return Loaded(segs, active, start, end, end, report=report)
 
 
 def _recover_tail(seg: Segment, rp: int, same_boot: bool, settings: ActiveSettings,
-                  report: "RecoveryReport") -> None:
+                  report: "RecoveryReport") -> ActiveSegment:
     """Scan the last segment from the recovery point (checksums included), cut a
-    torn tail, rebuild its indexes and open it for appends."""
+    torn tail, rebuild its indexes and open it for appends (its writer role)."""
     file_size = os.stat(seg.path).st_size
     start_pos, start_off, trusted = (0, seg.base_offset, None)
     if rp > seg.base_offset:
@@ -163,7 +164,7 @@ def _recover_tail(seg: Segment, rp: int, same_boot: bool, settings: ActiveSettin
         report.cuts.append(Cut(seg.path, res.end, res.stop, file_size - res.end,
                                sv.data_bytes, sv.good_messages))
     first = res.first_timestamp
-    seg.activate(WriterState(
+    return ActiveSegment(seg, WriterState(
         seg.base_offset, res.end, res.next_offset, len(res.index), len(res.time_index), -1,
         res.max_timestamp, res.max_ts_offset, NO_TIMESTAMP if first is None else first),
         settings)
@@ -395,7 +396,7 @@ def _remove_marker(directory: str, marker: dict[str, Any] | None) -> None:
         fsync_dir(directory)
 
 
-def write_marker(directory: str, active: Segment, end_offset: int) -> None:
+def write_marker(directory: str, active: ActiveSegment, end_offset: int) -> None:
     """Record a clean shutdown: the state a clean open needs without reading data."""
     st = active.writer_state()
     data = {"version": 1, "end_offset": end_offset, "active_base": active.base_offset,

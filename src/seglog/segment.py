@@ -1,7 +1,9 @@
-"""``Segment``: one ``.log`` file of whole batches plus its two indexes.
+"""``Segment``: one ``.log`` file of whole batches plus its two indexes, in two roles.
 
-The mechanism only: appending bytes, finding and reading batches, rolling. Policy
-(when to roll, flush or delete) lives in ``Log``.
+A ``Segment`` is what a log's list and its readers hold: finding and reading
+batches, its size, its files' lifetime. The ``ActiveSegment`` is the writer's role
+of the last one: appending bytes and rolling by the limits it was made with, until
+it seals. The mechanism only: policy (when to roll, flush or delete) lives in ``Log``.
 
 Writing: the active segment's file is mapped read-write to its capacity
 (``segment_bytes`` plus room for one largest batch); an append is a copy into the
@@ -58,8 +60,8 @@ class WriterState(NamedTuple):
     """The writer's mutable tail of its active segment, as plain ints (a NamedTuple:
     built on every publish of several writers, at a third of a dataclass's cost):
     what a writer must know to go on appending where another left off. Equal states
-    mean the same tail; ``Segment.writer_state()`` takes it, ``Segment.activate`` and
-    ``Segment.reload`` set it.
+    mean the same tail; ``ActiveSegment.writer_state()`` takes it, an ``ActiveSegment``
+    is made at one, and ``ActiveSegment.reload`` sets it.
 
     ``size``: bytes of whole batches (the next write position); ``next_offset``: the
     offset after the last batch; ``index_entries`` / ``time_entries``: the valid
@@ -82,8 +84,8 @@ class WriterState(NamedTuple):
 
 class ActiveSettings(NamedTuple):
     """What an active segment is made with, derived once from the log's settings
-    (``of``) and handed to ``Segment.create`` and ``Segment.activate``, so that no
-    segment takes appends without its roll policy.
+    (``of``) and handed to every ``ActiveSegment`` made, so that no segment takes
+    appends without its roll policy.
 
     ``capacity``: the length its file may reach and is mapped to (a full segment
     plus the largest batch and its framing, so an append that passes the roll check
@@ -135,12 +137,12 @@ def _close_if_unused(seg: Segment) -> bool:
 class Segment:
     """One segment: ``<base>.log``, ``.index`` and ``.timeindex``; ``size`` (bytes of
     whole batches), ``next_offset`` (after the last batch; None until known),
-    ``max_timestamp`` (-1 when empty). Writer interface (``LocalLog``, the loader, the
-    writers' repair): ``create``, ``activate``, ``append``, ``append_one`` (-1: roll
-    first), ``writer_state``, ``reload``, ``erase_after``, ``flush``, ``seal``,
-    ``close``, ``abandon``, ``retire``, ``delete``, ``set_measured``, ``write_indexes``.
-    ``create`` and ``activate`` take the ``ActiveSettings`` it appends by: its roll
-    policy comes with it, never set afterwards."""
+    ``max_timestamp`` (-1 when empty). What every holder of a segment may do: read,
+    find, measure, and (its log) ``flush``, ``retire``, ``close``, ``delete``. A reader
+    of another process's active segment (``live``) follows it with ``set_measured``.
+    Appending is another object's: the ``ActiveSegment`` a log makes of its last
+    segment (``ActiveSegment.create`` / ``ActiveSegment(seg, state, settings)``),
+    which this one reads its tail from while it is active."""
 
     def __init__(self, directory: str, base_offset: int, *, size: int | None = None,
                  next_offset: int | None = None, max_index_bytes: int = 10 << 20,
@@ -151,10 +153,10 @@ class Segment:
         stem = os.path.join(directory, segment_name(base_offset))
         self.path, self.index_path, self.timeindex_path = (stem + ".log", stem + ".index",
                                                            stem + ".timeindex")
-        # _size and _max_ts are None until known (a reader measures lazily); the
-        # writer's are always known, and its hot paths use them as ints
+        # _size and _max_ts are None until known (a reader measures lazily); while
+        # this process appends, the tail is its ActiveSegment's (``_writer``)
         self._size: int = size  # type: ignore[assignment]
-        self.next_offset = next_offset
+        self._next = next_offset
         self._max_index_bytes = max_index_bytes
         self._live = live          # another process may still append to it
         # the .log descriptor; its lock also guards the lazy index loads
@@ -163,116 +165,35 @@ class Segment:
         self._timeindex: TimeIndex | None
         self._index = self._timeindex = None
         self._max_ts: int = None  # type: ignore[assignment]
-        # writer state, set by activate(); _mm is _map.mm, cached for the appends
-        self._map: WritableMap | None = None
-        self._mm: mmap.mmap = None  # type: ignore[assignment]  # the writer's active map
-        self._alloc_end = 0         # appends ending at or below need no _allocate() call
         self._interval = index_interval_bytes
-        self._next_index_pos = 1 << 62
-        self._max_ts_offset = base_offset
-        self.first_timestamp: int | None = None
-        # the roll limits appends compare with (NEVER while empty; the policy: activate)
-        self._roll_bytes = self._roll_ms = None  # type: int | None
-        self._roll_size = self._roll_ts = self._roll_off = NEVER
+        self._writer: ActiveSegment | None = None   # set while this process appends
         self.writer = writer        # this process owns the directory: it may repair files
-        # bumped by appends that moved more than size and next offset (an index
-        # entry, the largest or first timestamp: several writers then publish the
-        # whole tail); _on_reserve: told each reservation's end before a write
-        self.marks = 0
-        self._on_reserve: Callable[[int], None] | None = None
         self.index_repairs = 0      # indexes found damaged and rebuilt
         self._checked = False       # the sealed indexes passed the full check once
         self.corruption: CorruptRecordError | None = None   # a reader's scan: not a torn tail
 
-    # -- the writer interface: creation, activation, state ------------------------------
-    @classmethod
-    def create(cls, directory: str, base_offset: int, settings: ActiveSettings) -> "Segment":
-        """A new empty active segment made with ``settings``, files and directory entry
-        durable (R2, DURABILITY.md)."""
-        seg = cls(directory, base_offset, size=0, next_offset=base_offset,
-                  max_index_bytes=settings.max_index_bytes, writer=True,
-                  index_interval_bytes=settings.index_interval_bytes)
-        SegmentFile.create(seg.path, seg.index_path, seg.timeindex_path)
-        try:
-            seg.activate(WriterState(base_offset, 0, base_offset, 0, 0,
-                                     settings.index_interval_bytes, NO_TIMESTAMP, base_offset,
-                                     NO_TIMESTAMP), settings)
-            seg.flush()
-            fsync_dir(directory)
-        except BaseException:
-            seg.close(seal=False)
-            raise
-        return seg
+    # -- the two roles: made active, sealed (``ActiveSegment`` calls these) -------------
+    def _activated(self, active: ActiveSegment, ix: OffsetIndex, tix: TimeIndex) -> None:
+        """``active`` appends to this segment from now on, through ``ix`` and ``tix``."""
+        self._index, self._timeindex = ix, tix
+        self._live = False
+        self._writer = active
+
+    def _sealed(self, size: int, next_offset: int, max_timestamp: int) -> None:
+        """Its writer sealed it at this tail: a plain segment from now on (the values
+        first, so a reader in another thread sees the writer's or the same ones)."""
+        self._size, self._next, self._max_ts = size, next_offset, max_timestamp
+        self._writer = None
 
     def set_measured(self, size: int, next_offset: int | None,
                      max_timestamp: int | None = None) -> None:
-        """What a scan found (the loader's, a live reader's), or another writer of this
-        active segment appended: whole batches up to ``size``, the offset after them,
-        their largest timestamp (None: unchanged)."""
+        """What a scan found (the loader's, a live reader's): whole batches up to
+        ``size``, the offset after them, their largest timestamp (None: unchanged)."""
+        assert self._writer is None
         self._size = size
-        self.next_offset = next_offset
+        self._next = next_offset
         if max_timestamp is not None:
             self._max_ts = max_timestamp
-
-    def activate(self, state: WriterState, settings: ActiveSettings) -> None:
-        """Open this segment for appends at ``state`` (its files hold what it says;
-        ``next_index_pos`` -1: from the last index entry, by Kafka's rule), mapped to
-        ``settings.capacity`` and rolling by its ``segment_bytes`` and ``segment_ms``:
-        appends return -1 once the next batch would pass ``segment_bytes``, its
-        timestamp is ``segment_ms`` past the segment's first, an offset would not fit
-        the index's 32-bit relative offset, or an index is full. An empty segment
-        never rolls."""
-        self._size = state.size
-        self._roll_bytes, self._roll_ms = settings.segment_bytes, settings.segment_ms
-        self._map = WritableMap(self._log.open_for_writing().fileno(), self._size,
-                                settings.capacity, self._reserved)
-        self._mm = cast(mmap.mmap, self._map.mm)
-        self._alloc_end = self._size
-        self._index = OffsetIndex(self.index_path, self.base_offset, self._max_index_bytes,
-                                  writable=True, entries=state.index_entries)
-        self._timeindex = TimeIndex(self.timeindex_path, self.base_offset,
-                                    self._max_index_bytes, writable=True,
-                                    entries=state.time_entries)
-        self._live = False
-        self.reload(state)
-
-    def reload(self, state: WriterState) -> None:
-        """Take ``state`` as this active segment's tail (another writer of the same
-        files moved it): size, offsets, timestamps, index entry counts."""
-        assert state.base_offset == self.base_offset and self._index is not None
-        assert self._timeindex is not None
-        self._index.set_entries(state.index_entries)
-        self._timeindex.set_entries(state.time_entries)
-        self._size = state.size
-        self.next_offset = state.next_offset
-        # Kafka's rule: an entry for the first batch at least an interval past the last
-        self._next_index_pos = (state.next_index_pos if state.next_index_pos >= 0 else
-                                next_entry_position(self._index.last_entry()[1],
-                                                    self._interval))
-        self._max_ts = state.max_timestamp
-        self._max_ts_offset = state.max_ts_offset
-        self.first_timestamp = None if state.first_timestamp < 0 else state.first_timestamp
-        self._set_roll_limits()
-
-    def follow_tail(self, state: WriterState) -> None:
-        """Another writer of this active segment appended, moving its tail to
-        ``state``: its size and next offset, and (``reload``) the rest when an index
-        entry, the largest timestamp or the first one moved (an index entry moves
-        the next index position), or the segment was empty here (its first batch
-        sets the roll limits, and may move none of those: a timestamp of -1)."""
-        first = self.first_timestamp
-        if (not self._size or state.next_index_pos != self._next_index_pos
-                or state.max_timestamp != self._max_ts
-                or state.first_timestamp != (NO_TIMESTAMP if first is None else first)):
-            self.reload(state)
-            return
-        self._size = state.size
-        self.next_offset = state.next_offset
-
-    def _reserved(self, end: int) -> None:
-        reserve_room((self._index, self._timeindex), end, self._interval)
-        if self._on_reserve is not None:
-            self._on_reserve(end)
 
     def count_index_repairs(self, n: int) -> None:
         """``n`` more index files of this segment were found damaged and rebuilt (the
@@ -283,35 +204,6 @@ class Segment:
         """A live reader's scan proved damage past ``size`` (None: no longer: data
         arrived past it); raised to whoever reads that far."""
         self.corruption = damage
-
-    def watch_reservations(self, on_reserve: Callable[[int], None]) -> None:
-        """Call ``on_reserve(end)`` after each reservation of disk blocks up to ``end``,
-        before anything below it is written (several writers record it in their
-        header: the bound of what a writer that died may have left)."""
-        self._on_reserve = on_reserve
-
-    def erase_after(self, limit: int) -> None:
-        """Zero the map from ``size`` to ``limit`` (a dead writer's torn batch)."""
-        cast(WritableMap, self._map).zero(self._size, limit)
-
-    def writer_state(self) -> WriterState:
-        """The active segment's tail now (``WriterState``)."""
-        ix, tix = self._index, self._timeindex
-        assert ix is not None and tix is not None      # active, or sealed and open
-        first = self.first_timestamp
-        return WriterState(self.base_offset, self._size, cast(int, self.next_offset), len(ix),
-                           len(tix), self._next_index_pos, self._max_ts, self._max_ts_offset,
-                           NO_TIMESTAMP if first is None else first)
-
-    def _set_roll_limits(self) -> None:
-        # precomputed, so that an append compares three ints
-        if not self._size or self._roll_bytes is None:
-            self._roll_size = self._roll_ts = self._roll_off = NEVER
-            return
-        self._roll_size = 0 if self.index_full else self._roll_bytes
-        ms, first = self._roll_ms, self.first_timestamp
-        self._roll_ts = first + ms if ms is not None and first is not None else NEVER
-        self._roll_off = self.base_offset + _MAX_DELTA
 
     @property
     def live(self) -> bool:
@@ -345,12 +237,16 @@ class Segment:
     @property
     def is_active(self) -> bool:
         """True while this process appends to it."""
-        return self._mm is not None
+        w = self._writer
+        return w is not None and w.mapped
 
     # -- properties ---------------------------------------------------------------
     @property
     def size(self) -> int:
         """Bytes of whole batches in the segment."""
+        w = self._writer
+        if w is not None:
+            return w.size
         if self._size is None:
             # from the open descriptor, not the path: size and bytes then come from the
             # same file even if compaction swaps a new one in between
@@ -358,8 +254,17 @@ class Segment:
         return self._size
 
     @property
+    def next_offset(self) -> int | None:
+        """The offset after its last batch (None: not known yet)."""
+        w = self._writer
+        return w.next_offset if w is not None else self._next
+
+    @property
     def max_timestamp(self) -> int:
         """Largest record timestamp in the segment, -1 if it has none."""
+        w = self._writer
+        if w is not None:
+            return w.max_timestamp
         if self._max_ts is None:
             self._max_ts = _segment_read.largest_timestamp(self)
         return self._max_ts
@@ -398,6 +303,7 @@ class Segment:
         """Replace both index files by the entries of a scan (``final``: trimmed, as a
         sealed segment's), through temp files renamed in and a directory fsync; the
         index objects held are dropped (the next use opens the new files)."""
+        assert self._writer is None
         replace_files(self, res, self._max_index_bytes, final)
         for ix in (self._index, self._timeindex):
             if ix is not None:
@@ -414,19 +320,235 @@ class Segment:
         """The ``.log`` file, opened on first use (``SegmentGoneError`` once retired)."""
         return self._log.get()
 
+    # -- its files: durability and lifetime -----------------------------------------
+    def flush(self) -> None:
+        """fsync data and indexes: recovery then trusts index entries below the
+        recovery point and scans only the tail. Safe beside a seal in another thread
+        (a flush outside the append lock of a segment a roll seals meanwhile): the
+        files' lock keeps a trim from closing an index's descriptor under the fsync."""
+        with self._log.lock:
+            self._log.fsync()
+            for ix in (self._index, self._timeindex):
+                if ix is not None:
+                    ix.flush()
+
+    def close(self) -> None:
+        """Release its files (an active segment's writer is dropped unsealed: seal it
+        first, ``ActiveSegment.close``)."""
+        self._release_files()
+
+    def _release_files(self, trim: bool = True) -> None:
+        with self._log.lock:
+            w = self._writer
+            if w is not None:
+                w.unmap()
+            close_all((self._index, self._timeindex), trim)
+            self._index = self._timeindex = None
+            self._log.close()
+
+    def abandon(self) -> None:
+        """Close everything without sealing, trimming or syncing (a simulated kill):
+        unmapping loses nothing, the pages are in the cache."""
+        self._release_files(trim=False)
+
+    def retire(self, why: str, keep_files: bool = False) -> Callable[[], None]:
+        """Leave the log: from now on uses raise ``SegmentGoneError`` (a reader between
+        steps re-finds its place). Returns the closer of its files, run once no read
+        is in flight (``keep_files``: as they are, another writer sealed them)."""
+        self._log.retire(why)
+        return self.abandon if keep_files else self._release_files
+
+    def reset_locks(self) -> None:
+        """In a forked child: new locks (the parent's threads may have held them)."""
+        self._log.reset_lock()
+        w = self._writer
+        if w is not None:
+            w.reset_lock()
+
+    def sendfile(self, out: int, pos: int, count: int) -> int:
+        """``os.sendfile`` from its file, which cannot be closed meanwhile."""
+        return self._log.sendfile(out, pos, count)
+
+    def delete(self) -> None:
+        """Unlink the files (the caller retires the object and fsyncs the directory)."""
+        for p in (self.path, self.index_path, self.timeindex_path):
+            remove(p)
+
+    # -- reading (``_storage.segment_read``): functions of the public surface above, bound
+    # here as methods, so a read costs no extra call ----------------------------------
+    pread = _segment_read.pread
+    batches = _segment_read.batches
+    first_header = _segment_read.first_header
+    find_position = _segment_read.find_position
+    read = _segment_read.read
+    read_at = _segment_read.read_at
+    at_path, close_if_unused = _at_path, _close_if_unused      # defined above the class
+
+    __repr__ = _notebook.segment_repr
+    _repr_html_ = _notebook.segment_html
+
+
+class ActiveSegment:
+    """The active role of one segment: its writable map, its roll limits (given at
+    creation: ``ActiveSettings``) and its tail (``size``, ``next_offset``, the index
+    positions and timestamps), changed only by its own appends, by ``reload`` /
+    ``follow_tail`` (another writer of the same files moved it) and by ``seal``.
+    Only its log holds it (``LocalLog``, the loader, the writers' repair); the
+    segment it writes (``segment``) is what the log's list and its readers hold, and
+    reads its tail from here until ``seal`` makes it a plain sealed segment.
+
+    ``ActiveSegment.create`` makes a new segment; ``ActiveSegment(seg, state,
+    settings)`` takes an existing one at ``state`` (its files hold what it says;
+    ``next_index_pos`` -1: from the last index entry, by Kafka's rule), mapped to
+    ``settings.capacity`` and rolling by its ``segment_bytes`` and ``segment_ms``:
+    appends return -1 once the next batch would pass ``segment_bytes``, its timestamp
+    is ``segment_ms`` past the segment's first, an offset would not fit the index's
+    32-bit relative offset, or an index is full. An empty segment never rolls."""
+
+    def __init__(self, seg: Segment, state: WriterState, settings: ActiveSettings) -> None:
+        assert seg._writer is None and state.base_offset == seg.base_offset
+        self.segment = seg
+        self.base_offset = seg.base_offset
+        self._file = seg._log
+        self._interval = settings.index_interval_bytes
+        self._roll_bytes, self._roll_ms = settings.segment_bytes, settings.segment_ms
+        self._roll_size = self._roll_ts = self._roll_off = NEVER
+        # bumped by appends that moved more than size and next offset (an index
+        # entry, the largest or first timestamp: several writers then publish the
+        # whole tail); _on_reserve: told each reservation's end before a write
+        self.marks = 0
+        self._on_reserve: Callable[[int], None] | None = None
+        self.size = state.size
+        self.next_offset = state.next_offset
+        # _mm is _map.mm, cached for the appends (None once unmapped)
+        self._map: WritableMap | None = WritableMap(
+            self._file.open_for_writing().fileno(), state.size, settings.capacity,
+            self._reserved)
+        self._mm: mmap.mmap = cast(mmap.mmap, self._map.mm)
+        self._alloc_end = state.size    # appends ending at or below need no _allocate()
+        try:
+            self._index = OffsetIndex(seg.index_path, seg.base_offset,
+                                      settings.max_index_bytes, writable=True,
+                                      entries=state.index_entries)
+            self._timeindex = TimeIndex(seg.timeindex_path, seg.base_offset,
+                                        settings.max_index_bytes, writable=True,
+                                        entries=state.time_entries)
+        except BaseException:
+            self.unmap()
+            raise
+        self._next_index_pos = 1 << 62
+        self._max_ts = self._max_ts_offset = NO_TIMESTAMP
+        self.first_timestamp: int | None = None
+        self.reload(state)
+        seg._activated(self, self._index, self._timeindex)
+
+    @classmethod
+    def create(cls, directory: str, base_offset: int, settings: ActiveSettings
+               ) -> "ActiveSegment":
+        """A new empty segment made with ``settings``, files and directory entry
+        durable (R2, DURABILITY.md), active."""
+        seg = Segment(directory, base_offset, size=0, next_offset=base_offset,
+                      max_index_bytes=settings.max_index_bytes, writer=True,
+                      index_interval_bytes=settings.index_interval_bytes)
+        SegmentFile.create(seg.path, seg.index_path, seg.timeindex_path)
+        try:
+            active = cls(seg, WriterState(base_offset, 0, base_offset, 0, 0,
+                                          settings.index_interval_bytes, NO_TIMESTAMP,
+                                          base_offset, NO_TIMESTAMP), settings)
+            seg.flush()
+            fsync_dir(directory)
+        except BaseException:
+            seg.close()
+            raise
+        return active
+
+    def reload(self, state: WriterState) -> None:
+        """Take ``state`` as this active segment's tail (another writer of the same
+        files moved it): size, offsets, timestamps, index entry counts."""
+        assert state.base_offset == self.base_offset
+        self._index.set_entries(state.index_entries)
+        self._timeindex.set_entries(state.time_entries)
+        self.size = state.size
+        self.next_offset = state.next_offset
+        # Kafka's rule: an entry for the first batch at least an interval past the last
+        self._next_index_pos = (state.next_index_pos if state.next_index_pos >= 0 else
+                                next_entry_position(self._index.last_entry()[1],
+                                                    self._interval))
+        self._max_ts = state.max_timestamp
+        self._max_ts_offset = state.max_ts_offset
+        self.first_timestamp = None if state.first_timestamp < 0 else state.first_timestamp
+        self._set_roll_limits()
+
+    def follow_tail(self, state: WriterState) -> None:
+        """Another writer of this active segment appended, moving its tail to
+        ``state``: its size and next offset, and (``reload``) the rest when an index
+        entry, the largest timestamp or the first one moved (an index entry moves
+        the next index position), or the segment was empty here (its first batch
+        sets the roll limits, and may move none of those: a timestamp of -1)."""
+        first = self.first_timestamp
+        if (not self.size or state.next_index_pos != self._next_index_pos
+                or state.max_timestamp != self._max_ts
+                or state.first_timestamp != (NO_TIMESTAMP if first is None else first)):
+            self.reload(state)
+            return
+        self.size = state.size
+        self.next_offset = state.next_offset
+
+    def writer_state(self) -> WriterState:
+        """The tail now (``WriterState``)."""
+        first = self.first_timestamp
+        return WriterState(self.base_offset, self.size, self.next_offset, len(self._index),
+                           len(self._timeindex), self._next_index_pos, self._max_ts,
+                           self._max_ts_offset, NO_TIMESTAMP if first is None else first)
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest record timestamp appended, -1 if none."""
+        return self._max_ts
+
+    @property
+    def mapped(self) -> bool:
+        """True until sealed or released: appends may go on."""
+        return self._mm is not None
+
+    def _reserved(self, end: int) -> None:
+        reserve_room((self._index, self._timeindex), end, self._interval)
+        if self._on_reserve is not None:
+            self._on_reserve(end)
+
+    def watch_reservations(self, on_reserve: Callable[[int], None]) -> None:
+        """Call ``on_reserve(end)`` after each reservation of disk blocks up to ``end``,
+        before anything below it is written (several writers record it in their
+        header: the bound of what a writer that died may have left)."""
+        self._on_reserve = on_reserve
+
+    def erase_after(self, limit: int) -> None:
+        """Zero the map from ``size`` to ``limit`` (a dead writer's torn batch)."""
+        cast(WritableMap, self._map).zero(self.size, limit)
+
+    def _set_roll_limits(self) -> None:
+        # precomputed, so that an append compares three ints
+        if not self.size:
+            self._roll_size = self._roll_ts = self._roll_off = NEVER
+            return
+        self._roll_size = 0 if self.index_full else self._roll_bytes
+        ms, first = self._roll_ms, self.first_timestamp
+        self._roll_ts = first + ms if ms is not None and first is not None else NEVER
+        self._roll_off = self.base_offset + _MAX_DELTA
+
     # -- writing --------------------------------------------------------------------
     def append(self, data: bytes | list[bytes], base_offset: int, next_offset: int,
                max_timestamp: int, size: int | None = None) -> int:
         """Copy one encoded batch (bytes, or its two parts: header, records) to the end;
         return the position written at, or -1 (nothing written) if the segment must
-        roll first (the policy ``activate`` was given).
+        roll first (its ``ActiveSettings``).
 
         Stamps the batch's base offset field: the checksum does not cover it, so a batch
         can be encoded before its offset is known (outside the log's lock).
         """
         mm = self._mm
-        assert mm is not None and self._size is not None
-        pos = self._size
+        assert mm is not None
+        pos = self.size
         if size is None:
             size = len(data) if isinstance(data, bytes) else sum(map(len, data))
         if (pos + size > self._roll_size or max_timestamp > self._roll_ts
@@ -473,8 +595,8 @@ class Segment:
         whole. Index entries and the tail state follow, as for ``append``.
         """
         mm = self._mm
-        assert mm is not None and self._size is not None and batches
-        pos = self._size
+        assert mm is not None and batches
+        pos = self.size
         total = sum(b[3] for b in batches)
         after = base_offset + sum(b[1] for b in batches)
         if (pos + total > self._roll_size or max(b[2] for b in batches) > self._roll_ts
@@ -511,7 +633,7 @@ class Segment:
         prefix before it is packed here. Returns the position written at, or -1
         (nothing written) if the segment must roll first. Byte for byte what
         ``_codec.encode.encode_batch`` makes (tested)."""
-        pos = self._size
+        pos = self.size
         end = pos + _PREFIX_SIZE + len(body)
         if end > self._roll_size or timestamp > self._roll_ts or offset > self._roll_off:
             return -1
@@ -523,7 +645,7 @@ class Segment:
         if pos >= self._next_index_pos or timestamp > self._max_ts or not pos:
             self._appended(pos, end, offset, offset + 1, timestamp)
         else:
-            self._size = end
+            self.size = end
             self.next_offset = offset + 1
         return pos
 
@@ -546,14 +668,13 @@ class Segment:
             # seen: segment_ms then rolls a little late, never not at all
             self.first_timestamp = max_timestamp
             self.marks += 1
-        self._size = end
+        self.size = end
         self.next_offset = next_offset
         if not pos:
             self._set_roll_limits()      # the first batch: the segment may roll from now
 
     def _add_index_entry(self, offset: int, pos: int) -> None:
         ix, tix = self._index, self._timeindex
-        assert ix is not None and tix is not None
         # room is reserved ahead by allocate(); a full index takes no more entries
         # (one time-index slot stays free for the entry seal adds)
         if len(ix) >= ix.slots or len(tix) >= tix.slots - 1:
@@ -562,7 +683,7 @@ class Segment:
         ix.append(offset, pos)
         tix.append(self._max_ts, self._max_ts_offset)
         self._next_index_pos = next_entry_position(pos, self._interval)
-        if (len(ix) >= ix.slots or len(tix) >= tix.slots - 1) and self._roll_bytes is not None:
+        if len(ix) >= ix.slots or len(tix) >= tix.slots - 1:
             self._roll_size = 0         # an index filled: roll at the next append
 
     def _allocate(self, end: int) -> None:
@@ -578,101 +699,49 @@ class Segment:
         keeps its last one for the entry ``seal`` adds): the next append rolls. The
         same test as ``_add_index_entry``'s, so a writer that takes the segment at
         that count (another writer's tail, a recovery) rolls as the one that filled it."""
-        ix = self._index
-        if ix is None:
-            return False
-        tix = self.time_index
+        ix, tix = self._index, self._timeindex
         return len(ix) >= ix.slots or len(tix) >= tix.slots - 1
 
     def flush(self) -> None:
-        """fsync data and indexes: recovery then trusts index entries below the
-        recovery point and scans only the tail. Safe beside ``seal`` in another thread
-        (a flush outside the append lock of a segment a roll seals meanwhile): the
-        files' lock keeps a trim from closing an index's descriptor under the fsync."""
-        with self._log.lock:
-            self._log.fsync()
-            for ix in (self._index, self._timeindex):
-                if ix is not None:
-                    ix.flush()
+        """fsync data and indexes (``Segment.flush``)."""
+        self.segment.flush()
 
     def seal(self) -> None:
-        """Stop appending: cut the file back to its data, trim the indexes, fsync all."""
+        """Stop appending: cut the file back to its data, trim the indexes, fsync all;
+        the segment is a plain sealed one from then on."""
         if self._mm is None:
             return
-        assert self._size is not None and self._timeindex is not None and self._index is not None
-        if self._size:
+        if self.size:
             self._timeindex.append_last(self._max_ts, self._max_ts_offset)
-        self._unmap()
+        self.unmap()
         self._roll_size = self._roll_ts = self._roll_off = NEVER
-        with self._log.lock:            # a flush in another thread: see ``flush``
-            os.ftruncate(self.file.fileno(), self._size)
-            fsync_file(self.file.fileno())
+        with self._file.lock:            # a flush in another thread: see ``flush``
+            fd = self._file.get().fileno()
+            os.ftruncate(fd, self.size)
+            fsync_file(fd)
             self._index.trim()
             self._timeindex.trim()
+        self.segment._sealed(self.size, self.next_offset, self._max_ts)
 
-    def close(self, seal: bool = True) -> None:
-        """Seal (if active and ``seal``) and release files, even if sealing fails."""
+    def close(self) -> None:
+        """Seal and release the segment's files, even if sealing fails."""
         try:
-            if seal:
-                self.seal()
+            self.seal()
         finally:
-            self._release_files()
+            self.segment.close()
 
-    def _release_files(self, trim: bool = True) -> None:
-        with self._log.lock:
-            self._unmap()
-            close_all((self._index, self._timeindex), trim)
-            self._index = self._timeindex = None
-            self._log.close()
-
-    def abandon(self) -> None:
-        """Close everything without sealing, trimming or syncing (a simulated kill):
-        unmapping loses nothing, the pages are in the cache."""
-        self._release_files(trim=False)
-
-    def retire(self, why: str, keep_files: bool = False) -> Callable[[], None]:
-        """Leave the log: from now on uses raise ``SegmentGoneError`` (a reader between
-        steps re-finds its place). Returns the closer of its files, run once no read
-        is in flight (``keep_files``: as they are, another writer sealed them)."""
-        self._log.retire(why)
-        return self.abandon if keep_files else self._release_files
-
-    def reset_locks(self) -> None:
-        """In a forked child: new locks (the parent's threads may have held them)."""
-        self._log.reset_lock()
-        if self._map is not None:
-            self._map.reset_lock()
-
-    def sendfile(self, out: int, pos: int, count: int) -> int:
-        """``os.sendfile`` from its file, which cannot be closed meanwhile."""
-        return self._log.sendfile(out, pos, count)
-
-    def _unmap(self) -> None:
-        """Unmap the active segment, once the prefaulter is not using the mapping."""
+    def unmap(self) -> None:
+        """Drop the map, once the prefaulter is not using it (appends end here)."""
         wmap = self._map
         if wmap is not None:
             self._mm = None  # type: ignore[assignment]
             self._map = None
             wmap.close()
 
-    def delete(self) -> None:
-        """Unlink the files (the caller retires the object and fsyncs the directory)."""
-        for p in (self.path, self.index_path, self.timeindex_path):
-            remove(p)
-
-    # -- reading (``_storage.segment_read``): functions of the public surface above, bound
-    # here as methods, so a read costs no extra call ----------------------------------
-    pread = _segment_read.pread
-    batches = _segment_read.batches
-    first_header = _segment_read.first_header
-    find_position = _segment_read.find_position
-    read = _segment_read.read
-    read_at = _segment_read.read_at
-    at_path, close_if_unused = _at_path, _close_if_unused      # defined above the class
-
-    __repr__ = _notebook.segment_repr
-    _repr_html_ = _notebook.segment_html
-
+    def reset_lock(self) -> None:
+        """In a forked child: a new lock for the map (``Segment.reset_locks``)."""
+        if self._map is not None:
+            self._map.reset_lock()
 
 
 _BASE = attrgetter("base_offset")

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from seglog import Log, codec
 from seglog._codec import encode as _encode
-from seglog.segment import ActiveSettings, Segment
+from seglog.segment import ActiveSegment, ActiveSettings, Segment
 
 from helpers import header
 
@@ -73,7 +73,7 @@ def test_append_one_writes_what_encode_batch_makes(records, base):
     """The one-record path as Log.append calls it (the checksum of the tail and the
     value), against the reference, read back from the segment's file."""
     with tempfile.TemporaryDirectory() as d:
-        seg = Segment.create(d, base, ActiveSettings(1 << 24, 1 << 23, None, 4096, 1 << 16))
+        seg = ActiveSegment.create(d, base, ActiveSettings(1 << 24, 1 << 23, None, 4096, 1 << 16))
         try:
             off = base
             for value, ts in records:
@@ -81,10 +81,10 @@ def test_append_one_writes_what_encode_batch_makes(records, base):
                 size = codec.HEADER_SIZE + 2 + len(value)
                 pos = seg.append_one(off, ts, codec.CHECKSUM(body), body)
                 assert seg.next_offset == off + 1 and seg.size == pos + size
-                assert seg.pread(size, pos) == codec.encode_batch(off, [value], ts)
+                assert seg.segment.pread(size, pos) == codec.encode_batch(off, [value], ts)
                 off += 1
         finally:
-            seg.close(seal=False)
+            seg.close()
 
 
 # -- encode_values / encode_values_parts ------------------------------------------------

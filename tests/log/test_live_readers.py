@@ -163,7 +163,7 @@ def test_an_index_entry_is_trusted_where_a_batch_frames_whatever_its_attribute_b
         assert not _live.batch_starts_at(seg, len(first), 3)
         assert not _live.batch_starts_at(seg, 1, 2)
     finally:
-        seg.close(seal=False)
+        seg.close()
 
 
 def _refresh_failing_at(monkeypatch, nth: int) -> list[bool]:

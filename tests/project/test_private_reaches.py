@@ -56,7 +56,7 @@ ALLOWED = {
     # white-box checks of the prefaulter: how far the active map is reserved, populated
     ("storage/test_prefault.py", "_map"): "the active segment's map: reserved, populated",
     ("storage/test_prefault.py", "_alloc_end"): "where the writer comes back to reserve",
-    ("storage/test_prefault.py", "_mm"): "a sealed segment's writable map is gone",
+    ("storage/test_prefault.py", "_writer"): "the active segment's writer role (its map)",
     # the chart draws its counts as bar heights only: the exact counts, from its parts
     ("views/test_operator_views.py", "_part"): "the timeline's exact counts per bucket",
 }

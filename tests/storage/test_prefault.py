@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(_prefault.get() is None,
 def test_reserved_pages_are_faulted_in_ahead_of_the_writer(logdir):
     with Log.open(logdir, flush_ms=None) as log:
         log.append_batch([b"x" * 1000] * 10)
-        seg = log.segments[-1]
+        seg = log.segments[-1]._writer      # the active segment's writer role
         # blocks are reserved a chunk past the data (small at first: the chunk grows
         # with the segment), and the thread faults them in
         assert seg.size + (32 << 10) <= seg._map.reserved <= 128 << 10
@@ -43,12 +43,16 @@ def test_rolling_and_closing_while_the_thread_works(logdir):
     # and every message reads back
     vals = [os.urandom(200) for _ in range(64)]
     with Log.open(logdir, segment_bytes=256 << 10, flush_ms=None) as log:
+        roles = {}                          # every active segment's writer role
         for i in range(3000):
             log.append_batch(vals[i % 7:i % 7 + 20])
+            w = log.segments[-1]._writer
+            roles[w.base_offset] = w
         n = log.end_offset
-        assert len(log.segments) > 40
-        sealed = log.segments[:-1]
-        assert all(s._mm is None and s._map is None for s in sealed)
+        assert len(log.segments) > 40 and len(roles) == len(log.segments)
+        sealed = [roles[s.base_offset] for s in log.segments[:-1]]
+        assert all(not w.mapped and w._map is None for w in sealed)
+        assert not any(s.is_active for s in log.segments[:-1])
     with Log.open(logdir, readonly=True) as reader:
         assert sum(1 for _ in reader.iter()) == n
 
@@ -103,7 +107,7 @@ def test_a_forked_child_starts_its_own_thread(tmp_path):
         try:
             with Log.open(str(tmp_path / "child"), flush_ms=None) as child:
                 child.append_batch([b"c" * 3000] * 10)
-                seg = child.segments[-1]
+                seg = child.segments[-1]._writer
                 ok = wait_for(lambda: seg._map.populated >= seg._map.reserved, 5.0,
                               "the reserved pages faulted in")
                 names = [t.name for t in threading.enumerate()]

@@ -14,7 +14,7 @@ from seglog import codec, recovery
 from seglog._codec import format as _format
 from seglog.errors import CorruptRecordError
 from seglog.index import entries_valid, next_entry_position
-from seglog.segment import ActiveSettings, Segment
+from seglog.segment import ActiveSegment, ActiveSettings, Segment
 
 from helpers import header, put_header
 
@@ -49,8 +49,9 @@ def _load(d: str) -> recovery.Loaded:
 
 
 def _close(loaded: recovery.Loaded) -> None:
+    loaded.active.close()               # sealed, as a writer's close does
     for s in loaded.segments:
-        s.close(seal=False)
+        s.close()
 
 
 def _offsets(seg: Segment, start: int) -> list[int]:
@@ -120,7 +121,7 @@ def test_torn_tail_is_cut(d, torn):
         assert _offsets(seg, 0) == list(range(12))
         # the next append goes right after the last whole batch
         b = codec.encode_batch(0, [b"new"], 300)
-        seg.append(b, 12, 13, 300)
+        loaded.active.append(b, 12, 13, 300)
         assert _offsets(seg, 12) == [12]
     finally:
         _close(loaded)
@@ -261,14 +262,15 @@ def test_segments_wholly_below_the_start_checkpoint_are_deleted(d):
 
 def _clean_shutdown_dir(d: str) -> tuple[Segment, int, list[int]]:
     """A segment written by a writer and sealed, then a clean-shutdown marker."""
-    seg = Segment.create(d, 0, SETTINGS)
+    w = ActiveSegment.create(d, 0, SETTINGS)
+    seg = w.segment
     positions = []
     for i in range(20):
         positions.append(seg.size)
-        seg.append(codec.encode_batch(0, [b"v%d" % i] * 2, 100 + i), 2 * i, 2 * i + 2, 100 + i)
-    recovery.write_marker(d, seg, seg.next_offset)     # as Log.close does, before the seal
+        w.append(codec.encode_batch(0, [b"v%d" % i] * 2, 100 + i), 2 * i, 2 * i + 2, 100 + i)
+    recovery.write_marker(d, w, w.next_offset)         # as Log.close does, before the seal
     marker = recovery.read_marker(d)
-    seg.close()
+    w.close()
     marker["active_size"] = os.path.getsize(seg.path)  # the sealed size
     with open(os.path.join(d, recovery.CLEAN_MARKER), "w") as f:
         json.dump(marker, f)
@@ -325,7 +327,7 @@ def test_reopen_after_recovery_reads_the_same(d):
     before = _offsets(loaded.segments[-1], 0)
     loaded.segments[-1].close()            # seal
     for s in loaded.segments[:-1]:
-        s.close(seal=False)
+        s.close()
     again = _load(d)
     try:
         assert again.end_offset == 100

@@ -13,7 +13,7 @@ from seglog._storage import scan as _scan
 from seglog import codec
 from seglog._codec import format as _format
 from seglog.errors import CorruptRecordError
-from seglog.segment import ActiveSettings, LogSegments, Segment, WriterState
+from seglog.segment import ActiveSegment, ActiveSettings, LogSegments, Segment, WriterState
 
 CAP = 1 << 20
 MAX_IX = 1 << 16
@@ -37,10 +37,10 @@ def _one_args(offset: int, ts: int, value: bytes) -> tuple[int, int, int, bytes]
     return offset, ts, codec.CHECKSUM(body), body
 
 
-def _append_batch(seg: Segment, values: list[bytes], ts: int) -> bytes:
-    base = seg.next_offset
+def _append_batch(w: ActiveSegment, values: list[bytes], ts: int) -> bytes:
+    base = w.next_offset
     data = codec.encode_batch(0, values, ts)
-    seg.append(data, base, base + len(values), ts)
+    w.append(data, base, base + len(values), ts)
     return data
 
 
@@ -49,37 +49,39 @@ def _messages(seg: Segment, offset: int, max_bytes: int = 1 << 20):
 
 
 def test_append_tracks_size_next_offset_and_max_timestamp(segdir):
-    seg = Segment.create(segdir, 100, settings(4096))
+    w = ActiveSegment.create(segdir, 100, settings(4096))
+    seg = w.segment
     try:
         assert (seg.size, seg.next_offset, seg.max_timestamp) == (0, 100, -1)
         expect_size = 0
-        d = _append_batch(seg, [b"a", b"bb", b"ccc"], 50)
+        d = _append_batch(w, [b"a", b"bb", b"ccc"], 50)
         expect_size += len(d)
         assert (seg.size, seg.next_offset, seg.max_timestamp) == (expect_size, 103, 50)
-        d = _append_batch(seg, [b"d"], 40)            # an older timestamp: max stays
+        d = _append_batch(w, [b"d"], 40)            # an older timestamp: max stays
         expect_size += len(d)
         assert (seg.size, seg.next_offset, seg.max_timestamp) == (expect_size, 104, 50)
-        d = _append_batch(seg, [b"e", b"f"], 70)
+        d = _append_batch(w, [b"e", b"f"], 70)
         expect_size += len(d)
         assert (seg.size, seg.next_offset, seg.max_timestamp) == (expect_size, 106, 70)
-        assert seg.first_timestamp == 50
+        assert w.first_timestamp == 50
         assert [(p, h[0], h[6]) for p, h in seg.batches()] == [
             (0, 100, 3), (next(seg.batches())[1].size, 103, 1),
             (expect_size - len(d), 104, 2)]
     finally:
-        seg.close()
+        w.close()
 
 
 def test_append_one_updates_next_offset_on_every_path(segdir):
     """Regression: the one-record fast path (no index entry, no new max timestamp)
     once left ``next_offset`` stale."""
-    seg = Segment.create(segdir, 0, settings(1 << 30))   # no index entries at all
+    w = ActiveSegment.create(segdir, 0, settings(1 << 30))   # no index entries at all
+    seg = w.segment
     try:
         size = 0
         for off in range(20):
             ts = 1000 if off else 1000     # same timestamp: the fast path after the first
             args = _one_args(off, ts, b"v%d" % off)
-            pos = seg.append_one(*args)
+            pos = w.append_one(*args)
             assert pos == size
             size += _format.ONE_PREFIX.size + len(args[3])
             assert seg.size == size
@@ -87,15 +89,16 @@ def test_append_one_updates_next_offset_on_every_path(segdir):
         assert seg.max_timestamp == 1000
         assert _messages(seg, 0) == [(o, 1000, b"v%d" % o) for o in range(20)]
     finally:
-        seg.close()
+        w.close()
 
 
 def test_append_one_writes_what_encode_batch_makes(segdir):
-    seg = Segment.create(segdir, 7, settings(4096))
+    w = ActiveSegment.create(segdir, 7, settings(4096))
+    seg = w.segment
     try:
-        seg.append_one(*_one_args(7, 5, b"hello"))
-        seg.append_one(*_one_args(8, 9, b""))
-        seg.append_one(*_one_args(9, 3, b"x" * 300))
+        w.append_one(*_one_args(7, 5, b"hello"))
+        w.append_one(*_one_args(8, 9, b""))
+        w.append_one(*_one_args(9, 3, b"x" * 300))
         want = (codec.encode_batch(7, [b"hello"], 5) + codec.encode_batch(8, [b""], 9)
                 + codec.encode_batch(9, [b"x" * 300], 3))
         assert seg.pread(seg.size, 0) == want
@@ -105,22 +108,23 @@ def test_append_one_writes_what_encode_batch_makes(segdir):
         ms.validate()
         assert [m.value for m in ms] == [b"hello", b"", b"x" * 300]
     finally:
-        seg.close()
+        w.close()
 
 
 def test_mixed_append_paths_read_back(segdir):
-    seg = Segment.create(segdir, 0, settings(256))
+    w = ActiveSegment.create(segdir, 0, settings(256))
+    seg = w.segment
     expected = []
     try:
         off = 0
         for i in range(60):
             if i % 3 == 0:
                 vals = [b"b%d-%d" % (i, j) for j in range(4)]
-                _append_batch(seg, vals, 10 + i)
+                _append_batch(w, vals, 10 + i)
                 expected += [(off + j, 10 + i, v) for j, v in enumerate(vals)]
                 off += 4
             else:
-                seg.append_one(*_one_args(off, 10 + i, b"one%d" % i))
+                w.append_one(*_one_args(off, 10 + i, b"one%d" % i))
                 expected.append((off, 10 + i, b"one%d" % i))
                 off += 1
             assert seg.next_offset == off
@@ -131,16 +135,17 @@ def test_mixed_append_paths_read_back(segdir):
         # past the end: nothing
         assert _messages(seg, off) == []
     finally:
-        seg.close()
+        w.close()
 
 
 def test_find_position_lands_on_the_batch_holding_the_offset(segdir):
-    seg = Segment.create(segdir, 1000, settings(128))
+    w = ActiveSegment.create(segdir, 1000, settings(128))
+    seg = w.segment
     try:
         starts = []
         for i in range(40):
             starts.append((seg.size, seg.next_offset))
-            _append_batch(seg, [b"x" * 20] * 3, i)
+            _append_batch(w, [b"x" * 20] * 3, i)
         assert len(seg.index) > 3          # lookups go through index entries
         for pos, base in starts:
             for off in range(base, base + 3):
@@ -151,14 +156,15 @@ def test_find_position_lands_on_the_batch_holding_the_offset(segdir):
         # below the base offset: the first batch
         assert seg.find_position(0)[0] == 0
     finally:
-        seg.close()
+        w.close()
 
 
 def test_read_at_respects_max_bytes_but_returns_one_whole_batch(segdir):
-    seg = Segment.create(segdir, 0, settings(4096))
+    w = ActiveSegment.create(segdir, 0, settings(4096))
+    seg = w.segment
     try:
-        big = _append_batch(seg, [b"y" * 5000], 1)
-        small = _append_batch(seg, [b"s"], 2)
+        big = _append_batch(w, [b"y" * 5000], 1)
+        small = _append_batch(w, [b"s"], 2)
         ms = seg.read_at(0, 0, 10, seg.size)                  # far below one batch
         assert [m.value for m in ms] == [b"y" * 5000]
         assert ms.next_offset == 1
@@ -167,24 +173,25 @@ def test_read_at_respects_max_bytes_but_returns_one_whole_batch(segdir):
         ms = seg.read_at(len(big), 1, 1 << 20, seg.size, expect=1)
         assert [(m.offset, m.value) for m in ms] == [(1, b"s")]
     finally:
-        seg.close()
+        w.close()
 
 
 @pytest.mark.parametrize("interval", [1, 100, 1000, 4096])
 def test_writer_index_equals_scan_index(segdir, interval):
     """The writer's index rule (``Segment._appended``) and the scan's
     (``ScanResult.add``) must make the same offset and time index entries."""
-    seg = Segment.create(segdir, 500, settings(interval))
+    w = ActiveSegment.create(segdir, 500, settings(interval))
+    seg = w.segment
     try:
         off = 500
         for i in range(120):
             ts = (i * 7919) % 500                              # up and down
             if i % 2:
-                seg.append_one(*_one_args(off, ts, b"v" * (i % 50)))
+                w.append_one(*_one_args(off, ts, b"v" * (i % 50)))
                 off += 1
             else:
                 n = 1 + i % 5
-                _append_batch(seg, [b"w" * (i % 90)] * n, ts)
+                _append_batch(w, [b"w" * (i % 90)] * n, ts)
                 off += n
         writer_ix = [(seg.base_offset + r, p) for r, p in seg.index.entries()]
         writer_tix = [(t, seg.base_offset + r) for t, r in seg.time_index.entries()]
@@ -199,35 +206,37 @@ def test_writer_index_equals_scan_index(segdir, interval):
         positions = [0] + [p for _, p in writer_ix]
         assert all(b - a >= interval for a, b in zip(positions, positions[1:]))
     finally:
-        seg.close()
+        w.close()
 
 
 def test_index_entries_every_interval_bytes(segdir):
     """With equal-sized batches, an entry lands on the first batch at least an
     interval past the last one."""
-    seg = Segment.create(segdir, 0, settings(1000))
+    w = ActiveSegment.create(segdir, 0, settings(1000))
+    seg = w.segment
     try:
         data = b""
         for i in range(50):
-            data = _append_batch(seg, [b"z" * 100], i)
+            data = _append_batch(w, [b"z" * 100], i)
         bs = len(data)
         step = -(-1000 // bs) * bs             # the first batch start >= 1000 past
         want = [(p // bs, p) for p in range(step, seg.size, step)]
         assert [(r, p) for r, p in seg.index.entries()] == want
     finally:
-        seg.close()
+        w.close()
 
 
 def test_seal_cuts_file_back_and_reopen_reads_the_same(segdir):
-    seg = Segment.create(segdir, 42, settings(200))
+    w = ActiveSegment.create(segdir, 42, settings(200))
+    seg = w.segment
     for i in range(30):
-        _append_batch(seg, [b"m%d" % i, b"n%d" % i], 100 + i)
+        _append_batch(w, [b"m%d" % i, b"n%d" % i], 100 + i)
     size, nxt, mts = seg.size, seg.next_offset, seg.max_timestamp
     before = _messages(seg, 42)
     ix_entries = seg.index.entries()
     # reserved ahead while active: the file as long as the reservation, not its capacity
     assert size < os.path.getsize(seg.path) <= min(CAP, size + (8 << 20))
-    seg.seal()
+    w.seal()
     assert not seg.is_active
     assert os.path.getsize(seg.path) == size
     assert os.path.getsize(seg.index_path) == 8 * len(ix_entries)
@@ -248,13 +257,14 @@ def test_seal_cuts_file_back_and_reopen_reads_the_same(segdir):
 
 
 def _sealed(segdir: str, n: int = 10) -> tuple[int, list[int]]:
-    seg = Segment.create(segdir, 0, settings(4096))
+    w = ActiveSegment.create(segdir, 0, settings(4096))
+    seg = w.segment
     positions = []
     for i in range(n):
         positions.append(seg.size)
-        _append_batch(seg, [b"value-%d" % i] * 3, i)
+        _append_batch(w, [b"value-%d" % i] * 3, i)
     size = seg.size
-    seg.close()
+    w.close()
     return size, positions
 
 
@@ -315,58 +325,59 @@ def test_truncated_file_is_reported_not_misread(segdir):
 
 # -- the writer's state --------------------------------------------------------------
 def test_writer_state_saves_compares_and_reloads_into_a_fresh_segment(segdir):
-    seg = Segment.create(segdir, 0, settings(128))
+    w = ActiveSegment.create(segdir, 0, settings(128))
+    seg = w.segment
     try:
-        empty = seg.writer_state()
+        empty = w.writer_state()
         assert empty == WriterState(0, 0, 0, 0, 0, 128, -1, 0, -1)
         for i in range(40):
-            seg.append_one(*_one_args(i, 1000 + i, b"v%03d" % i))
-        state = seg.writer_state()
+            w.append_one(*_one_args(i, 1000 + i, b"v%03d" % i))
+        state = w.writer_state()
         assert state != empty and state.size == seg.size and state.next_offset == 40
         assert state.index_entries > 0 and state.max_timestamp == 1039
         assert state.max_ts_offset == 39 and state.first_timestamp == 1000
-        assert state == seg.writer_state()                # plain values: compared by ==
+        assert state == w.writer_state()                # plain values: compared by ==
     finally:
         seg.abandon()                                      # as a killed writer leaves it
-    again = Segment(segdir, 0, max_index_bytes=MAX_IX, writer=True, index_interval_bytes=128)
-    again.activate(state, settings(128))
+    again = ActiveSegment(Segment(segdir, 0, max_index_bytes=MAX_IX, writer=True,
+                                  index_interval_bytes=128), state, settings(128))
     try:
         assert again.writer_state() == state
         for i in range(40, 50):                            # both go on alike
             again.append_one(*_one_args(i, 1000 + i, b"v%03d" % i))
-        assert [m.offset for m in again.read(0, 1 << 20)] == list(range(50))
+        assert [m.offset for m in again.segment.read(0, 1 << 20)] == list(range(50))
         later = again.writer_state()
         assert later.next_offset == 50 and later != state
         again.reload(state)                                # back to the saved tail
         assert again.writer_state() == state
     finally:
-        again.close(seal=False)
+        again.close()
 
 
 def test_writer_state_follows_appends_and_rolls(segdir):
-    seg = Segment.create(segdir, 0, settings(64, segment_bytes=1024))
-    states = [seg.writer_state()]
+    w = ActiveSegment.create(segdir, 0, settings(64, segment_bytes=1024))
+    seg = w.segment
+    states = [w.writer_state()]
     off = 0
     while True:
-        pos = seg.append_one(*_one_args(off, 500, b"x" * 100))
+        pos = w.append_one(*_one_args(off, 500, b"x" * 100))
         if pos < 0:
             break                                          # past segment_bytes: roll
         off += 1
-        states.append(seg.writer_state())
+        states.append(w.writer_state())
     assert len(set(states)) == len(states) and states[-1].size <= 1024 + 200
-    assert seg.writer_state() == states[-1]               # a refused append changes nothing
-    seg.next_offset = off
-    seg.seal()
-    sealed_state = seg.writer_state()
+    assert w.writer_state() == states[-1]               # a refused append changes nothing
+    w.seal()
+    sealed_state = w.writer_state()
     assert sealed_state.size == states[-1].size and sealed_state.next_offset == off
-    seg.close(seal=False)
-    new = Segment.create(segdir, off, settings(64))
+    seg.close()
+    new = ActiveSegment.create(segdir, off, settings(64))
     try:
         assert new.writer_state() == WriterState(off, 0, off, 0, 0, 64, -1, off, -1)
         assert new.append_one(*_one_args(off, 600, b"y")) == 0
         assert new.writer_state().next_offset == off + 1
     finally:
-        new.close(seal=False)
+        new.close()
 
 
 class _Seg:

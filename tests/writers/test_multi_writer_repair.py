@@ -31,39 +31,39 @@ CHILD = textwrap.dedent("""
         log.append(b"child-%d" % i)
     die = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
     if point == "torn":
-        real = segment.Segment.append
+        real = segment.ActiveSegment.append
         def torn(self, data, *a, **k):
             # half the batch, as a kill inside the copy leaves it
             data = data if isinstance(data, bytes) else b"".join(data)
             real(self, data[:len(data) // 2] + bytes(8), *a, **k)
             die()
-        segment.Segment.append = torn
+        segment.ActiveSegment.append = torn
         log.append_batch([b"torn-%d" % i for i in range(20)])
     elif point == "whole":
-        real = segment.Segment.append
+        real = segment.ActiveSegment.append
         calls = []
         def whole(self, data, *a, **k):
             calls.append(1)
             if len(calls) == 3:
                 die()              # two whole batches written, never published
             return real(self, data, *a, **k)
-        segment.Segment.append = whole
+        segment.ActiveSegment.append = whole
         log.append_batch([b"w" * 300] * 30)     # three batches of max_message_bytes
     elif point == "roll":
-        segment.Segment.create = classmethod(lambda cls, *a, **k: die())
+        segment.ActiveSegment.create = classmethod(lambda cls, *a, **k: die())
         while True:
             log.append(b"x" * 500)
     elif point.startswith("roll-created"):
         # "roll-created-2": its first roll is whole (published), the second dies
         rolls = [int(point[-1]) if point[-1].isdigit() else 1]
-        real = segment.Segment.create.__func__
+        real = segment.ActiveSegment.create.__func__
         def created(cls, *a, **k):
             seg = real(cls, *a, **k)
             rolls[0] -= 1
             if not rolls[0]:
                 die()
             return seg
-        segment.Segment.create = classmethod(created)
+        segment.ActiveSegment.create = classmethod(created)
         while True:
             log.append(b"x" * 500)
 """).format(seg=SEG)
@@ -166,12 +166,12 @@ def test_a_roll_that_fails_after_its_seal_is_repaired_by_the_next_writer(tmp_pat
     path = str(tmp_path / "log")
     a = seglog.Log.open(path, multi_writer=True, segment_bytes=4096)
     b = seglog.Log.open(path, multi_writer=True, segment_bytes=4096)
-    real = segment.Segment.create.__func__
+    real = segment.ActiveSegment.create.__func__
 
     def full(cls, *args, **kw):
         real(cls, *args, **kw)            # the files are made, then the disk is full
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(segment.Segment, "create", classmethod(full))
+    monkeypatch.setattr(segment.ActiveSegment, "create", classmethod(full))
     acked = []
     with pytest.raises(seglog.errors.StorageError):
         while True:

@@ -119,7 +119,7 @@ class LiveLog:
             self._closed = True
             for seg in self._segs:
                 try:
-                    seg.close(seal=False)
+                    seg.close()
                 except OSError:
                     pass
             self._reads.bury()

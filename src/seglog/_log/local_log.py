@@ -42,7 +42,7 @@ from .._shared.writers import (Shared, WritersFile, adopt, follow, remove_unwrit
 from ..config import LogConfig
 from .._codec.format import LENGTH_END, MAGIC, ONE_PREFIX as _ONE_PREFIX
 from ..errors import LogClosedError, LogLockedError, SeglogError, StorageError, storage_error
-from ..segment import ActiveSettings, LogSegments, Segment, WriterState
+from ..segment import ActiveSegment, ActiveSettings, LogSegments, Segment, WriterState
 
 # what a refused call did not do, said by its LogLockedError
 _NOT_FLUSHED = ("the flush did not happen: what was appended is written (readable, safe "
@@ -77,6 +77,7 @@ class LocalLog:
 
     def __init__(self, path: str, config: LogConfig, segments: Sequence[Segment] = (),
                  start: int = 0, end: int = 0, recovery_point: int = -1, *,
+                 active: ActiveSegment | None = None,
                  writers: WritersFile | None = None) -> None:
         self.path = path
         self.config = config
@@ -115,7 +116,8 @@ class LocalLog:
         self._batches = 0          # batches appended since open (under the append lock)
         self._gate = CloseGate()   # shut by a close under way
         if segments:
-            self._set(LogSegments(segments))
+            assert active is not None
+            self._set(LogSegments(segments), active)
             self._reads.found(self._segs[:-1])
             self._counts.restart(end, self._active.size)
             self._watch_reservations(self._active)
@@ -134,17 +136,20 @@ class LocalLog:
             self._commit = self._commit_shared
             self._abort = self._abort_shared
 
-    # segs[-1], kept beside the tuple for the append hot path: set whenever the list
-    # is not empty (it is never empty once the writer is attached)
-    _active: Segment
+    # the writer's role of segs[-1] (its appends, its roll, its seal): set whenever the
+    # list is not empty (it is never empty once the writer is attached)
+    _active: ActiveSegment
 
-    def _set(self, segs: LogSegments) -> None:
+    def _set(self, segs: LogSegments, active: ActiveSegment | None = None) -> None:
+        """The list from now on; ``active``: the role of its new last segment (a roll,
+        another writer's list; None: the last one did not change)."""
+        if active is not None:
+            self._active = active
+        assert not segs or segs[-1] is self._active.segment
         self._segs = segs
-        if segs:
-            self._active = segs[-1]
         self._reads.watch(segs)
 
-    def _watch_reservations(self, seg: Segment) -> None:
+    def _watch_reservations(self, seg: ActiveSegment) -> None:
         """With several writers, the active segment tells the header each reservation
         of disk blocks (the bound of what a writer that died may have left)."""
         if self._w is not None:
@@ -396,7 +401,7 @@ class LocalLog:
         self._done_writing()
         return end
 
-    def _roll(self, old: Segment) -> Segment:
+    def _roll(self, old: ActiveSegment) -> ActiveSegment:
         """Seal the active segment ``old`` and start a new one at the end offset (append
         lock held; an empty segment never rolls: ``old`` again). The sealed segment
         was fsynced, so everything before the new base offset is durable: it becomes
@@ -410,10 +415,10 @@ class LocalLog:
         if w is not None:
             w.rolling(old.base_offset)
         old.seal()
-        self._reads.sealed(old)           # sealed, its files open: closed when idle
-        new = Segment.create(self.path, end, self._settings)
+        self._reads.sealed(old.segment)   # sealed, its files open: closed when idle
+        new = ActiveSegment.create(self.path, end, self._settings)
         self._watch_reservations(new)
-        self._set(self._segs.added(new))
+        self._set(self._segs.added(new.segment), new)
         self._list_changed()
         self._counts.rolled(old.size)
         self._marks.sealed_through(end)
@@ -458,9 +463,10 @@ class LocalLog:
         # measured before anything maps the active segment (a dead roller cut it back)
         cut = rolling_cut(self.path, sh) if sh.holder else None
         if self._relist or w.list_moved(sh) or not self._segs:
-            new, gone = follow(self.path, self._segs, sh, self._settings if cut is None
-                               else self._settings._replace(capacity=cut))
-            self._take_list(new, gone)
+            new, gone, active = follow(self.path, self._segs, self._active_or_none(), sh,
+                                       self._settings if cut is None
+                                       else self._settings._replace(capacity=cut))
+            self._take_list(new, gone, active)
             self._relist = False
         else:
             self._active.reload(sh.state)
@@ -472,13 +478,18 @@ class LocalLog:
         if sh.holder:
             self._repair(sh, cut)
 
-    def _take_list(self, segs: list[Segment], gone: list[Segment]) -> None:
-        """The segment list another writer made (``_shared.writers.follow``), lock held."""
-        old = self._active if self._segs else None
-        if old is not None and segs[-1] is not old:
+    def _active_or_none(self) -> ActiveSegment | None:
+        return self._active if self._segs else None
+
+    def _take_list(self, segs: list[Segment], gone: list[Segment],
+                   active: ActiveSegment) -> None:
+        """The segment list another writer made (``_shared.writers.follow``), lock held;
+        ``active``: its last one's writer role."""
+        old = self._active_or_none()
+        if old is not None and active is not old:
             self._counts.rolled(old.size)
-        self._set(LogSegments(segs))
-        self._watch_reservations(segs[-1])
+        self._set(LogSegments(segs), active)
+        self._watch_reservations(active)
         self._reads.retire(gone, "replaced by compaction, deleted by retention or sealed "
                                  "by another writer")
 
@@ -495,10 +506,11 @@ class LocalLog:
             # from then on; so no writer may append to it again, whenever this
             # repair dies (the file stays cut back, or the next segment stays made)
             settings = self._settings._replace(capacity=cut)
-            fresh = Segment(self.path, seg.base_offset, max_index_bytes=settings.max_index_bytes,
-                            writer=True, index_interval_bytes=settings.index_interval_bytes)
-            fresh.activate(sh.state, settings)
-            self._take_list([*self._segs[:-1], fresh], [seg])
+            fresh = ActiveSegment(
+                Segment(self.path, seg.base_offset, max_index_bytes=settings.max_index_bytes,
+                        writer=True, index_interval_bytes=settings.index_interval_bytes),
+                sh.state, settings)
+            self._take_list([*self._segs[:-1], fresh.segment], [seg.segment], fresh)
             seg = fresh
             adopt(seg, cut)
         else:
@@ -556,8 +568,9 @@ class LocalLog:
         w = self._w
         assert w is not None
         sh = w.read()
-        new, gone = follow(self.path, self._segs, sh, self._settings)
-        self._take_list(new, gone)
+        new, gone, active = follow(self.path, self._segs, self._active_or_none(), sh,
+                                   self._settings)
+        self._take_list(new, gone, active)
         self._list_changed()
 
     # -- maintenance: retention and compaction swap the list here ----------------------
@@ -796,7 +809,7 @@ class LocalLog:
                         if keep:
                             seg.abandon()
                         else:
-                            seg.close(seal=False)    # sealed above, unless it failed
+                            seg.close()     # sealed above, unless it failed
                     except OSError:
                         pass
                 self._reads.bury()

@@ -114,7 +114,7 @@ def open_writer(path: str, options: dict[str, Any]) -> tuple[LocalLog, DirLock, 
             raise storage_error(e, f"opening {path} failed: {e}") from e
         raise
     return (LocalLog(path, cfg, loaded.segments, loaded.start_offset, loaded.end_offset,
-                     loaded.recovery_point), DirLock(lock_fd), loaded)
+                     loaded.recovery_point, active=loaded.active), DirLock(lock_fd), loaded)
 
 
 def open_shared(path: str, options: dict[str, Any], timeout_ms: int
@@ -161,7 +161,8 @@ def open_shared(path: str, options: dict[str, Any], timeout_ms: int
                 cfg = _writer_config(path, options)
                 loaded = recovery.load_for_writer(path, ActiveSettings.of(cfg))
                 local = LocalLog(path, cfg, loaded.segments, loaded.start_offset,
-                                 loaded.end_offset, loaded.recovery_point, writers=w)
+                                 loaded.end_offset, loaded.recovery_point,
+                                 active=loaded.active, writers=w)
             else:
                 cfg = _joining_config(path, options)
                 local = LocalLog(path, cfg, writers=w)

@@ -16,7 +16,7 @@ from typing import Callable
 
 from .writers import Shared, WritersFile
 from ..errors import LogClosedError, SeglogError
-from ..segment import Segment, WriterState
+from ..segment import ActiveSegment, WriterState
 
 
 class SharedMode:
@@ -91,7 +91,7 @@ class SharedMode:
             self._fail_line(e)
             raise
 
-    def commit(self, seg: Segment, end: int, changes: int, gen: int, start: int,
+    def commit(self, seg: ActiveSegment, end: int, changes: int, gen: int, start: int,
                flushed: int) -> None:
         """Publish what changed since this writer last published (everything when more
         than the active segment's tail moved: the list, the start, the flushed
@@ -126,21 +126,21 @@ class SharedMode:
         finally:
             self._lock.release()
 
-    def publish(self, seg: Segment, end: int, changes: int, gen: int, start: int,
+    def publish(self, seg: ActiveSegment, end: int, changes: int, gen: int, start: int,
                 flushed: int) -> None:
         """Everything, now (lock held): the log start, the flushed offset, the active
         segment's state, and a new list generation if the list changed."""
         self._w.publish(start, flushed, gen != self._gen, seg.writer_state())
         self.published(seg, end, changes, gen)
 
-    def published(self, seg: Segment, end: int, changes: int, gen: int) -> None:
+    def published(self, seg: ActiveSegment, end: int, changes: int, gen: int) -> None:
         """What the header says now is this writer's view (it followed the others)."""
         self._gen = gen
         self._end = end
         self._marks = seg.marks
         self._changes = changes
 
-    def changed(self, seg: Segment, end: int, changes: int) -> bool:
+    def changed(self, seg: ActiveSegment, end: int, changes: int) -> bool:
         """Did anything move since this writer last published?"""
         return seg.marks != self._marks or end != self._end or changes != self._changes
 

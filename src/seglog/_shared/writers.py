@@ -39,7 +39,7 @@ from .._runtime.files import (SEGMENT_SUFFIXES, WRITERS_FILE, fsync_dir, list_se
 from .._runtime.platform import LOCK_EX_NB as _EX_NB, LOCK_UN as _UN, flock as _flock
 from .._storage.scan import Damage, walk
 from ..errors import CorruptRecordError, LogClosedError, LogLockedError
-from ..segment import ActiveSettings, Segment, WriterState
+from ..segment import ActiveSegment, ActiveSettings, Segment, WriterState
 
 # the header's layout; a writer of another layout refuses to join a live session of
 # it (``foreign``), and the first writer of a session rewrites it whole (``live`` is
@@ -390,24 +390,26 @@ def invalidate(directory: str) -> None:
         os.close(fd)
 
 
-def follow(directory: str, segs: tuple[Segment, ...], shared: Shared,
-           settings: ActiveSettings) -> tuple[list[Segment], list[Segment]]:
+def follow(directory: str, segs: tuple[Segment, ...], active: ActiveSegment | None,
+           shared: Shared, settings: ActiveSettings
+           ) -> tuple[list[Segment], list[Segment], ActiveSegment]:
     """The segment list as the header says it is after another writer rolled, or
-    retention or compaction changed it: (the new list, the objects that left it).
+    retention or compaction changed it: (the new list, the objects that left it, the
+    writer's role of its last one).
 
-    Objects whose files are unchanged are kept; the active one (the header's) is
-    activated at the header's state with ``settings``, reloaded if this writer had
-    it active. A
-    segment this writer had active and another sealed leaves (its copy of the
-    writable map is dropped, never touched: the file was cut back under it)."""
+    Objects whose files are unchanged are kept; the header's active segment is
+    taken at the header's state with ``settings``, reloaded if it is this writer's
+    ``active`` still. A segment this writer had active and another sealed leaves
+    (its copy of the writable map is dropped, never touched: the file was cut back
+    under it)."""
     names = os.listdir(directory)
     bases = list_segments(directory, names)
     gone = superseded_segments(directory, names, bases)
-    active = shared.state.base_offset
-    bases = [b for b in bases if b not in gone and b <= active]
+    last = shared.state.base_offset
+    bases = [b for b in bases if b not in gone and b <= last]
     bases = bases[sum(1 for nxt in bases[1:] if nxt <= shared.start):]
-    if not bases or bases[-1] != active:
-        raise FileNotFoundError(f"the active segment {active} of {directory} is missing")
+    if not bases or bases[-1] != last:
+        raise FileNotFoundError(f"the active segment {last} of {directory} is missing")
     known = {s.base_offset: s for s in segs}
     max_index_bytes, interval = settings.max_index_bytes, settings.index_interval_bytes
     new: list[Segment] = []
@@ -419,16 +421,16 @@ def follow(directory: str, segs: tuple[Segment, ...], shared: Shared,
         new.append(s if s is not None else
                    Segment(directory, b, next_offset=nxt, max_index_bytes=max_index_bytes,
                            writer=True, index_interval_bytes=interval))
-    s = known.get(active)
-    if s is not None and s.is_active and not s.retired:
-        s.reload(shared.state)
+    if (active is not None and active.base_offset == last and active.mapped
+            and not active.segment.retired):
+        active.reload(shared.state)
     else:
-        s = Segment(directory, active, max_index_bytes=max_index_bytes, writer=True,
-                    index_interval_bytes=interval)
-        s.activate(shared.state, settings)
-    new.append(s)
+        active = ActiveSegment(Segment(directory, last, max_index_bytes=max_index_bytes,
+                                       writer=True, index_interval_bytes=interval),
+                               shared.state, settings)
+    new.append(active.segment)
     kept = set(map(id, new))
-    return new, [s for s in segs if id(s) not in kept]
+    return new, [s for s in segs if id(s) not in kept], active
 
 
 def _replaced(seg: Segment) -> bool:
@@ -457,15 +459,15 @@ def rolling_cut(directory: str, sh: Shared) -> int | None:
     return None
 
 
-def adopt(seg: Segment, limit: int) -> int:
+def adopt(seg: ActiveSegment, limit: int) -> int:
     """After a writer of the active ``seg`` died inside an append: keep the whole
     batches it wrote past ``seg.size`` that continue the log (readers may have seen
     them), appended again over themselves (the same bytes), and zero what follows up
     to ``limit`` (a torn batch). Returns the batches kept."""
     kept = 0
     try:
-        for buf, p, _, hdr in walk(seg.fileno(), seg.size, limit, expect=seg.next_offset,
-                                   check=True):
+        for buf, p, _, hdr in walk(seg.segment.fileno(), seg.size, limit,
+                                   expect=seg.next_offset, check=True):
             base, length, _, _, _, last_delta, _, _, max_ts = hdr
             n = _format.LENGTH_END + length
             if seg.append(buf[p:p + n], base, base + last_delta + 1, max_ts) < 0:
