@@ -410,7 +410,7 @@ def _commit(directory: str, cfg: LogConfig, group: list[Segment], w: _Writer,
     # the writer's object for the sealed segment just swapped in, its file opened now:
     # its identity is what tells it apart from a copy another writer's compaction
     # swaps in later (an object that never opened its file takes any file for its own)
-    new = Segment(directory, w.base, max_index_bytes=cfg.max_index_bytes, writer=True,
+    new = Segment(directory, w.base, max_index_bytes=cfg.max_index_bytes, owner=True,
                   index_interval_bytes=cfg.index_interval_bytes)
     new.set_measured(w.pos, end, w.res.max_timestamp)
     new.fileno()

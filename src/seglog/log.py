@@ -534,7 +534,7 @@ def append_encoded(log: Log, batches: Batches, atomic: bool = False) -> range:
     range of offsets.
 
     ``atomic``: all the batches as one unit, which readers and recovery see whole or
-    not at all (``Segment.append_group``). They must fit one segment: more than
+    not at all (``ActiveSegment.append_group``). They must fit one segment: more than
     ``segment_bytes`` + ``max_message_bytes`` in all is a ``MessageTooLargeError``,
     and nothing is written."""
     if atomic:

@@ -91,7 +91,7 @@ def _load(directory: str, settings: ActiveSettings, opened: list[Segment]) -> Lo
     # a sealed segment covers up to the next one's base offset
     max_index_bytes, interval = settings.max_index_bytes, settings.index_interval_bytes
     segs = [Segment(directory, b, next_offset=nxt, max_index_bytes=max_index_bytes,
-                    writer=True, index_interval_bytes=interval)
+                    owner=True, index_interval_bytes=interval)
             for b, nxt in zip(bases, [*bases[1:], None])]
     opened.extend(segs)
     last = segs[-1]

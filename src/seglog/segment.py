@@ -146,7 +146,7 @@ class Segment:
 
     def __init__(self, directory: str, base_offset: int, *, size: int | None = None,
                  next_offset: int | None = None, max_index_bytes: int = 10 << 20,
-                 live: bool = False, writer: bool = False,
+                 live: bool = False, owner: bool = False,
                  index_interval_bytes: int = 4096) -> None:
         self.directory = directory
         self.base_offset = base_offset
@@ -167,7 +167,9 @@ class Segment:
         self._max_ts: int = None  # type: ignore[assignment]
         self._interval = index_interval_bytes
         self._writer: ActiveSegment | None = None   # set while this process appends
-        self.writer = writer        # this process owns the directory: it may repair files
+        # opened by the directory's owner (its writer, the loader, the cleaner): a
+        # damaged index is rebuilt on disk, where a reader rebuilds it in memory only
+        self.owner = owner
         self.index_repairs = 0      # indexes found damaged and rebuilt
         self._checked = False       # the sealed indexes passed the full check once
         self.corruption: CorruptRecordError | None = None   # a reader's scan: not a torn tail
@@ -448,7 +450,7 @@ class ActiveSegment:
         """A new empty segment made with ``settings``, files and directory entry
         durable (R2, DURABILITY.md), active."""
         seg = Segment(directory, base_offset, size=0, next_offset=base_offset,
-                      max_index_bytes=settings.max_index_bytes, writer=True,
+                      max_index_bytes=settings.max_index_bytes, owner=True,
                       index_interval_bytes=settings.index_interval_bytes)
         SegmentFile.create(seg.path, seg.index_path, seg.timeindex_path)
         try:

@@ -4,7 +4,7 @@
 write path has faster ones for its common cases: ``encode_values_parts`` (keyless
 records sharing a timestamp; ``append_batch``'s fast path, the base offset stamped
 by ``Segment.append``) and ``Log.append``'s one-record path
-(``Segment.append_one``), which packs the header straight into the segment's map. Each must agree with the reference byte for
+(``ActiveSegment.append_one``), which packs the header straight into the segment's map. Each must agree with the reference byte for
 byte, in the short (16-bit lengths) and the wide (``F_WIDE``) layout, with and
 without lz4; the end-to-end tests compare the segment files themselves.
 """
@@ -59,7 +59,7 @@ values_st = st.one_of(small_values, small_values, small_values, big_values)
 CODECS = st.sampled_from([codec.CODEC_NONE, codec.CODEC_LZ4])
 
 
-# -- Segment.append_one ----------------------------------------------------------------
+# -- ActiveSegment.append_one ----------------------------------------------------------------
 
 _TAIL_1H = struct.Struct("<HIIqqH")
 

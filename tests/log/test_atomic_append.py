@@ -1,6 +1,6 @@
 """``seglog.log.append_encoded(log, batches, atomic=True)``: several batches as one unit that
 readers, recovery and a writer repairing after another's death see whole or not
-at all (``Segment.append_group``), here by every state a kill can leave and by
+at all (``ActiveSegment.append_group``), here by every state a kill can leave and by
 writers SIGKILLed at random instants (with readers in other processes watching).
 
 Scale the rounds with SEGLOG_TORTURE=10 (scripts/torture does)."""

@@ -1,5 +1,5 @@
-"""Unit tests of ``Segment`` used directly (no ``Log``): the writer's append paths and
-bookkeeping, the index rule (the writer's and the scan's must agree), sealing,
+"""Unit tests of ``Segment`` and ``ActiveSegment`` used directly (no ``Log``): the
+writer's append paths and bookkeeping, the index rule (the writer's and the scan's must agree), sealing,
 reopening, and reads of damaged files."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def segdir(tmp_path):
 
 
 def _one_args(offset: int, ts: int, value: bytes) -> tuple[int, int, int, bytes]:
-    """What ``Log.append`` computes for ``Segment.append_one`` (log.py's hot path)."""
+    """What ``Log.append`` computes for ``ActiveSegment.append_one`` (log.py's hot path)."""
     body = _format.ONE_TAIL.pack(0, 0, 1, ts, ts, len(value)) + value
     return offset, ts, codec.CHECKSUM(body), body
 
@@ -339,7 +339,7 @@ def test_writer_state_saves_compares_and_reloads_into_a_fresh_segment(segdir):
         assert state == w.writer_state()                # plain values: compared by ==
     finally:
         seg.abandon()                                      # as a killed writer leaves it
-    again = ActiveSegment(Segment(segdir, 0, max_index_bytes=MAX_IX, writer=True,
+    again = ActiveSegment(Segment(segdir, 0, max_index_bytes=MAX_IX, owner=True,
                                   index_interval_bytes=128), state, settings(128))
     try:
         assert again.writer_state() == state

@@ -1,5 +1,5 @@
 """A writer that takes an active segment's tail from elsewhere (another writer's
-published tail, ``Segment.follow_tail``; a recovery) appends, indexes and rolls
+published tail, ``ActiveSegment.follow_tail``; a recovery) appends, indexes and rolls
 exactly as the writer before it would have. Each test compares the files with
 those one exclusive writer makes of the same calls."""
 

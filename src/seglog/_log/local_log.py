@@ -257,7 +257,7 @@ class LocalLog:
 
     # -- appending (the hot path: one call each from ``Log``) ---------------------------
     def append_one(self, ts: int, check: int, body: bytes) -> int:
-        """Append one short keyless record (``Segment.append_one``'s arguments, the
+        """Append one short keyless record (``ActiveSegment.append_one``'s arguments, the
         offset aside), rolling when the active segment refuses it; its offset. An
         ``OSError`` propagates (the caller poisons the log).
 
@@ -292,7 +292,7 @@ class LocalLog:
 
     def append_encoded(self, batches: Batches, atomic: bool = False) -> range:
         """Append encoded batches (``(data, records, largest timestamp, bytes)``), each
-        atomically or (``atomic``) all as one (``Segment.append_group``), rolling as
+        atomically or (``atomic``) all as one (``ActiveSegment.append_group``), rolling as
         needed; the range of their offsets. An ``OSError`` propagates (the caller
         poisons the log); batches copied before it stay."""
         if not self._begin(False):
@@ -508,7 +508,7 @@ class LocalLog:
             settings = self._settings._replace(capacity=cut)
             fresh = ActiveSegment(
                 Segment(self.path, seg.base_offset, max_index_bytes=settings.max_index_bytes,
-                        writer=True, index_interval_bytes=settings.index_interval_bytes),
+                        owner=True, index_interval_bytes=settings.index_interval_bytes),
                 sh.state, settings)
             self._take_list([*self._segs[:-1], fresh.segment], [seg.segment], fresh)
             seg = fresh

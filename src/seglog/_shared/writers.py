@@ -420,13 +420,13 @@ def follow(directory: str, segs: tuple[Segment, ...], active: ActiveSegment | No
             s = None
         new.append(s if s is not None else
                    Segment(directory, b, next_offset=nxt, max_index_bytes=max_index_bytes,
-                           writer=True, index_interval_bytes=interval))
+                           owner=True, index_interval_bytes=interval))
     if (active is not None and active.base_offset == last and active.mapped
             and not active.segment.retired):
         active.reload(shared.state)
     else:
         active = ActiveSegment(Segment(directory, last, max_index_bytes=max_index_bytes,
-                                       writer=True, index_interval_bytes=interval),
+                                       owner=True, index_interval_bytes=interval),
                                shared.state, settings)
     new.append(active.segment)
     kept = set(map(id, new))

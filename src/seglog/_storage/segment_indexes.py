@@ -3,7 +3,7 @@ the log (on disk by the writer, in memory by a reader or on a full disk), and
 replacing both files by a scan's entries.
 
 Functions of the segment's public surface (``index_path``, ``timeindex_path``,
-``base_offset``, ``size``, ``pread``, ``writer``, ``write_indexes``) and of its index
+``base_offset``, ``size``, ``pread``, ``owner``, ``write_indexes``) and of its index
 settings, passed in; ``Segment`` keeps the index objects they return.
 """
 
@@ -32,7 +32,7 @@ class IndexedSegment(_scan.ScannableSegment, Protocol):
     @property
     def size(self) -> int: ...
     @property
-    def writer(self) -> bool: ...
+    def owner(self) -> bool: ...
 
     def pread(self, n: int, pos: int) -> bytes: ...
 
@@ -93,7 +93,7 @@ def rebuilt(seg: IndexedSegment, max_bytes: int, interval: int) -> tuple[OffsetI
     """Indexes rebuilt by a scan of ``seg``'s data: written to disk by a writer
     (``seg.write_indexes``), else, or if the disk is full, in memory."""
     res = _scan.scan(seg, 0, seg.size, None, interval)
-    if seg.writer:
+    if seg.owner:
         try:
             seg.write_indexes(res, final=True)
             return open_pair(seg, max_bytes)
