@@ -57,7 +57,7 @@ def _current(local: View) -> None:
         local.refresh()
 
 
-def _settled(local: View, look: Callable[[], _T], offset: int | None = None, *,
+def _settled(local: View, look: Callable[..., _T], offset: int | None = None, *,
              relist: bool = True, from_start: bool = False, relocate: bool = True) -> _T:
     """The read path's one retry loop: ``look()`` over the current segments (after
     ``_current``, unless not ``relist``: an iterator's step looks again only at a
@@ -65,9 +65,9 @@ def _settled(local: View, look: Callable[[], _T], offset: int | None = None, *,
     retired a segment under it or a file vanished, a bounded number of times
     (``_unsettled`` past that). ``offset``: the reader's position, deleted
     meanwhile an ``OffsetOutOfRangeError`` (None: a look over the whole log, from
-    wherever its start is now). ``from_start``: ``look`` reads from the log start,
-    and is done again from the new start when retention deletes what it reads (a
-    writer in another process). ``relocate`` False: a look through ``iterate`` or
+    wherever its start is now). ``from_start``: ``look(start)`` reads from the log
+    start, taken once per try, and is done again from the new start when retention
+    deletes what it reads (a writer in another process). ``relocate`` False: a look through ``iterate`` or
     ``read_arrow``, which find their place again themselves: a list that changed or a
     file that vanished under it (a refresh's ``FileNotFoundError``) is the caller's,
     not looked at again. ``look`` counts its reads in flight itself."""
@@ -76,7 +76,7 @@ def _settled(local: View, look: Callable[[], _T], offset: int | None = None, *,
             _current(local)
         start = local.start if from_start else 0
         try:
-            return look()
+            return look(start) if from_start else look()
         except (SegmentGoneError, FileNotFoundError) as e:
             if not relocate:
                 raise
@@ -221,8 +221,7 @@ def _count(local: View) -> tuple[int, int, int]:
     def count(start: int) -> tuple[int, int, int]:
         end = local.end
         return start, end, sum(1 for _ in iterate(local, start, end))
-    return _settled(local, lambda: count(local.start), relist=False, from_start=True,
-                    relocate=False)
+    return _settled(local, count, relist=False, from_start=True, relocate=False)
 
 
 def stats(local: View, readonly: bool) -> dict[str, Any]:
@@ -281,8 +280,10 @@ def to_pandas(local: View, start: int | None = None, end: int | None = None, *,
               since: object = None, until: object = None, decode: str | None = None
               ) -> Any:
     """``Log.to_pandas`` (whose docstring states the contract)."""
-    def frame() -> Any:
-        lo, hi, t0, t1 = window(local, start, end, since, until)
+    def frame(first: int | None = None) -> Any:
+        # ``first``: the log start the retry loop took (no start offset given)
+        lo, hi, t0, t1 = window(local, start if first is None else first, end, since,
+                                until)
         # to the visible end (no end, no until): read_arrow's own end, which tells of
         # damage there
         to_end = end is None and until is None
@@ -327,7 +328,7 @@ def last_messages(local: View, n: int, end: int) -> list[Message]:
     def last(start: int) -> list[Message]:
         stop = max(end, start)
         return list(iterate(local, max(start, stop - n), stop))
-    return _settled(local, lambda: last(local.start), from_start=True, relocate=False)
+    return _settled(local, last, from_start=True, relocate=False)
 
 
 class _Place:
