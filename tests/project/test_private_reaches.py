@@ -1,9 +1,9 @@
 """Tests reach no private name of seglog, except the white-box ones listed here.
 
 A test proves what a user can observe: the API, the files on disk, ``metrics()``,
-the errors raised; a fault it needs is injected through ``seglog.testing``. A few
-tests are unit tests of an internal piece where reaching inside is the point (a race
-window forced at one exact line, the prefaulter's mapping): each such reach is one
+the errors raised, the process's mappings; a fault it needs is injected through
+``seglog.testing``. A few tests are unit tests of an internal piece where reaching
+inside is the point (a race window forced at one exact line): each such reach is one
 entry of ``ALLOWED`` with its reason, so that they are seen in one place and a new one
 is a decision, not an accident.
 
@@ -53,10 +53,6 @@ ALLOWED = {
     ("spark/test_spark.py", "_messages"): "the RDD task fails on a deleted range",
     ("spark/test_spark_sink.py", "_stage"): "what one sink task stages, checked file by file",
     ("spark/test_spark_sink.py", "_StreamWriter"): "the sink's driver commit steps",
-    # white-box checks of the prefaulter: how far the active map is reserved, populated
-    ("storage/test_prefault.py", "_map"): "the active segment's map: reserved, populated",
-    ("storage/test_prefault.py", "_alloc_end"): "where the writer comes back to reserve",
-    ("storage/test_prefault.py", "_writer"): "the active segment's writer role (its map)",
     # the chart draws its counts as bar heights only: the exact counts, from its parts
     ("views/test_operator_views.py", "_part"): "the timeline's exact counts per bucket",
 }
