@@ -146,3 +146,31 @@ def test_a_state_the_map_cannot_take_closes_what_was_opened(tmp_path, monkeypatc
     assert _fds_under(d) == []
     with open("/proc/self/maps") as f:
         assert d not in f.read()
+
+
+def test_following_a_roll_whose_segment_cannot_be_taken_leaks_no_descriptor(
+        tmp_path, no_time_index):
+    """Another writer rolled; this one cannot take the new active segment (its time
+    index cannot open): the append fails, nothing stays open of what it tried, and
+    its next append, once it can, follows and writes on."""
+    path = str(tmp_path / "log")
+    no_time_index.allow()
+    a = seglog.Log.open(path, multi_writer=True, segment_bytes=4096, flush_ms=None)
+    b = seglog.Log.open(path, multi_writer=True, segment_bytes=4096, flush_ms=None)
+    try:
+        acked = {a.append(b"a0"): b"a0"}
+        for i in range(60):                  # b rolls past a's active segment
+            acked[b.append(b"b" * 100)] = b"b" * 100
+        before = _fds_under(path)
+        no_time_index.refuse()
+        for _ in range(3):
+            with pytest.raises(seglog.StorageError):
+                a.append(b"refused")
+            assert _fds_under(path) == before
+        no_time_index.allow()
+        acked[a.append(b"a1")] = b"a1"
+        assert {m.offset: m.value for m in a.iter()} == acked
+    finally:
+        a.close()
+        b.close()
+    assert _fds_under(path) == []
