@@ -15,23 +15,12 @@ import seglog
 from seglog import segment
 from seglog.segment import ActiveSegment, ActiveSettings, Segment, WriterState
 
+from helpers import fds_into
+
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"),
                                 reason="names descriptors through /proc")
 
 SETTINGS = ActiveSettings(1 << 20, 1 << 19, None, 256, 1 << 16)
-
-
-def _fds_under(directory: str) -> list[str]:
-    """What the process's descriptors open below ``directory``."""
-    out = []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue         # the listing's own descriptor
-        if target.startswith(directory + os.sep):
-            out.append(target)
-    return sorted(out)
 
 
 def _refuse_writable(real):
@@ -72,7 +61,7 @@ def test_a_new_segment_whose_time_index_cannot_open_leaves_nothing_open(tmp_path
     with pytest.raises(OSError) as e:
         ActiveSegment.create(d, 0, SETTINGS)
     assert e.value.errno == errno.EMFILE
-    assert _fds_under(d) == []
+    assert fds_into(d) == []
 
 
 def test_taking_a_segment_whose_time_index_cannot_open_leaves_nothing_open(tmp_path,
@@ -82,7 +71,7 @@ def test_taking_a_segment_whose_time_index_cannot_open_leaves_nothing_open(tmp_p
     w = ActiveSegment.create(d, 0, SETTINGS)
     state = w.writer_state()
     w.close()
-    assert _fds_under(d) == []
+    assert fds_into(d) == []
     no_time_index.refuse()
     seg = Segment(d, 0, max_index_bytes=SETTINGS.max_index_bytes, owner=True,
                   index_interval_bytes=SETTINGS.index_interval_bytes)
@@ -90,7 +79,7 @@ def test_taking_a_segment_whose_time_index_cannot_open_leaves_nothing_open(tmp_p
         ActiveSegment(seg, state, SETTINGS)
     seg.close()                          # what its holder closes (the loader's list)
     assert not seg.is_active
-    assert _fds_under(d) == []
+    assert fds_into(d) == []
 
 
 def test_a_roll_that_cannot_open_the_new_time_index_leaks_no_descriptor(tmp_path,
@@ -108,11 +97,11 @@ def test_a_roll_that_cannot_open_the_new_time_index_leaks_no_descriptor(tmp_path
         log.close()
     except (seglog.SeglogError, OSError):
         pass
-    assert _fds_under(path) == []
+    assert fds_into(path) == []
     with seglog.Log.open(path, flush_ms=None) as again:      # and it writes on
         assert {m.offset: m.value for m in again.iter()} == acked
         again.append(b"after")
-    assert _fds_under(path) == []
+    assert fds_into(path) == []
 
 
 def test_an_open_that_cannot_open_the_time_index_leaks_no_descriptor(tmp_path,
@@ -124,7 +113,7 @@ def test_an_open_that_cannot_open_the_time_index_leaks_no_descriptor(tmp_path,
     no_time_index.refuse()
     with pytest.raises((seglog.StorageError, OSError)):
         seglog.Log.open(path, flush_ms=None)
-    assert _fds_under(path) == []
+    assert fds_into(path) == []
 
 
 def test_a_state_the_map_cannot_take_closes_what_was_opened(tmp_path, monkeypatch):
@@ -143,7 +132,7 @@ def test_a_state_the_map_cannot_take_closes_what_was_opened(tmp_path, monkeypatc
     with pytest.raises(OSError):
         ActiveSegment(seg, WriterState(*state), SETTINGS)
     seg.close()
-    assert _fds_under(d) == []
+    assert fds_into(d) == []
     with open("/proc/self/maps") as f:
         assert d not in f.read()
 
@@ -161,16 +150,16 @@ def test_following_a_roll_whose_segment_cannot_be_taken_leaks_no_descriptor(
         acked = {a.append(b"a0"): b"a0"}
         for i in range(60):                  # b rolls past a's active segment
             acked[b.append(b"b" * 100)] = b"b" * 100
-        before = _fds_under(path)
+        before = fds_into(path)
         no_time_index.refuse()
         for _ in range(3):
             with pytest.raises(seglog.StorageError):
                 a.append(b"refused")
-            assert _fds_under(path) == before
+            assert fds_into(path) == before
         no_time_index.allow()
         acked[a.append(b"a1")] = b"a1"
         assert {m.offset: m.value for m in a.iter()} == acked
     finally:
         a.close()
         b.close()
-    assert _fds_under(path) == []
+    assert fds_into(path) == []
