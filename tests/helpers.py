@@ -4,6 +4,7 @@ a topic with numbered messages. Helpers of one subsystem live beside its tests
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable
 
@@ -42,3 +43,17 @@ def header(data: Any, pos: int = 0) -> BatchHeader:
 def put_header(buf: Any, pos: int, hdr: BatchHeader) -> None:
     """Write ``hdr`` at ``pos`` of ``buf`` (a bytearray)."""
     _format.HEADER.pack_into(buf, pos, *hdr)
+
+
+def fds_into(directory: str) -> list[str]:
+    """Names of the files under ``directory`` this process has a descriptor open on
+    (Linux: ``/proc/self/fd``)."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue                         # the listing's own descriptor, closed
+        if target.startswith(directory + os.sep):
+            out.append(os.path.basename(target))
+    return sorted(out)

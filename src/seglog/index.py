@@ -188,7 +188,7 @@ class _Index:
 
     def set_entries(self, n: int) -> None:
         """The writer's count of valid entries, as a writer of this file recorded it
-        (``Segment.reload``): the slots past it are free."""
+        (``ActiveSegment.reload``): the slots past it are free."""
         if not self._writable:
             raise ValueError(f"index {self.path} is not writable")
         self._entries = min(n, self._slots)

@@ -428,21 +428,26 @@ class ActiveSegment:
             self._reserved)
         self._mm: mmap.mmap = cast(mmap.mmap, self._map.mm)
         self._alloc_end = state.size    # appends ending at or below need no _allocate()
-        try:
-            self._index = OffsetIndex(seg.index_path, seg.base_offset,
-                                      settings.max_index_bytes, writable=True,
-                                      entries=state.index_entries)
-            self._timeindex = TimeIndex(seg.timeindex_path, seg.base_offset,
-                                        settings.max_index_bytes, writable=True,
-                                        entries=state.time_entries)
-        except BaseException:
-            self.unmap()
-            raise
         self._next_index_pos = 1 << 62
         self._max_ts = self._max_ts_offset = NO_TIMESTAMP
         self.first_timestamp: int | None = None
-        self.reload(state)
-        seg._activated(self, self._index, self._timeindex)
+        ix: OffsetIndex | None = None
+        tix: TimeIndex | None = None
+        try:
+            ix = self._index = OffsetIndex(seg.index_path, seg.base_offset,
+                                           settings.max_index_bytes, writable=True,
+                                           entries=state.index_entries)
+            tix = self._timeindex = TimeIndex(seg.timeindex_path, seg.base_offset,
+                                              settings.max_index_bytes, writable=True,
+                                              entries=state.time_entries)
+            self.reload(state)
+        except BaseException:
+            # the segment does not know them yet (its close would not reach them):
+            # released here, untrimmed (another writer may be appending to the files)
+            close_all((ix, tix), trim=False)
+            self.unmap()
+            raise
+        seg._activated(self, ix, tix)
 
     @classmethod
     def create(cls, directory: str, base_offset: int, settings: ActiveSettings

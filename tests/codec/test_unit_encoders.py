@@ -3,7 +3,7 @@
 ``encode_batch`` is the reference encoder (the one docs/FORMAT.md describes). The
 write path has faster ones for its common cases: ``encode_values_parts`` (keyless
 records sharing a timestamp; ``append_batch``'s fast path, the base offset stamped
-by ``Segment.append``) and ``Log.append``'s one-record path
+by ``ActiveSegment.append``) and ``Log.append``'s one-record path
 (``ActiveSegment.append_one``), which packs the header straight into the segment's map. Each must agree with the reference byte for
 byte, in the short (16-bit lengths) and the wide (``F_WIDE``) layout, with and
 without lz4; the end-to-end tests compare the segment files themselves.
@@ -96,7 +96,7 @@ def _parts_batch(base: int, values: list[bytes], ts: int, c: int) -> bytes:
     size, parts = _encode.encode_values_parts(body, lens, ts, c)
     data = b"".join(parts)
     assert size == len(data)
-    assert data[:8] == bytes(8)         # left at 0 for Segment.append to stamp
+    assert data[:8] == bytes(8)         # left at 0 for ActiveSegment.append to stamp
     return base.to_bytes(8, "little", signed=True) + data[8:]
 
 

@@ -11,7 +11,6 @@ check raise ``OffsetOutOfRangeError`` rather than return later messages.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -24,6 +23,8 @@ from seglog._log import live as _live, reads as _log_reads, local_log
 from seglog._shared import writers as _writers
 from seglog import recovery
 from seglog.log import check_writable
+
+from helpers import fds_into
 
 DEADLINE = 30.0
 
@@ -52,19 +53,6 @@ def in_another_thread(fn: Callable[[], Any], name: str | None = None) -> Outcome
     t.start()
     t.join(DEADLINE)
     return out
-
-
-def fds_into(directory: str) -> list[str]:
-    """Names of the files under ``directory`` this process has a descriptor open on."""
-    out = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue                         # the listing's own descriptor, closed
-        if target.startswith(directory + os.sep):
-            out.append(os.path.basename(target))
-    return sorted(out)
 
 
 def test_check_writable_while_another_thread_closes_the_log(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from seglog._runtime import files as _files
 from seglog import codec, recovery
 from seglog._codec import format as _format
 from seglog.errors import CorruptRecordError
-from seglog.index import entries_valid, next_entry_position
+from seglog.index import TimeIndex, entries_valid, next_entry_position
 from seglog.segment import ActiveSegment, ActiveSettings, Segment
 
 from helpers import header, put_header
@@ -325,7 +325,11 @@ def test_reopen_after_recovery_reads_the_same(d):
     _write_segment(d, 0, 50)
     loaded = _load(d)
     before = _offsets(loaded.segments[-1], 0)
-    loaded.segments[-1].close()            # seal
+    last = loaded.segments[-1]
+    loaded.active.close()                  # sealed: its time index ends at its largest
+    tix = TimeIndex(last.timeindex_path, 0)
+    assert tix.last_entry() == (149, 98)
+    tix.release()
     for s in loaded.segments[:-1]:
         s.close()
     again = _load(d)

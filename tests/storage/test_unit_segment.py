@@ -178,7 +178,7 @@ def test_read_at_respects_max_bytes_but_returns_one_whole_batch(segdir):
 
 @pytest.mark.parametrize("interval", [1, 100, 1000, 4096])
 def test_writer_index_equals_scan_index(segdir, interval):
-    """The writer's index rule (``Segment._appended``) and the scan's
+    """The writer's index rule (``ActiveSegment._appended``) and the scan's
     (``ScanResult.add``) must make the same offset and time index entries."""
     w = ActiveSegment.create(segdir, 500, settings(interval))
     seg = w.segment

@@ -279,7 +279,7 @@ class ScanResult:
 
     def add(self, pos: int, base_offset: int, max_timestamp: int) -> None:
         """Account for a batch at ``pos``: the index entries a writer makes (the
-        same rule as ``Segment._appended``), timestamps."""
+        same rule as ``ActiveSegment._appended``), timestamps."""
         if self.interval is not None and pos >= self.next_entry:
             self.index.append((base_offset, pos))
             if self.max_timestamp >= 0 and (not self.time_index
