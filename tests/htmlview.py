@@ -1,6 +1,7 @@
 """A notebook view's HTML read back as structure, for tests that assert what a person
 sees: titles, badges (pills), name/value tables, tables with their header and each
-cell's text and alignment, notes, and the charts (SVG) with their text."""
+cell's text and alignment, notes, and the charts (SVG) with their text and the
+tooltips of their bars."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ class View:
     notes: list[str] = field(default_factory=list)
     charts: list[str] = field(default_factory=list)           # each SVG's aria-label
     chart_text: list[list[str]] = field(default_factory=list)  # its <text> elements
+    chart_tips: list[list[str]] = field(default_factory=list)  # its bars' tooltips
     text: str = ""                                            # everything, as text
 
     def table(self, first_header: str) -> Table:
@@ -63,6 +65,7 @@ class _Parser(HTMLParser):
         self.row: list[Cell] = []
         self.pills: list[str] = []
         self.svg: list[str] | None = None
+        self.tips: list[str] = []
         self.all: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -73,6 +76,7 @@ class _Parser(HTMLParser):
         self.open.append((tag, a, []))
         if tag == "svg":
             self.svg = []
+            self.tips = []
             self.view.charts.append(a.get("aria-label", ""))
         elif tag == "table":
             self.rows = []
@@ -96,6 +100,7 @@ class _Parser(HTMLParser):
         if tag == "svg":
             assert self.svg is not None
             self.view.chart_text.append(self.svg)
+            self.view.chart_tips.append(self.tips)
             self.svg = None
         elif tag == "text" and self.svg is not None:
             self.svg.append(text)
@@ -120,6 +125,9 @@ class _Parser(HTMLParser):
 
     def handle_data(self, data: str) -> None:
         if self.open and self.open[-1][0] in ("style", "title"):
+            if (self.svg is not None and len(self.open) > 1 and self.open[-1][0] == "title"
+                    and self.open[-2][0] == "rect"):
+                self.tips.append(data)       # a bar's tooltip
             return
         if self.open:
             self.open[-1][2].append(data)

@@ -53,8 +53,6 @@ ALLOWED = {
     ("spark/test_spark.py", "_messages"): "the RDD task fails on a deleted range",
     ("spark/test_spark_sink.py", "_stage"): "what one sink task stages, checked file by file",
     ("spark/test_spark_sink.py", "_StreamWriter"): "the sink's driver commit steps",
-    # the chart draws its counts as bar heights only: the exact counts, from its parts
-    ("views/test_operator_views.py", "_part"): "the timeline's exact counts per bucket",
 }
 
 _ACCESSORS = {"setattr", "getattr", "delattr", "hasattr"}

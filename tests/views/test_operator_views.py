@@ -7,6 +7,7 @@ point of what they must say (HTML read back as structure, command text as lines,
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import os
@@ -407,12 +408,24 @@ def test_views_draw_messages_over_time_segment_sizes_and_lag(data):
         v = parse(t._repr_html_())
         assert v.charts == ["messages per 30 minutes"]
     # the counts in the chart add up to the messages (every batch read: a small log)
-    from seglog._views import notebook as _notebook
     with Log.open(os.path.join(data.root, "access"), readonly=True) as log:
-        st = log.stats()
-        tl = _notebook.timeline([st._part], st["oldest_timestamp"], st["newest_timestamp"])
-        assert tl is not None and tl.exact and sum(tl.counts) == data.access_end
-        assert len(tl.counts) <= 48
+        bars, label, _ = _time_bars(parse(log._repr_html_()))
+        assert "estimated" not in label and sum(c for _, c in bars) == data.access_end
+        assert len(bars) <= 48
+
+
+def _time_bars(v) -> tuple[list[tuple[int, int]], str, list[str]]:
+    """A view's messages-over-time chart as a person hovering over it reads it: each
+    bar's (start in ms, count) from its tooltip (``2026-11-29T04:00:00Z: 1,234``), the
+    chart's label and its text."""
+    [i] = [i for i, c in enumerate(v.charts) if c.startswith("messages per ")]
+    bars = []
+    for tip in v.chart_tips[i]:
+        stamp, count = tip.rsplit(": ", 1)
+        start = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.timezone.utc)
+        bars.append((int(start.timestamp() * 1000), int(count.replace(",", ""))))
+    return bars, v.charts[i], v.chart_text[i]
 
 
 def test_a_batch_whose_records_span_buckets_is_counted_by_its_records(tmp_path):
@@ -422,13 +435,11 @@ def test_a_batch_whose_records_span_buckets_is_counted_by_its_records(tmp_path):
         # one batch over ten minutes, a burst in the fifth
         stamps = [t0 + (4 if i % 3 else i % 10) * 60_000 + i for i in range(300)]
         log.append_batch([seglog.Record(b"x", timestamp=ts) for ts in stamps])
-        st = log.stats()
-        from seglog._views import notebook as _notebook
-        tl = _notebook.timeline([st._part], st["oldest_timestamp"], st["newest_timestamp"])
-        assert tl is not None and tl.step == 15_000
-        minute4 = sum(c for i, c in enumerate(tl.counts)
-                      if 4 * 60_000 <= tl.t0 + i * tl.step - t0 < 5 * 60_000)
+        bars, _, text = _time_bars(parse(log._repr_html_()))
+        assert any(t.endswith("one bar per 15 seconds") for t in text), text
+        minute4 = sum(c for start, c in bars if 4 * 60_000 <= start - t0 < 5 * 60_000)
         assert minute4 == sum(1 for s in stamps if 4 * 60_000 <= s - t0 < 5 * 60_000)
+        assert sum(c for _, c in bars) == 300
 
 
 def test_the_estimate_from_the_time_index_covers_every_offset(tmp_path, monkeypatch):
@@ -438,11 +449,9 @@ def test_the_estimate_from_the_time_index_covers_every_offset(tmp_path, monkeypa
     with Log.open(str(tmp_path / "l"), segment_bytes=4096) as log:
         for i in range(2000):
             log.append(b"v" * 40, timestamp=t0 + i * 40_000)
-        v = parse(log._repr_html_())
-        assert "messages per 30 minutes (estimated from the time index)" in v.charts
-        st = log.stats()
-        tl = _notebook.timeline([st._part], st["oldest_timestamp"], st["newest_timestamp"])
-        assert tl is not None and not tl.exact and sum(tl.counts) == 2000
+        bars, label, _ = _time_bars(parse(log._repr_html_()))
+        assert label == "messages per 30 minutes (estimated from the time index)"
+        assert sum(c for _, c in bars) == 2000
 
 
 def test_views_survive_a_writer_killed_mid_segment(tmp_path):
