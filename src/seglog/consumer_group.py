@@ -220,8 +220,15 @@ class Consumer:
             if got.moves:
                 parts.advance(got.moves)
             for tp in got.out_of_range:
-                if not member.out_of_range(tp):
-                    parts.out_of_range(tp)
+                try:
+                    if not member.out_of_range(tp):
+                        parts.out_of_range(tp)
+                except LogClosedError:
+                    if self._closing:
+                        return []
+                    # its directory went since the fetch, or holds another log now (a
+                    # reader never reads on into a log made again under the same name)
+                    member.vanished(tp)
             for tp in got.vanished:
                 member.vanished(tp)
             if got.error is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import threading
 import time
 import traceback
@@ -91,6 +92,28 @@ def test_a_live_member_reads_a_topic_made_again_and_never_commits_the_old_positi
     finally:
         c.close()
     assert committed_offsets(root, "g") == {("ev", 0): 10}
+
+
+def test_a_deletion_whose_record_comes_late_is_not_a_log_removed_alone(tmp_path):
+    """Logs first, record second: the deleting process may stall between the two (a
+    loaded machine: the groups torture met it) for many looks at the group. Polls
+    go on meanwhile, the partitions set aside, and the topic made again is read;
+    only a log gone for the session timeout while its record stays is an error
+    (test_groups.py's removed-alone test)."""
+    root = str(tmp_path)
+    make(root, "ev", 20, partitions=2)
+    with Consumer(root, "g", topics=["ev"], auto_commit_ms=None) as c:
+        drain(c, {("ev", i % 2, i // 2) for i in range(20)})
+        for p in (0, 1):
+            shutil.rmtree(os.path.join(root, f"ev-{p}"))
+        # the deleter stalls a second (ten looks) before it removes the record
+        stalled = time.monotonic() + 1.0
+        while time.monotonic() < stalled:
+            assert c.poll(timeout_ms=20) == []
+        os.remove(os.path.join(root, "__topics", "ev.json"))
+        make(root, "ev", 6, partitions=2, tag=b"new ")
+        got = drain(c, {("ev", i % 2, i // 2) for i in range(6)})
+        assert sorted(m.value for m in got) == sorted(b"new %d" % i for i in range(6))
 
 
 def test_a_deleted_topics_offsets_go_with_it_and_its_return_is_read_from_the_start(tmp_path):

@@ -1454,7 +1454,9 @@ def test_iteration_raises_when_a_partitions_log_is_removed_instead_of_ending(tmp
     with Topic.open(root, "ev", partitions=2) as t:
         for i in range(10):
             t.append(b"m%d" % i, partition=i % 2)
-    c = Consumer(root, "g", topics=["ev"], auto_commit_ms=None)
+    # raised once the log has stayed gone for the session timeout (the other half of a
+    # deletion may come that late)
+    c = Consumer(root, "g", topics=["ev"], auto_commit_ms=None, session_timeout_ms=1000)
     watchdog = threading.Timer(30, c.close)      # a loop that never raises ends here
     watchdog.start()
     seen = []

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from seglog import Log, codec, recovery
+from seglog import Log, LogClosedError, codec, recovery
 from seglog._log import live as _live
 from seglog._codec import format as _format
 from seglog.retention import DelayedDeletes
@@ -212,3 +212,28 @@ def test_a_failed_refresh_inside_to_pandas_reaches_the_caller_untried_again(logd
             with pytest.raises(FileNotFoundError):
                 reader.to_pandas(start=start)
             assert calls == [False]
+
+
+def test_a_log_made_again_under_the_same_name_is_gone_for_its_old_reader(tmp_path):
+    """A readonly reader follows its log, not its path: deleted and made again under
+    the same name (a topic made again), the directory holds another log, whose
+    offsets start again; the reader raises ``LogClosedError`` as for a deleted log,
+    never reads the new log's messages as the next ones of the old."""
+    import shutil
+    path = str(tmp_path / "l")
+    with Log.open(path) as w:
+        w.append_batch([b"old-%d" % i for i in range(5)])
+    r = Log.open(path, readonly=True)
+    try:
+        assert [m.value for m in r.iter()] == [b"old-%d" % i for i in range(5)]
+        shutil.rmtree(path)
+        with Log.open(path) as w:
+            w.append_batch([b"new-%d" % i for i in range(8)])
+        with pytest.raises(LogClosedError, match="gone"):
+            r.read(5)
+        with pytest.raises(LogClosedError, match="gone"):
+            r.end_offset
+    finally:
+        r.close()
+    with Log.open(path, readonly=True) as again:      # a new reader reads the new log
+        assert [m.value for m in again.iter()] == [b"new-%d" % i for i in range(8)]

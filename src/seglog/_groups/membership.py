@@ -67,6 +67,12 @@ class Membership:
         self._session_s = session_ms / 1000.0
         self._lock_s = lock_s
         self.check_s = min(0.1, self._session_s / 10)    # between looks at the group
+        # how long an owned partition's log directory may be gone while its topic's
+        # record stays: the other half of a deletion in another process, which may be
+        # stalled as long as a member may be silent; then an error (a log removed
+        # alone). A claim that cannot open a log still raises a look later
+        # (docs/GROUPS.md says both bounds)
+        self._half_done_s = self._session_s
         self._assignor = assignor
         self._on_assign = on_assign
         self._on_revoke = on_revoke
@@ -168,8 +174,8 @@ class Membership:
         or wants in, or a subscribed topic appeared, went or was made again; release
         and claim partitions. At most every ``check_s``. Group work that needs the
         lock is left to a later look if the lock is busy for ``lock_wait``. Raises
-        ``LogClosedError`` for an owned partition whose log directory is gone while
-        its topic is still there (removed alone)."""
+        ``LogClosedError`` for an owned partition whose log directory has been gone
+        for the session timeout while its topic is still there (removed alone)."""
         now = clock()
         if self._stopping or now - self._last_check < self.check_s:
             return
@@ -207,7 +213,7 @@ class Membership:
             return
         self._release()
         self.claim()
-        self._retake(self._watch.settle(now, self.check_s))
+        self._retake(self._watch.settle(now, self._half_done_s))
 
     def _read_state(self, now: float) -> State:
         files = self.files

@@ -6,7 +6,8 @@ owned partitions whose log directory a fetch found gone.
 Deleting a topic removes its record and its logs, in either order; making it again
 writes new logs (with new ids) and a new record. So a record that changed is the
 cue to compare the owned partitions' logs with those they were taken with, and a
-log directory gone while the record stays, a look later, is a log removed alone.
+log directory gone while the record stays for the session timeout is a log removed
+alone (a deletion's other half may come that late: its process may be stalled).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from .._runtime.files import (LOG_START, RECOVERY_POINT, list_segments, read_che
                               superseded_segments)
 from .inflight import InFlight
 from .metrics import Metrics
+from .._storage import marker as _marker
 from .._storage.scan import ScanResult, scan
 from ..config import LogConfig
 from ..errors import CorruptRecordError, LogClosedError, SeglogError
@@ -32,10 +33,15 @@ _RACY_NS = 3_000_000_000  # a directory listing this close to its mtime is not t
 class LiveLog:
     """A readonly reader's segments of the log in ``path``: empty until ``refresh``,
     which picks up what writers in any process appended, rolled, deleted or replaced.
-    Its state changes only through ``refresh`` (and closing)."""
+    Its state changes only through ``refresh`` (and closing). ``log_id``: the id in
+    the log's marker when it was opened (None: a log from before ids); a directory
+    that no longer holds that log (deleted, or made again under the same name) is
+    gone for this reader, never read on as if it were the same log."""
 
-    def __init__(self, path: str, config: LogConfig, metrics: Metrics | None = None) -> None:
+    def __init__(self, path: str, config: LogConfig, metrics: Metrics | None = None,
+                 log_id: str | None = None) -> None:
         self.path = path
+        self._id = log_id
         self.config = config
         self.metrics = metrics if metrics is not None else Metrics()
         self._segs = LogSegments()
@@ -166,6 +172,20 @@ class LiveLog:
                     raise
         raise AssertionError("unreachable")
 
+    def _check_same_log(self) -> None:
+        """At each listing: the directory still holds the log this reader opened (a
+        log's marker never goes while the log lives; a topic deleted and made again
+        puts another id there)."""
+        if self._id is None:
+            return
+        try:
+            m = _marker.read(self.path)
+        except (OSError, SeglogError):
+            m = None
+        if m is None or m.get("id") != self._id:
+            raise LogClosedError(f"log directory {self.path} is gone (deleted, or another "
+                                 f"log made in its place)")
+
     def _refresh(self, force: bool) -> None:
         try:
             mtime = os.stat(self.path).st_mtime_ns
@@ -179,6 +199,7 @@ class LiveLog:
                 or self._listed_at - mtime < _RACY_NS):
             self._dir_mtime = mtime
             self._listed_at = time.time_ns()
+            self._check_same_log()
             new, gone, closers = self._relist(segs)
             for close in closers:
                 self._reads.dispose(close)

@@ -48,7 +48,8 @@ def open_reader(path: str, options: dict[str, Any], metrics: Metrics | None = No
         marker = _marker.read(path)
     cfg = (_marker.stored_config(marker, options, strict=False) if marker is not None
            else LogConfig.from_kwargs(options))
-    local = LiveLog(path, cfg, metrics)
+    ident = marker.get("id") if marker is not None else None
+    local = LiveLog(path, cfg, metrics, ident if isinstance(ident, str) else None)
     try:
         local.refresh(force=True)
     except BaseException as e:
