@@ -49,10 +49,6 @@ ALLOWED = {
     ("log/test_thread_races.py", "_locate"): "retention between iter()'s check and lookup",
     ("log/test_threads.py", "_time_ns"): "the append path's clock, moved by the test",
     ("log/test_threads.py", "_TAIL_1H"): "another thread appends inside the header pack",
-    # Spark's task and driver steps run without a Spark session
-    ("spark/test_spark.py", "_messages"): "the RDD task fails on a deleted range",
-    ("spark/test_spark_sink.py", "_stage"): "what one sink task stages, checked file by file",
-    ("spark/test_spark_sink.py", "_StreamWriter"): "the sink's driver commit steps",
 }
 
 _ACCESSORS = {"setattr", "getattr", "delattr", "hasattr"}

@@ -57,11 +57,11 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "spark._encode": (4, _ARROW),
     "spark._plan": (2, _JSON + ": Spark's offsets; an opener of a Log or a Kafka partition"),
     "spark._publish": (1, _JSON + ": the job's manifest"),
-    "spark._sink": (10, "pyspark's DataSource objects: rows as Arrow batches, commit "
+    "spark._sink": (9, "pyspark's DataSource objects: rows as Arrow batches, commit "
                         "messages, the options map"),
     "spark._sink_options": (1, "a field of pyspark's schema, or None"),
     "spark._source": (5, _JSON + ": Spark's offsets, as pyspark's DataSource API types them"),
-    "spark._stage": (4, _ARROW),
+    "spark._stage": (5, _ARROW),
     "topic": (3, "Topic.open's **config: the user's settings, checked there"),
 }
 

@@ -21,7 +21,7 @@ from seglog import InvalidConfigError, Log, OffsetOutOfRangeError, Record, Topic
 from seglog import spark as sgs  # noqa: E402
 from seglog.consumer_group import committed_offsets  # noqa: E402
 from seglog.spark import OffsetRange, commit, offset_ranges, rdd, split_ranges  # noqa: E402
-from seglog.spark import _arrow, _options, _plan, _rdd  # noqa: E402
+from seglog.spark import _arrow, _options, _plan  # noqa: E402
 
 NOW = int(time.time() * 1000)
 
@@ -240,9 +240,6 @@ def test_a_range_whose_offsets_retention_deletes_before_the_read(tmp_path):
         assert _plan.plan(o2, logs, {("t", 0): 10}, {("t", 0): 90}) == [OffsetRange("t", 0, first, 90)]
         assert _plan.plan(o2, logs, {("t", 0): 1}, {("t", 0): 5}) == []
         logs.close()
-        # the RDD path fails the task: a job reads its ranges whole or not at all
-        with pytest.raises(OffsetOutOfRangeError, match="deleted"):
-            list(_rdd._messages(root, r))
 
 
 def test_stream_offsets_admission_control_and_available_now_without_spark(tmp_path):
@@ -584,6 +581,13 @@ def test_rdd_ranges_commit_only_after_the_jobs_output_succeeded(spark, tmp_path)
         t.append_batch([b"new"], partition=1)
         assert offset_ranges(root, ["ev"], group="etl") == [OffsetRange("ev", 1, ends[1], ends[1] + 1)]
     assert seglog.describe_group(root, "etl")["partitions"][("ev", 1)]["lag"] == 1
+    # a range retention deleted in part fails its task: a job reads ranges whole or not at all
+    with Log.open(os.path.join(root, "ev-2"), segment_bytes=4096, retention_bytes=4096) as log:
+        log.append_batch([b"z" * 200] * 100)
+        assert log.enforce_retention()
+        gone = OffsetRange("ev", 2, 0, log.end_offset)
+    with pytest.raises(Exception, match=r"offsets 0 to \d+ of ev-2 were deleted \(retention\)"):
+        rdd(sc, root, [gone]).collect()
     with pytest.raises(InvalidConfigError):
         offset_ranges(root, ["nope"])
     with pytest.raises(TypeError):

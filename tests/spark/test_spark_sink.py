@@ -30,7 +30,7 @@ from seglog.spark._encode import Rows, encode_rows  # noqa: E402
 from seglog.log import encode_batches  # noqa: E402
 from seglog.spark._publish import WriteDir, make_manifest, publish, sweep_jobs  # noqa: E402
 from seglog.spark._sink_options import ColumnSpec, parse_sink_options  # noqa: E402
-from seglog.spark._stage import Stager, StagedGroup  # noqa: E402
+from seglog.spark._stage import Stager, StagedGroup, stage_task  # noqa: E402
 
 from clock import SYNTHETIC_CLOCK  # noqa: E402
 
@@ -184,7 +184,7 @@ def stage(root: str, rbs, topic: str | None = "t", task: int = 0, batch_no: int 
     """What a task of micro-batch ``batch_no`` of query "q1" stages of ``rbs``."""
     o = parse_sink_options({"path": root, **({"topic": topic} if topic else {}), **opts})
     wd = WriteDir(root, "query", "q1")
-    return wd, _sink._stage(o, spec(rbs[0], topic_column), wd, batch_no, task, iter(rbs))
+    return wd, stage_task(o, spec(rbs[0], topic_column), wd, batch_no, task, iter(rbs))
 
 
 def test_rows_go_where_topic_append_puts_them(tmp_path):
@@ -329,9 +329,9 @@ def test_a_commit_killed_at_any_group_is_finished_once_by_the_next(tmp_path, mon
 
 
 def make_stream_writer(root: str):
-    from seglog.spark._sink import _StreamWriter
+    """The stream writer Spark is given, driven by hand (no session)."""
     o = parse_sink_options({"path": root, "topic": "t"})
-    return _StreamWriter(o, ColumnSpec(value="value"), _Msg)
+    return _sink.sink_classes()["SeglogStreamWriter"](o, ColumnSpec(value="value"), _Msg)
 
 
 class _Msg:

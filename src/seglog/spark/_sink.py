@@ -2,7 +2,7 @@
 exactly once. The behaviour as plain classes; ``sink_classes`` makes the ones Spark
 sees on pyspark's Arrow writer bases (``_source.spark_classes`` names them).
 
-Tasks stage their rows (``_stage``), the driver's commit publishes them
+Tasks stage their rows (``_stage.stage_task``), the driver's commit publishes them
 (``_publish``); docs/SPARK.md, Writing, has the design.
 """
 
@@ -19,7 +19,7 @@ from .._storage.marker import check_root
 from ..errors import InvalidConfigError, SeglogError
 from ._publish import WriteDir, make_manifest, publish, start_job, sweep_jobs
 from ._sink_options import ColumnSpec, SinkOptions, check_columns, parse_sink_options
-from ._stage import StagedGroup, Stager, ensure_topic
+from ._stage import StagedGroup, ensure_topic, stage_task
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -66,23 +66,6 @@ def _task() -> Any:
     return tc
 
 
-def _stage(o: SinkOptions, cols: ColumnSpec, wd: WriteDir, batch: int, task: int,
-           batches: Iterator[Any]) -> list[tuple[str, StagedGroup]]:
-    directory = wd.open_stage(batch)
-    stager = Stager(o, cols, directory, task, sticky=task + batch, check=wd.check)
-    try:
-        for rb in batches:
-            stager.add(rb)
-        groups = stager.finish()
-    except BaseException:
-        stager.discard()
-        if wd.ended():
-            wd.remove()                  # the job ended under this task: tidy what is left
-        raise
-    rel = os.path.relpath(directory, wd.path)
-    return [(rel, g) for g in groups]
-
-
 def _groups(messages: Iterable[Any]) -> list[tuple[str, StagedGroup]]:
     return [(d, StagedGroup(*g)) for m in messages if m is not None for d, g in m.groups]
 
@@ -105,7 +88,7 @@ class _Writer:
     def write(self, iterator: Iterator[Any]) -> Any:
         """A task: stage its rows; the message names what it staged."""
         task = _task().partitionId()
-        groups = _stage(self.o, self.cols, self._dir(), 0, task, iterator)
+        groups = stage_task(self.o, self.cols, self._dir(), 0, task, iterator)
         return self._message(("job", self.job), 0, task, groups)
 
     def commit(self, messages: list[Any]) -> None:
@@ -144,7 +127,7 @@ class _StreamWriter:
             raise SeglogError("the seglog stream writer runs in a task of a streaming query "
                               "(Spark did not say which query and micro-batch)")
         wd = WriteDir(self.o.root, "query", query)
-        groups = _stage(self.o, self.cols, wd, int(batch), tc.partitionId(), iterator)
+        groups = stage_task(self.o, self.cols, wd, int(batch), tc.partitionId(), iterator)
         return self._message(("query", query), int(batch), tc.partitionId(), groups)
 
     def _query(self, messages: list[Any]) -> str | None:

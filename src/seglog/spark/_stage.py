@@ -10,7 +10,7 @@ import os
 import time
 import uuid
 # Any: pyarrow and numpy modules and arrays: they ship no type information
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, Protocol
 
 from .._codec import format as _format
 from .._runtime.files import fsync_dir, remove
@@ -284,3 +284,35 @@ class Stager:
         self._files.clear()
         if os.path.isdir(self.dir):
             fsync_dir(self.dir)
+
+
+class WriteHome(Protocol):
+    """What a task needs of its write's directory (``_publish.WriteDir``)."""
+
+    path: str
+
+    def open_stage(self, batch: int) -> str: ...
+    def check(self) -> None: ...
+    def ended(self) -> bool: ...
+    def remove(self) -> None: ...
+
+
+def stage_task(o: SinkOptions, cols: ColumnSpec, wd: WriteHome, batch: int, task: int,
+               batches: Iterator[Any]) -> list[tuple[str, StagedGroup]]:
+    """What one task of ``batch`` does: stage its Arrow ``batches`` in the write's
+    staging directory of that batch and return its groups (each with its staging
+    directory relative to the write's). A failure leaves nothing of this task's, and
+    a task whose write ended under it tidies what is left of the write."""
+    directory = wd.open_stage(batch)
+    stager = Stager(o, cols, directory, task, sticky=task + batch, check=wd.check)
+    try:
+        for rb in batches:
+            stager.add(rb)
+        groups = stager.finish()
+    except BaseException:
+        stager.discard()
+        if wd.ended():
+            wd.remove()                  # the job ended under this task: tidy what is left
+        raise
+    rel = os.path.relpath(directory, wd.path)
+    return [(rel, g) for g in groups]
