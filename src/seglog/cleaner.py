@@ -52,7 +52,10 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 # then even if nothing new is dirty
 HORIZON_CHECKPOINT = "cleaner-horizon-checkpoint"
 _M64 = (1 << 64) - 1
-_READ_CHUNK = 1 << 20
+# an output's bytes wait in memory up to this much, or a quarter of a segment when
+# that is less: a log of small segments drains its outputs to their files (and
+# merges drained ones) as a log of large segments does, not only in memory
+_DRAIN_BYTES = 1 << 20
 
 
 def _is_prime(n: int) -> bool:
@@ -218,8 +221,10 @@ class _Writer:
     memory until it is finished, or taken in by the writer before it (``absorb``).
     """
 
-    def __init__(self, directory: str, base: int, interval: int) -> None:
+    def __init__(self, directory: str, base: int, cfg: LogConfig) -> None:
         self.base = base
+        interval = cfg.index_interval_bytes
+        self.drain_at = min(_DRAIN_BYTES, max(1, cfg.segment_bytes // 4))
         stem = os.path.join(directory, segment_name(base))
         self.path = _cleaned(stem + ".log")
         self.index_path = _cleaned(stem + ".index")
@@ -243,7 +248,7 @@ class _Writer:
         self.pending_size += len(data)
         self.pos += len(data)
         self.covered = next_offset
-        if self.pending_size >= _READ_CHUNK:
+        if self.pending_size >= self.drain_at:
             self._drain()
 
     def _drain(self) -> None:
@@ -316,7 +321,7 @@ def _clean_segment(directory: str, cfg: LogConfig, seg: Segment, omap: OffsetMap
                    ) -> _Writer:
     """Write the kept records of ``seg`` (a segment's output on its own; the caller
     merges outputs and ends each merged one with ``cover``), read inside ``reading()``."""
-    w = _Writer(directory, seg.base_offset, cfg.index_interval_bytes)
+    w = _Writer(directory, seg.base_offset, cfg)
     try:
         with reading():
             for buf, p, hdr in _batches(seg):

@@ -37,10 +37,6 @@ ALLOWED = {
     # nothing public says that a thread is blocked (only that it was woken)
     ("log/test_async.py", "_local"): "waits until the async worker blocks in the log",
     ("log/test_async.py", "_pool"): "a two-thread pool reaches the shared pool's bound",
-    # the cleaner's steps, which no file operation marks, as fault points
-    ("log/test_compaction.py", "_READ_CHUNK"): "small reads: each output reaches its file",
-    ("log/test_compaction.py", "_clean_segment"): "fails the 4th segment, after groups commit",
-    ("log/test_compaction.py", "_Writer"): "a crash between two merges of outputs",
     # race windows forced at one exact line (each test's docstring names the window)
     ("log/test_thread_races.py", "_boot_hash"): "a close between the check and the header read",
     ("log/test_thread_races.py", "_view"): "the readonly log's LiveLog, whose lock is wrapped",
