@@ -507,12 +507,14 @@ class Log:
         and bytes appended; flushes and the fsync latency histogram (cumulative
         buckets in ms, as Prometheus has them); rolls; what recovery at open
         scanned and cut; corrupt batches seen by reads; retention runs and what they
-        deleted; compaction runs and the bytes they saved; wake-ups of ``wait``.
+        deleted; compaction runs and the bytes they saved; wake-ups of ``wait``,
+        and its callers blocked now (``waiting``: a ``wait_async`` worker is one).
         Cheap to keep on: appends add one integer increment."""
-        local = self._local
-        return _notebook.Metrics(_metrics(self._view.metrics,
+        local, view = self._local, self._view
+        return _notebook.Metrics(_metrics(view.metrics,
                                           (0, 0, 0) if local is None else local.appended(),
-                                          self.recovery))
+                                          self.recovery,
+                                          view.metrics.pollers if local is None else local.waiters))
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "readonly" if self.readonly else "writer"
@@ -613,10 +615,12 @@ def _maintain(log: Log) -> None:
 
 
 def _metrics(metrics: Metrics, appended: tuple[int, int, int],
-             rec: recovery.RecoveryReport | None) -> dict[str, Any]:
-    """``Log.metrics()``: the append counters, what recovery did, the log's counters."""
+             rec: recovery.RecoveryReport | None, waiting: int) -> dict[str, Any]:
+    """``Log.metrics()``: the append counters, what recovery did, the log's counters,
+    the ``wait`` callers blocked now."""
     messages, nbytes, batches = appended
     out: dict[str, Any] = {
+        "waiting": waiting,
         "messages_appended": messages, "batches_appended": batches, "bytes_appended": nbytes,
         "recovery": None if rec is None else {
             "segments_scanned": rec.segments_scanned, "scanned_bytes": rec.scanned_bytes,

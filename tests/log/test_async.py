@@ -17,13 +17,11 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import seglog
 from seglog import Consumer, Log, LogClosedError, Topic
-from seglog._runtime import aio as _aio
 
 from helpers import fill
 
@@ -316,7 +314,7 @@ def test_wait_async_returns_when_another_thread_appends_one_worker_for_all_waite
             waits = [asyncio.create_task(log.wait_async(off, timeout=30)) for off in
                      [1] * 20 + [2] * 20 + [5]]
             # the worker waits in the log (a waiter of its condition)
-            await until(lambda: log._local.waiters >= 1, 10, "the worker to wait")
+            await until(lambda: log.metrics()["waiting"] >= 1, 10, "the worker to wait")
             assert threading.active_count() - threads_before <= 1       # one for all 41
             threading.Thread(target=log.append_batch, args=([b"b", b"c"],)).start()
             done, _ = await asyncio.wait(waits[:-1], timeout=10)
@@ -327,7 +325,7 @@ def test_wait_async_returns_when_another_thread_appends_one_worker_for_all_waite
             with pytest.raises(asyncio.CancelledError):
                 await waits[-1]
             # a cancelled wait leaves no thread blocked in the log for long
-            await until(lambda: log._local.waiters == 0, 2, "the worker to leave")
+            await until(lambda: log.metrics()["waiting"] == 0, 2, "the worker to leave")
 
     run(main())
 
@@ -392,7 +390,7 @@ def test_wait_async_has_waits_contract(tmp_path):
         t0 = time.monotonic()
         # closing the log ends a pending wait with LogClosedError
         wait = asyncio.create_task(log.wait_async(5))
-        await until(lambda: log._local.waiters >= 1, 10, "the worker to wait")
+        await until(lambda: log.metrics()["waiting"] >= 1, 10, "the worker to wait")
         log.close()
         with pytest.raises(LogClosedError):
             await asyncio.wait_for(wait, 5)
@@ -405,43 +403,28 @@ def test_wait_async_has_waits_contract(tmp_path):
     run(main())
 
 
-class _CountingPool(ThreadPoolExecutor):
-    """A pool that counts the jobs submitted to it and the jobs its workers started."""
-
-    def __init__(self, workers: int, thread_name_prefix: str) -> None:
-        super().__init__(workers, thread_name_prefix=thread_name_prefix)
-        self._count_lock = threading.Lock()
-        self.submitted = 0
-        self.started = 0
-
-    def submit(self, fn, /, *args, **kwargs):
-        def run():
-            with self._count_lock:
-                self.started += 1
-            return fn(*args, **kwargs)
-        with self._count_lock:
-            self.submitted += 1
-        return super().submit(run)
+def _async_workers() -> int:
+    return sum(t.name.startswith("seglog-async") for t in threading.enumerate())
 
 
-def test_wait_async_is_served_while_every_worker_waits_on_another_log(tmp_path, monkeypatch):
-    """Each log's async waiters are served by a worker of a bounded pool (128
-    threads; two here). Logs awaited and idle must not hold every worker for as
-    long as they stay idle: a wait on a log that grows returns."""
-    pool = _CountingPool(2, thread_name_prefix="two-workers")
-    monkeypatch.setattr(_aio, "_pool", pool)
-    logs = [Log.open(str(tmp_path / f"l{i}"), flush_ms=None) for i in range(3)]
+def test_wait_async_is_served_while_every_worker_waits_on_another_log(tmp_path):
+    """Each log's async waiters are served by a worker of one pool (threads named
+    ``seglog-async``, at most 128: README). More idle logs awaited than it has
+    workers must not hold every worker for as long as they stay idle: a wait on a
+    log that grows, queued behind them all, returns."""
+    bound, idle_logs = 128, 140
+    logs = [Log.open(str(tmp_path / f"l{i}"), flush_ms=None) for i in range(idle_logs + 1)]
     try:
         async def main() -> bool:
-            idle = [asyncio.create_task(lg.wait_async(0)) for lg in logs[:2]]
-            # both workers taken, each by an idle log's step
-            await until(lambda: pool.started >= 2, 10, "the idle logs' workers to run")
-            busy = asyncio.create_task(logs[2].wait_async(0))
-            # the growing log's step queued behind them
-            await until(lambda: pool.submitted >= 3, 10, "the growing log's step to be queued")
-            logs[2].append(b"grown")
+            idle = [asyncio.create_task(lg.wait_async(0)) for lg in logs[:idle_logs]]
+            # the pool at its bound, every worker taken by an idle log's step
+            await until(lambda: _async_workers() >= bound, 20, "the pool to reach its bound")
+            assert _async_workers() == bound
+            busy = asyncio.create_task(logs[-1].wait_async(0))
+            await asyncio.sleep(0)     # one turn of the loop: busy's step is queued behind them
+            logs[-1].append(b"grown")
             try:
-                return await asyncio.wait_for(busy, 5)
+                return await asyncio.wait_for(busy, 10)
             finally:
                 for t in idle:
                     t.cancel()
@@ -451,7 +434,6 @@ def test_wait_async_is_served_while_every_worker_waits_on_another_log(tmp_path, 
     finally:
         for lg in logs:
             lg.close()
-        _aio.pool().shutdown(wait=True)
 
 
 # -- the Producer's futures --------------------------------------------------------------------

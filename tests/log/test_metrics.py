@@ -11,6 +11,7 @@ from seglog import CorruptRecordError, Log, Record, Topic
 from seglog.testing import abandon
 
 from clock import SYNTHETIC_CLOCK
+from helpers import wait_for
 
 
 
@@ -97,14 +98,27 @@ def test_wait_wakeups_and_topic_sums(tmp_path):
         started = threading.Event()
         t = threading.Thread(target=lambda: (started.set(),
                                              got.append(log.wait(0, timeout=10))))
+        assert log.metrics()["waiting"] == 0
         t.start()
         assert started.wait(5)
-        t.join(0.3)                     # nothing appended: the waiter is still blocked
-        assert t.is_alive() and got == []
+        wait_for(lambda: log.metrics()["waiting"] == 1, 10, "the waiter to block")
+        assert t.is_alive() and got == []           # nothing appended: still blocked
         log.append(b"wake")
         t.join(10)
         assert got == [True] and log.metrics()["wait_wakeups"] == 1
+        assert log.metrics()["waiting"] == 0
         assert log.wait(0, timeout=0) and log.metrics()["wait_wakeups"] == 1   # no wait
+    # a readonly reader's waiter polls the files: counted while it polls
+    with Log.open(str(tmp_path / "w"), **SYNTHETIC_CLOCK) as log, \
+            Log.open(str(tmp_path / "w"), readonly=True) as reader:
+        got.clear()
+        t = threading.Thread(target=lambda: got.append(reader.wait(1, timeout=10)))
+        t.start()
+        wait_for(lambda: reader.metrics()["waiting"] == 1, 10, "the reader's waiter to poll")
+        assert log.metrics()["waiting"] == 0 and got == []
+        log.append(b"more")
+        t.join(10)
+        assert got == [True] and reader.metrics()["waiting"] == 0
     with Topic.open(str(tmp_path / "t"), "t", partitions=3, **SYNTHETIC_CLOCK) as topic:
         for i in range(30):
             topic.append(b"m", key=b"%d" % i)

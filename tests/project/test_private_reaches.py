@@ -33,10 +33,6 @@ IGNORED = {
 
 # (test file under tests/, name reached): why the test must reach it
 ALLOWED = {
-    # a wake-up tested only if the worker is blocked in the log before the append;
-    # nothing public says that a thread is blocked (only that it was woken)
-    ("log/test_async.py", "_local"): "waits until the async worker blocks in the log",
-    ("log/test_async.py", "_pool"): "a two-thread pool reaches the shared pool's bound",
     # race windows forced at one exact line (each test's docstring names the window)
     ("log/test_thread_races.py", "_boot_hash"): "a close between the check and the header read",
     ("log/test_thread_races.py", "_view"): "the readonly log's LiveLog, whose lock is wrapped",

@@ -4,7 +4,8 @@ leave on (the append path adds one integer increment)."""
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 # fsync latency bucket bounds in milliseconds (the last bucket: everything slower)
 FSYNC_BOUNDS_MS = (0.1, 0.5, 1.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0)
@@ -45,7 +46,7 @@ class Metrics:
 
     __slots__ = ("flushes", "fsync", "rolls", "corrupt_batches", "retention_runs",
                  "retention_deleted_segments", "retention_deleted_bytes", "compaction_runs",
-                 "compaction_bytes_saved", "wait_wakeups")
+                 "compaction_bytes_saved", "wait_wakeups", "_polling")
 
     def __init__(self) -> None:
         self.flushes = 0
@@ -58,6 +59,9 @@ class Metrics:
         self.compaction_runs = 0
         self.compaction_bytes_saved = 0
         self.wait_wakeups = 0
+        # one entry per readonly reader's wait() caller polling now (a list: append
+        # and pop are each one C call, so threads need no lock, nor a fork a reset)
+        self._polling: list[None] = []
 
     # what happened, told by the layer that did it (the counters are this object's)
     def flushed(self, seconds: float) -> None:
@@ -81,6 +85,20 @@ class Metrics:
 
     def woke(self) -> None:
         self.wait_wakeups += 1
+
+    @contextmanager
+    def polling(self) -> Iterator[None]:
+        """Around a readonly reader's ``wait()`` while it polls the files."""
+        self._polling.append(None)
+        try:
+            yield
+        finally:
+            self._polling.pop()
+
+    @property
+    def pollers(self) -> int:
+        """A readonly reader's ``wait()`` callers polling now."""
+        return len(self._polling)
 
     def snapshot(self) -> dict[str, Any]:
         return {"flushes": self.flushes, "fsync_latency": self.fsync.snapshot(),

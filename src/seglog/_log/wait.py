@@ -120,16 +120,17 @@ def _wait_polling(local: View, offset: int, deadline: float | None) -> bool:
     20 ms) until ``end_offset > offset`` or ``deadline``."""
     delay = 0.0005
     waited = False
-    while True:
-        local.check_readable()
-        local.refresh()
-        if local.end > offset:
-            if waited:
-                local.metrics.woke()
-            return True
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            return False
-        time.sleep(delay if left is None else min(delay, left))
-        waited = True
-        delay = min(delay * 2, 0.02)
+    with local.metrics.polling():
+        while True:
+            local.check_readable()
+            local.refresh()
+            if local.end > offset:
+                if waited:
+                    local.metrics.woke()
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            time.sleep(delay if left is None else min(delay, left))
+            waited = True
+            delay = min(delay * 2, 0.02)
