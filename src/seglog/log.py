@@ -24,6 +24,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from ._codec import format as _format
 from ._log import reads as _log_reads, wait as _log_wait
 from ._views import notebook as _notebook
+from ._runtime import points as _points
 from ._runtime import scheduler as _scheduler
 from . import recovery, repair
 from .cleaner import CompactionStats
@@ -300,7 +301,9 @@ class Log:
                     cached = self._tails = (ts, {})
                 tail = cached[1].get(n)
                 if tail is None:
-                    tail = cached[1][n] = _TAIL_1H.pack(0, 0, 1, ts, ts, n)
+                    tail = _TAIL_1H.pack(0, 0, 1, ts, ts, n)
+                    _points.reach("append.pack")
+                    cached[1][n] = tail
                 # XXH3 cannot continue from a cached state as CRC-32 could: one call over
                 # the joined bytes is the fastest way for short values (measured)
                 body = tail + value

@@ -33,6 +33,9 @@ engine uses (``open``, ``write``, ``pwrite``, ``fsync``, ``fdatasync``,
 * ``on_event``: a callable ``(op, path)`` called before each watched operation,
   e.g. to ``capture()`` a crash state at every step.
 
+``at(point, fn)`` runs ``fn`` where seglog's code opens a named race window
+(``RACE_POINTS``), to make another thread act inside it.
+
 ``platform_fallbacks()`` runs seglog on the paths a platform without
 ``posix_fallocate`` and ``MADV_POPULATE_WRITE`` takes (macOS), to test them on Linux.
 
@@ -55,6 +58,7 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, StrPath
 
 from ._runtime import platform as _platform
+from ._runtime import points as _points
 from ._runtime.files import WRITER_SESSION
 from ._groups.files import advance_clock
 from . import log as log_module
@@ -405,6 +409,24 @@ def advance_group_clock(seconds: float) -> None:
     timeout silent, so it is expelled. For tests of session timeouts without
     sleeping; members in other processes keep their own clocks."""
     advance_clock(seconds)
+
+
+#: The race windows ``at`` can reach: each name, and where its window is.
+RACE_POINTS: dict[str, str] = dict(_points.POINTS)
+
+
+@contextmanager
+def at(point: str, fn: Callable[[], None]) -> Iterator[None]:
+    """Within the block, call ``fn`` (in the thread that gets there) each time
+    seglog's code reaches ``point``, one of ``RACE_POINTS``: a window between a check
+    and the act that relies on it, where a test lets another thread run (start it,
+    and join it, from ``fn``). ``ValueError`` for a name that is not a point. Points
+    are process-wide: use it where no other test's thread passes the same point."""
+    _points.arm(point, fn)
+    try:
+        yield
+    finally:
+        _points.disarm(point)
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 """Races between threads of one process on one ``Log``, each forced to happen exactly:
-a hook the test patches in (a function the library calls at the point where a switch
-of the GIL would let the other thread in) runs the other thread to its end there,
-then lets the first go on. Checked: ``check_writable(log)`` during a ``close()`` raises
+a hook at the point where a switch of the GIL would let the other thread in (a race
+point the code names, ``seglog.testing.at``, or a public function the library calls
+there, patched) runs the other thread to its end there, then lets the first go on. Checked: ``check_writable(log)`` during a ``close()`` raises
 ``LogClosedError``; ``flushed_offset`` beside a close returns an int; an iteration
 whose segment grew and rolled after it measured it goes on and yields every offset;
 a readonly log refreshed after its close leaves no file open into the log
@@ -19,10 +19,10 @@ from typing import Any, Callable
 import pytest
 
 from seglog import Log, LogClosedError, OffsetOutOfRangeError
-from seglog._log import live as _live, reads as _log_reads, local_log
-from seglog._shared import writers as _writers
+from seglog._log import live as _live, local_log
 from seglog import recovery
 from seglog.log import check_writable
+from seglog.testing import at
 
 from helpers import fds_into
 
@@ -101,8 +101,7 @@ def test_check_writable_while_another_thread_closes_the_log(tmp_path, monkeypatc
         assert all(isinstance(e, LogClosedError) for e in got), got
 
 
-def test_flushed_offset_while_another_thread_closes_a_multi_writer_log(tmp_path,
-                                                                      monkeypatch):
+def test_flushed_offset_while_another_thread_closes_a_multi_writer_log(tmp_path):
     """One of several writers reads its flushed offset from the shared header without
     the append lock, after checking the log is not closed. A close in another thread
     between the check and the read unmaps the header: ``flushed_offset`` must still
@@ -112,17 +111,12 @@ def test_flushed_offset_while_another_thread_closes_a_multi_writer_log(tmp_path,
                    retention_check_ms=None)
     log.append(b"x")
     assert isinstance(log.flushed_offset, int)
-    real = _writers._boot_hash
     closer: list[Outcome] = []
 
-    def boot_hash() -> int:
-        f = sys._getframe(1)
-        if not closer and f.f_code.co_name == "live" \
-                and f.f_back is not None and f.f_back.f_code.co_name == "flushed_now":
+    def close_first() -> None:
+        if not closer:
             closer.append(in_another_thread(log.close))
-        return real()
-    with monkeypatch.context() as m:
-        m.setattr(_writers, "_boot_hash", boot_hash)
+    with at("writers.flushed", close_first):
         flushed = log.flushed_offset
     assert len(closer) == 1, "flushed_offset read no header: the race was not forced"
     assert closer[0].ended and closer[0].error is None, repr(closer[0].error)
@@ -211,8 +205,7 @@ def test_a_readonly_iteration_whose_segment_another_thread_refreshes_grown_and_r
     w.close()
 
 
-def test_a_readonly_log_refreshed_by_one_thread_while_another_closes_it(tmp_path,
-                                                                       monkeypatch):
+def test_a_readonly_log_refreshed_by_one_thread_while_another_closes_it(tmp_path):
     """A readonly log's refresh checks that the log is open, then takes the lock it
     re-lists the directory under; a close takes the same lock and closes every file.
     If the close gets the lock first, the refresh must not reopen the last segment's
@@ -228,27 +221,12 @@ def test_a_readonly_log_refreshed_by_one_thread_while_another_closes_it(tmp_path
     w.append(b"b" * 100)                    # something new for the refresh to find
     w.close()                               # the writer's descriptors out of the count
     assert fds_into(path), "the reader holds no file open: nothing to check"
-    live = r._view
-    assert isinstance(live, _live.LiveLog)
-    real = live._lock
     closer: list[Outcome] = []
 
-    class LockThatLetsACloserFirst:
-        def __enter__(self) -> Any:
-            if not closer and threading.current_thread().name == "refresher":
-                closer.append(in_another_thread(r.close))
-            return real.__enter__()
-
-        def __exit__(self, *exc: Any) -> Any:
-            return real.__exit__(*exc)
-
-        def acquire(self, *a: Any, **k: Any) -> bool:
-            return real.acquire(*a, **k)
-
-        def release(self) -> None:
-            real.release()
-    with monkeypatch.context() as m:
-        m.setattr(live, "_lock", LockThatLetsACloserFirst())
+    def close_first() -> None:
+        if not closer and threading.current_thread().name == "refresher":
+            closer.append(in_another_thread(r.close))
+    with at("reader.refresh", close_first):
         refresh = in_another_thread(lambda: r.end_offset, name="refresher")
     assert refresh.ended
     assert len(closer) == 1, "the refresh took no lock: the race was not forced"
@@ -259,8 +237,7 @@ def test_a_readonly_log_refreshed_by_one_thread_while_another_closes_it(tmp_path
     assert fds_into(path) == []
 
 
-def test_read_and_iter_of_an_offset_retention_removes_after_the_start_check(tmp_path,
-                                                                           monkeypatch):
+def test_read_and_iter_of_an_offset_retention_removes_after_the_start_check(tmp_path):
     """``read(offset)`` and ``iter(offset)`` check the offset against the log start,
     then find its segment in the segment list. If retention in another thread deletes
     that segment in between, they must raise ``OffsetOutOfRangeError`` (the offset is
@@ -273,19 +250,15 @@ def test_read_and_iter_of_an_offset_retention_removes_after_the_start_check(tmp_
     later = int(time.time() * 1000) + 3_600_000        # every sealed segment is due
     retention: list[Outcome] = []
 
+    main = threading.current_thread()
+
     def retention_first() -> None:
-        if not retention:
+        if not retention and threading.current_thread() is main:
             retention.append(in_another_thread(
                 lambda: log.enforce_retention(now_ms=later)))
 
     # read()
-    real_read_from = _log_reads._read_from
-
-    def read_from(*a: Any, **k: Any) -> Any:
-        retention_first()
-        return real_read_from(*a, **k)
-    with monkeypatch.context() as m:
-        m.setattr(_log_reads, "_read_from", read_from)
+    with at("read.lookup", retention_first):
         with pytest.raises(OffsetOutOfRangeError):
             got = log.read(0)
             pytest.fail(f"read(0) returned offsets {[msg.offset for msg in got]}")
@@ -298,13 +271,7 @@ def test_read_and_iter_of_an_offset_retention_removes_after_the_start_check(tmp_
         log.append(b"w%03d" % i + b"x" * 96)
     lo = log.start_offset
     retention.clear()
-    real_locate = _log_reads._locate
-
-    def locate(*a: Any, **k: Any) -> Any:
-        retention_first()
-        return real_locate(*a, **k)
-    with monkeypatch.context() as m:
-        m.setattr(_log_reads, "_locate", locate)
+    with at("read.lookup", retention_first):
         with pytest.raises(OffsetOutOfRangeError):
             offsets = [msg.offset for msg in log.iter(lo)]
             pytest.fail(f"iter({lo}) yielded offsets {offsets[0]}..{offsets[-1]}")

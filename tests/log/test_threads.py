@@ -20,6 +20,9 @@ import pytest
 
 import seglog
 from seglog import Log, LogLockedError, Record
+from seglog.testing import at
+
+from clock import SYNTHETIC_CLOCK
 
 SCALE = int(os.environ.get("SEGLOG_TORTURE", "1"))
 DEADLINE = float(os.environ.get("SEGLOG_DEADLINE", "120"))
@@ -236,41 +239,33 @@ def test_a_close_beside_threads_in_line_refuses_them_cleanly(tmp_path):
 
 
 
-def test_an_append_whose_millisecond_passes_while_it_packs_the_cached_header(tmp_path,
-                                                                           monkeypatch):
+def test_an_append_whose_millisecond_passes_while_it_packs_the_cached_header(tmp_path):
     """``append()`` packs a one-record batch's checked fields once per millisecond and
     value length, in a cache the threads share. A thread that packs them for its
     millisecond while another thread has moved the cache to the next one must not
     leave its fields in the next one's cache: the next append of that length would
     be written with the old timestamp's checksum (a reader finds it corrupt). Made
-    to happen exactly: the clock is the test's, and the first pack lets another
-    thread append in the next millisecond before it returns."""
-    from seglog import log as logmod
-    log = Log.open(str(tmp_path / "log"), flush_ms=None, retention_check_ms=None)
-    clock = [1_795_000_000_000 * 1_000_000]
-    monkeypatch.setattr(logmod, "_time_ns", lambda: clock[0])
-    real = logmod._TAIL_1H
+    to happen exactly: the first pack (race point ``append.pack``) lets another
+    thread append in a later millisecond before it stores what it packed."""
+    log = Log.open(str(tmp_path / "log"), flush_ms=None, retention_check_ms=None,
+                   **SYNTHETIC_CLOCK)
+    t1 = 1_795_000_000_000
     other: list[int] = []
     hooked: list[bool] = []
 
-    class PackThenLetAnotherThreadIn:
-        size = real.size
-
-        def pack(self, *fields: int) -> bytes:
-            out = real.pack(*fields)
-            if not hooked:
-                hooked.append(True)                    # once: the other thread packs too
-                clock[0] += 5_000_000                  # the next millisecond, 5 ms on
-                t = threading.Thread(target=lambda: other.append(log.append(b"y" * 10)))
-                t.start()
-                t.join(DEADLINE)
-            return out
-    monkeypatch.setattr(logmod, "_TAIL_1H", PackThenLetAnotherThreadIn())
-    first = log.append(b"x" * 10)           # packs for its ms; the other thread appends
-    last = log.append(b"z" * 10)            # the next ms, the same length: from the cache
+    def another_thread_appends_5_ms_later() -> None:
+        if not hooked:
+            hooked.append(True)                    # once: the other thread packs too
+            t = threading.Thread(target=lambda: other.append(
+                log.append(b"y" * 10, timestamp=t1 + 5)))
+            t.start()
+            t.join(DEADLINE)
+    with at("append.pack", another_thread_appends_5_ms_later):
+        first = log.append(b"x" * 10, timestamp=t1)   # the other thread appends meanwhile
+    assert hooked and other, "the append packed no header: the race was not forced"
+    last = log.append(b"z" * 10, timestamp=t1 + 5)    # the same ms, the same length: cached
     log.close()
     with Log.open(str(tmp_path / "log"), readonly=True) as r:
         got = [(m.offset, m.value, m.timestamp) for m in r.iter()]   # checksums checked
-    t1 = 1_795_000_000_000
     assert sorted(got) == sorted([(first, b"x" * 10, t1), (other[0], b"y" * 10, t1 + 5),
                                   (last, b"z" * 10, t1 + 5)])

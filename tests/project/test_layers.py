@@ -25,7 +25,7 @@ LAYERS = [
 ]
 # the order inside each private subsystem folder, lowest first (its __init__ imports nothing)
 FOLDERS = {
-    "_runtime": ["platform", "files", "scheduler", "aio", "future", "prefault"],
+    "_runtime": ["points", "platform", "files", "scheduler", "aio", "future", "prefault"],
     "_views": ["html", "svg", "verdict", "notebook"],
     "_codec": ["format", "encode", "decode", "records", "columns", "arrow_batches", "messageset"],
     "_storage": ["scan", "segment_file", "segment_read", "writable_map", "segment_indexes",

@@ -2,10 +2,9 @@
 
 A test proves what a user can observe: the API, the files on disk, ``metrics()``,
 the errors raised, the process's mappings; a fault it needs is injected through
-``seglog.testing``. A few tests are unit tests of an internal piece where reaching
-inside is the point (a race window forced at one exact line): each such reach is one
-entry of ``ALLOWED`` with its reason, so that they are seen in one place and a new one
-is a decision, not an accident.
+``seglog.testing`` (``FaultyFS``; ``at`` for a race window the code names). Should a
+test ever need to reach inside, the reach is one entry of ``ALLOWED`` with its
+reason, so that it is seen in one place and a new one is a decision, not an accident.
 
 A reach is ``x._name`` (read, written, or monkeypatched by ``setattr(x, "_name")``),
 or ``from seglog... import _name``, where ``_name`` is not a dunder, not a name the test file
@@ -31,17 +30,10 @@ IGNORED = {
     "_replace", "_asdict", "_fields", "_make",  # namedtuple's API
 }
 
-# (test file under tests/, name reached): why the test must reach it
-ALLOWED = {
-    # race windows forced at one exact line (each test's docstring names the window)
-    ("log/test_thread_races.py", "_boot_hash"): "a close between the check and the header read",
-    ("log/test_thread_races.py", "_view"): "the readonly log's LiveLog, whose lock is wrapped",
-    ("log/test_thread_races.py", "_lock"): "a close that takes the refresh's lock first",
-    ("log/test_thread_races.py", "_read_from"): "retention between read()'s check and lookup",
-    ("log/test_thread_races.py", "_locate"): "retention between iter()'s check and lookup",
-    ("log/test_threads.py", "_time_ns"): "the append path's clock, moved by the test",
-    ("log/test_threads.py", "_TAIL_1H"): "another thread appends inside the header pack",
-}
+# (test file under tests/, name reached): why the test must reach it. Empty: a race
+# window a test forces is a named point of the code (``seglog.testing.at``), a fault
+# is injected through ``FaultyFS``, and what a test waits for is in ``metrics()``.
+ALLOWED: dict[tuple[str, str], str] = {}
 
 _ACCESSORS = {"setattr", "getattr", "delattr", "hasattr"}
 

@@ -16,6 +16,7 @@ import time
 from typing import Callable
 
 from .._codec import format as _format
+from .._runtime import points as _points
 from .._runtime.files import (LOG_START, RECOVERY_POINT, list_segments, read_checkpoint,
                               superseded_segments)
 from .inflight import InFlight
@@ -151,6 +152,7 @@ class LiveLog:
         (``force``: list the directory even if it seems unchanged)."""
         if self._closed:
             return
+        _points.reach("reader.refresh")
         with self._lock:
             # again under the lock: a close that took it first closed every file, and
             # a refresh after it would open the last segment's again (for good)

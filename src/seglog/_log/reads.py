@@ -17,6 +17,7 @@ from itertools import chain
 from typing import Any, Callable, Iterator, TypeVar
 
 from .._codec import decode as _decode
+from .._runtime import points as _points
 from .._codec.arrow_batches import arrow_columns
 from .._codec.columns import arrow_modules, arrow_schema
 from .._codec.records import as_ms, check_timestamp, make_message
@@ -42,6 +43,7 @@ def _locate(local: View, offset: int) -> tuple[LogSegments, int]:
     """The segment list as it is now and the index of the segment holding ``offset``;
     ``OffsetOutOfRangeError`` if retention removed it after the caller checked the
     log start (the list is read once, after the start)."""
+    _points.reach("read.lookup")
     segs = local.segs
     i = segs.holding(offset)
     if i < 0 and segs:

@@ -34,6 +34,7 @@ import xxhash
 
 from .._codec import format as _format
 from .._runtime import platform as _platform
+from .._runtime import points as _points
 from .._runtime.files import (SEGMENT_SUFFIXES, WRITERS_FILE, fsync_dir, list_segments, remove,
                               segment_path, superseded_segments)
 from .._runtime.platform import LOCK_EX_NB as _EX_NB, LOCK_UN as _UN, flock as _flock
@@ -285,7 +286,10 @@ class WritersFile:
         word did not move while it was read; -1 if the header is not a live
         session's."""
         words, mm = self._words, self._mm
-        if self._fd < 0 or not self.live():
+        if self._fd < 0:
+            return -1
+        _points.reach("writers.flushed")
+        if not self.live():
             return -1
         for _ in range(1000):
             cur = words[_CURRENT]
