@@ -253,11 +253,14 @@ def test_threads_doing_everything_at_once(tmp_path):
     errors: list[tuple[str, BaseException]] = []
     closed = threading.Event()
 
+    runs: dict[str, int] = {}
+
     def worker(name: str, seed: int, fn) -> None:
         rng = random.Random(seed)
         while not closed.is_set():
             try:
                 fn(rng)
+                runs[name] = runs.get(name, 0) + 1
             except LogClosedError:
                 if not before_close.is_set():
                     errors.append((name, AssertionError("LogClosedError before close")))
@@ -300,7 +303,13 @@ def test_threads_doing_everything_at_once(tmp_path):
                for i, (n, f) in enumerate(jobs)]
     for t in threads:
         t.start()
-    time.sleep(2.0)
+    # close once every job ran (each beside the others) and the log holds a thousand
+    # messages
+    deadline = time.monotonic() + 120
+    while not (len(runs) == len(jobs) and log.end_offset > 1000):
+        assert not errors, errors
+        assert time.monotonic() < deadline, f"the jobs did not get going: {runs}"
+        time.sleep(0.01)
     before_close.set()
     log.close()
     closed.set()

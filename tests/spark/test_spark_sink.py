@@ -522,8 +522,14 @@ def test_bad_input_fails_with_a_clear_error_and_leaves_nothing(spark, tmp_path):
 
     @F.udf(StringType())
     def fail_late(v):
-        if v == "399":                  # the last row of the last task, the others staged
-            time.sleep(1)
+        # (nested, as everything it calls: cloudpickle sends it by value)
+        if v == "399":                  # the last row of the last task (task 3) ...
+            def tasks_staged() -> set[str]:
+                return {f.split(".")[1] for _, _, files in os.walk(os.path.join(root, "__spark"))
+                        for f in files if f.endswith(".stage")}
+            deadline = time.monotonic() + 120
+            while len(tasks_staged() - {"3"}) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)        # ... once the three others staged rows
             raise RuntimeError("injected task failure")
         return v
     assert "injected task failure" in spark_error(save(df.select(fail_late("value").alias("value"))))
