@@ -26,7 +26,7 @@ import os
 from bisect import bisect_right
 from operator import attrgetter
 from struct import Struct
-from typing import Any, Callable, NamedTuple, Sequence, cast
+from typing import Any, Callable, ContextManager, Iterator, NamedTuple, Sequence, cast
 
 from ._codec import encode as _encode, format as _format
 from ._views import notebook as _notebook
@@ -759,7 +759,7 @@ class LogSegments(tuple[Segment, ...]):
     ``LogSegments``): a tuple, so a reader holding one sees a list that never changes
     under it, and every change makes a new one, by the list's owner (a writer's
     ``LocalLog``, a reader's ``LiveLog``). The active segment, if any, is the last.
-    Lookup by offset (``holding``); the changes a log makes, each returning the new
+    Lookup by offset (``holding``), by time (``reaching``); the changes a log makes, each returning the new
     list: ``added`` (a roll), ``split_through`` (retention: the prefix through a base
     offset goes), ``replaced`` (compaction's swap)."""
 
@@ -769,6 +769,18 @@ class LogSegments(tuple[Segment, ...]):
         """The index of the segment that holds ``offset`` if any does: the last one
         whose base offset is at most ``offset`` (-1: below the first one)."""
         return bisect_right(self, offset, key=_BASE) - 1
+
+    def reaching(self, ts: int, reading: Callable[[], ContextManager[object]]
+                 ) -> Iterator[tuple[int, Segment]]:
+        """Lookup by time (Kafka's time lookup walks its segments the same way): each
+        non-empty segment, with its index, in offset order, whose largest timestamp
+        is at least ``ts``; each measured inside ``reading()`` (the caller's read in
+        flight, which keeps that segment's files open while it is looked at)."""
+        for j, seg in enumerate(self):
+            with reading():
+                hit = seg.size and seg.max_timestamp >= ts
+            if hit:
+                yield j, seg
 
     def added(self, seg: Segment) -> "LogSegments":
         """This list and ``seg`` (a new active segment) after it."""

@@ -4,6 +4,7 @@ reopening, and reads of damaged files."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -418,3 +419,38 @@ def test_the_segment_list_finds_drops_and_swaps_as_a_list_scan_would(bases, offs
     assert lst.replaced([-7], new) is None                   # a base offset it never held
     if len(taken) > 1:
         assert lst.replaced(taken[::-1], new) is None        # not as they were
+
+
+class _TimedSeg(_Seg):
+    """A stand-in whose largest timestamp may be read only inside a read in flight."""
+
+    def __init__(self, base_offset: int, size: int, max_timestamp: int,
+                 held: list[int]) -> None:
+        super().__init__(base_offset)
+        self.size, self._ts, self._held = size, max_timestamp, held
+
+    @property
+    def max_timestamp(self) -> int:
+        assert self._held, "a segment measured outside a read in flight"
+        return self._ts
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-1, 50)), max_size=10),
+       st.integers(0, 52))
+def test_the_segment_list_finds_by_time_inside_a_read_each(sizes_and_times, ts):
+    """Lookup by time: the non-empty segments whose largest timestamp reaches ``ts``,
+    in order, with their places; each looked at inside its own read in flight."""
+    held: list[int] = []
+    segs = [_TimedSeg(10 * k, size, t, held) for k, (size, t) in enumerate(sizes_and_times)]
+
+    @contextlib.contextmanager
+    def reading():
+        held.append(1)
+        yield
+        held.pop()
+    got = []
+    for j, seg in LogSegments(segs).reaching(ts, reading):
+        assert not held                           # the caller reads it in its own read
+        got.append((j, seg))
+    held.append(1)
+    assert got == [(j, s) for j, s in enumerate(segs) if s.size and s.max_timestamp >= ts]

@@ -502,7 +502,7 @@ def offset_for_time(local: View, timestamp: int) -> int | None:
 def _offset_for_time(local: View, ts: int) -> int | None:
     lo = local.start
     segs = local.segs
-    for j, seg in enumerate(segs):
+    for j, seg in segs.reaching(ts, partial(_reading, local)):
         with _reading(local):
             found = _offset_in(segs, j, seg, lo, ts)
         if found is not None:
@@ -512,9 +512,8 @@ def _offset_for_time(local: View, ts: int) -> int | None:
 
 def _offset_in(segs: tuple[Segment, ...], j: int, seg: Segment, lo: int, ts: int
                ) -> int | None:
-    """``_offset_for_time`` in the ``j``-th segment ``seg`` of ``segs``."""
-    if seg.max_timestamp < ts or not seg.size:
-        return None
+    """``_offset_for_time`` in the ``j``-th segment ``seg`` of ``segs``, one whose
+    largest timestamp reaches ``ts``."""
     entry = seg.time_index.lookup(ts)
     ix_off, pos = seg.index.lookup(entry[1]) if entry is not None else (seg.base_offset, 0)
     end = seg.size
