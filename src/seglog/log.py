@@ -517,7 +517,10 @@ class Log:
         return _notebook.Metrics(_metrics(view.metrics,
                                           (0, 0, 0) if local is None else local.appended(),
                                           self.recovery,
-                                          view.metrics.pollers if local is None else local.waiters))
+                                          # one of several writers waits as a reader
+                                          # does, polling through its view
+                                          view.metrics.pollers
+                                          + (0 if local is None else local.waiters)))
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "readonly" if self.readonly else "writer"

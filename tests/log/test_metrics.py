@@ -125,3 +125,23 @@ def test_wait_wakeups_and_topic_sums(tmp_path):
         m = topic.metrics()
         assert m["messages_appended"] == 30 and len(m["partitions"]) == 3
         assert m["batches_appended"] == sum(p["batches_appended"] for p in m["partitions"])
+
+
+def test_waiting_counts_a_multi_writer_logs_blocked_wait(tmp_path):
+    """One of several writers waits as a readonly reader does (polling the files):
+    its blocked ``wait()`` is counted by its own ``metrics()``."""
+    path = str(tmp_path / "mw")
+    with Log.open(path, multi_writer=True, **SYNTHETIC_CLOCK) as a, \
+            Log.open(path, multi_writer=True, **SYNTHETIC_CLOCK) as b:
+        a.append(b"x")
+        got: list[bool] = []
+        t = threading.Thread(target=lambda: got.append(a.wait(1, timeout=10)))
+        t.start()
+        try:
+            wait_for(lambda: a.metrics()["waiting"] == 1, 10, "the writer's waiter to count")
+            assert got == [] and b.metrics()["waiting"] == 0
+        finally:
+            b.append(b"wake")
+            t.join(10)
+        assert got == [True] and a.metrics()["waiting"] == 0
+

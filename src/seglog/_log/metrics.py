@@ -59,8 +59,9 @@ class Metrics:
         self.compaction_runs = 0
         self.compaction_bytes_saved = 0
         self.wait_wakeups = 0
-        # one entry per readonly reader's wait() caller polling now (a list: append
-        # and pop are each one C call, so threads need no lock, nor a fork a reset)
+        # one entry per wait() caller polling the files now (a readonly reader's, one
+        # of several writers'; a list: append and pop are each one C call, so
+        # threads need no lock)
         self._polling: list[None] = []
 
     # what happened, told by the layer that did it (the counters are this object's)
@@ -88,7 +89,8 @@ class Metrics:
 
     @contextmanager
     def polling(self) -> Iterator[None]:
-        """Around a readonly reader's ``wait()`` while it polls the files."""
+        """Around a ``wait()`` while it polls the files (a readonly reader's, one of
+        several writers')."""
         self._polling.append(None)
         try:
             yield
@@ -97,7 +99,7 @@ class Metrics:
 
     @property
     def pollers(self) -> int:
-        """A readonly reader's ``wait()`` callers polling now."""
+        """The ``wait()`` callers polling the files now."""
         return len(self._polling)
 
     def snapshot(self) -> dict[str, Any]:
