@@ -145,3 +145,30 @@ def test_waiting_counts_a_multi_writer_logs_blocked_wait(tmp_path):
             t.join(10)
         assert got == [True] and a.metrics()["waiting"] == 0
 
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_waiting_in_a_forked_child_counts_none_of_the_parents_threads(tmp_path):
+    """A child forked while a thread of the parent polls in a readonly reader's
+    ``wait()`` has no such thread: its copy of the reader counts no waiter."""
+    path = str(tmp_path / "w")
+    with Log.open(path, **SYNTHETIC_CLOCK) as log, \
+            Log.open(path, readonly=True) as reader:
+        got: list[bool] = []
+        t = threading.Thread(target=lambda: got.append(reader.wait(0, timeout=30)))
+        t.start()
+        try:
+            wait_for(lambda: reader.metrics()["waiting"] == 1, 10, "the reader's waiter to poll")
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    code = 0 if reader.metrics()["waiting"] == 0 else 2
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, \
+                "the child's reader counts the parent's polling thread as waiting"
+        finally:
+            log.append(b"wake")
+            t.join(10)
+        assert got == [True] and reader.metrics()["waiting"] == 0

@@ -135,6 +135,7 @@ class LiveLog:
         """In a forked child: new locks, no reads in flight (a reader goes on reading)."""
         self._lock = threading.Lock()
         self._reads.after_fork()
+        self.metrics.after_fork()
         for seg in self._segs:
             seg.reset_locks()
 

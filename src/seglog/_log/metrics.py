@@ -97,6 +97,11 @@ class Metrics:
         finally:
             self._polling.pop()
 
+    def after_fork(self) -> None:
+        """A forked child's copy: the parent's polling threads do not exist here
+        (their entries would never be popped)."""
+        self._polling = []
+
     @property
     def pollers(self) -> int:
         """The ``wait()`` callers polling the files now."""
