@@ -467,6 +467,210 @@ def test_a_crash_at_any_step_of_a_pass_loses_nothing(tmp_path):
         shutil.rmtree(d)
 
 
+def _end_with_a_gap(path: str, upto: int) -> None:
+    """Close the log, then end its active segment with an empty batch holding the
+    offsets up to ``upto - 1``: what compaction leaves of billions of updates."""
+    with Log.open(path, **CFG, **SYNTHETIC_CLOCK) as log:
+        seg, end = log.segments[-1].path, log.end_offset
+    gap = seglog.codec.encode_batch(end, [], 1000, offset_deltas=[],
+                                    last_offset_delta=upto - 1 - end)
+    with open(seg, "r+b") as f:
+        data = f.read().rstrip(b"\0")
+        f.seek(len(data))
+        f.write(gap)
+        f.truncate(len(data) + len(gap))
+
+
+def test_compaction_never_merges_past_the_index_relative_offsets(logdir):
+    # two small sealed segments of 2**32 offsets each (rolled by the index's 32-bit
+    # relative offsets): merged, their offsets would not fit one segment's index
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
+        append_keyed(log, 5, keys=5)
+    _end_with_a_gap(logdir, (1 << 32) - 4)
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
+        append_keyed(log, 8, keys=5)
+    _end_with_a_gap(logdir, (1 << 33) - 8)
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
+        append_keyed(log, 8, keys=5)
+        sealed = log.segments[:-1]
+        assert len(sealed) == 2 and sum(s.size for s in sealed) < CFG["segment_bytes"]
+        before = latest_per_key(log)
+        stats = log.compact()
+        assert stats.skipped is None
+        assert [s.base_offset for s in log.segments[:-1]] == [0, (1 << 32) - 1]
+        assert latest_per_key(log) == before
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
+        assert latest_per_key(log) == before
+        assert repair.check(logdir).ok
+
+
+def test_compaction_merges_no_more_than_one_index_holds(logdir):
+    # small indexes roll small segments; a merged one must still index every batch
+    # the writer's rule would (a full index drops the entries past it)
+    from seglog._storage import scan as _scan
+    cfg = dict(CFG, segment_bytes=1 << 16, max_index_bytes=96, index_interval_bytes=64)
+    with Log.open(logdir, **cfg, **SYNTHETIC_CLOCK) as log:
+        append_keyed(log, 400, keys=400)        # distinct keys: compaction keeps everything
+        assert len(log.segments) > 10
+        before = latest_per_key(log)
+        assert log.compact().skipped is None
+        assert latest_per_key(log) == before
+        assert len(log.segments) > 2
+        for seg in log.segments[:-1]:
+            rule = _scan.scan(seg, 0, seg.size, None, 64).index
+            entries = os.path.getsize(seg.index_path) // 8
+            assert entries == len(rule), (seg.base_offset, entries, len(rule))
+
+
+def _fail_writes_to(monkeypatch, prefix: str, err: int) -> list[str]:
+    """Make ``os.write`` to a file whose name starts with ``prefix`` fail with
+    ``err`` (a full disk at that file) until the returned list (the names it
+    failed on) gets ``None`` appended."""
+    real = os.write
+    failed: list[str | None] = []
+
+    def write(fd, data):
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if name.startswith(prefix) and None not in failed:
+            failed.append(name)
+            raise OSError(err, os.strerror(err))
+        return real(fd, data)
+    monkeypatch.setattr(os, "write", write)
+    return failed
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names fds through /proc")
+def test_full_disk_at_the_swap_manifest_removes_the_new_files(logdir, monkeypatch):
+    import errno
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
+        recs = append_keyed(log, 400, keys=150)
+        before = latest_per_key(log)
+        failed = _fail_writes_to(monkeypatch, ".seglog-tmp..seglog-swap.", errno.ENOSPC)
+        with pytest.raises(seglog.StorageError) as e:
+            log.compact()
+        assert failed and e.value.errno == errno.ENOSPC
+        failed.append(None)
+        # the group's cleaned files (as large as a segment) and the manifest's temp
+        # file are gone at once: the space is back while the disk is full
+        assert not [n for n in os.listdir(logdir) if n.startswith(".seglog-")]
+        assert latest_per_key(log) == before
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
+        assert latest_per_key(log) == before
+        assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())
+        assert log.compact().skipped is None and latest_per_key(log) == before
+
+
+@pytest.mark.parametrize("fails", ["once", "always"])
+def test_failed_sync_of_the_swap_manifest_takes_the_swap_back(logdir, monkeypatch, fails):
+    """The manifest was renamed in but the directory's fsync failed: the swap is
+    withdrawn (manifest removed, then the new files once that is durable). If the
+    directory cannot be synced at all, the new files stay for the next open, which
+    rolls the swap forward or drops them; either way nothing is lost."""
+    from seglog._runtime import files as _files
+    real = _files.fsync_dir
+    failed = []
+
+    def fsync_dir(path):
+        manifest = any(n.startswith(".seglog-swap.") for n in os.listdir(path))
+        if (manifest and not failed) or (failed and fails == "always"):
+            failed.append(path)
+            raise OSError(5, "Input/output error")
+        return real(path)
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
+        recs = append_keyed(log, 400, keys=150)
+        before = latest_per_key(log)
+        monkeypatch.setattr(_files, "fsync_dir", fsync_dir)
+        monkeypatch.setattr(cleaner, "fsync_dir", fsync_dir)
+        with pytest.raises(seglog.StorageError):
+            log.compact()
+        monkeypatch.setattr(_files, "fsync_dir", real)
+        monkeypatch.setattr(cleaner, "fsync_dir", real)
+        left = [n for n in os.listdir(logdir) if n.startswith(".seglog-")]
+        if fails == "once":
+            assert not left
+        else:
+            assert not [n for n in left if n.startswith(".seglog-swap.")]
+            assert [n for n in left if n.startswith(".seglog-cleaned.")]
+        assert latest_per_key(log) == before
+        abandon(log)
+    with Log.open(logdir, **CFG, **SYNTHETIC_CLOCK) as log:
+        assert not [n for n in os.listdir(logdir) if n.startswith(".seglog-")]
+        assert latest_per_key(log) == before
+        assert all((m.offset, m.key, m.value) == recs[m.offset] for m in log.iter())
+
+
+@pytest.mark.parametrize("max_index_bytes", [24, 36, 48])
+def test_a_cleaned_segment_keeps_its_largest_timestamp_with_small_indexes(tmp_path,
+                                                                           max_index_bytes):
+    """A cleaned segment may make more index entries than its indexes hold (outputs
+    merged, batches written anew). Its time index still ends with its largest
+    timestamp, which a reopened log and a reader take as the segment's: else
+    ``offset_for_time`` skips the segment and time retention deletes records
+    younger than ``retention_ms``."""
+    from seglog import codec
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rnd = random.Random(seed)
+    path = str(tmp_path / "log")
+    retention = 10_000
+    cfg = dict(CFG, segment_bytes=4096, index_interval_bytes=64, max_index_bytes=max_index_bytes,
+               cleanup_policy="compact,delete", retention_ms=retention)
+    with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
+        for i in range(150):
+            log.append(b"v" * rnd.randint(1, 60), key=b"k%d" % rnd.randrange(120),
+                       timestamp=1000 + i)
+        assert log.compact(now_ms=1200).skipped is None
+        kept = [(m.offset, m.timestamp) for m in log.iter()]
+    r = Log.open(path, readonly=True)
+    with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
+        for view in (log, r):
+            for seg in view.segments[:-1]:
+                newest = max(h.max_timestamp for _, h in seg.batches())
+                assert seg.max_timestamp == newest, (seg.base_offset, seg.max_timestamp, newest)
+            for t in range(999, 1152):
+                assert view.offset_for_time(t) == next((o for o, ts in kept if ts >= t), None), t
+        # retention as of the first sealed segment's newest record: nothing goes yet
+        first = log.segments[0]
+        newest = max(h.max_timestamp for _, h in first.batches())
+        log.enforce_retention(now_ms=newest + retention)
+        assert [(m.offset, m.timestamp) for m in log.iter()] == kept
+    r.close()
+
+
+@pytest.mark.parametrize("max_index_bytes", [36, 48, 60])
+def test_merged_segments_hold_every_index_entry_with_small_indexes(tmp_path, max_index_bytes):
+    """With indexes of a few entries, outputs are merged only while the merged
+    segment's offset and time indexes hold every entry the writer's rule makes
+    (the time index also its largest timestamp)."""
+    from seglog._storage import scan as _scan
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rnd = random.Random(seed)
+    merged = 0
+    for run in range(6):
+        path = str(tmp_path / f"log{run}")
+        cfg = dict(CFG, segment_bytes=4096, index_interval_bytes=rnd.choice([16, 40, 64]),
+                   max_index_bytes=max_index_bytes)
+        with Log.open(path, **cfg, **SYNTHETIC_CLOCK) as log:
+            for i in range(300):
+                log.append(b"v" * rnd.randint(1, 60), key=b"k%d" % rnd.randrange(60),
+                           timestamp=1000 + i)
+            bases = {s.base_offset for s in log.segments}
+            stats = log.compact()
+            for base, end in stats.replaced:
+                if not any(base < b < end for b in bases):
+                    continue          # one segment's output, not a merge
+                merged += 1
+                seg = next(s for s in log.segments if s.base_offset == base)
+                rule = _scan.scan(seg, 0, seg.size, None, cfg["index_interval_bytes"])
+                # the time index ends with the largest timestamp, once
+                last = not rule.time_index or rule.time_index[-1][0] < rule.max_timestamp
+                assert os.path.getsize(seg.index_path) // 8 == len(rule.index), (base, end)
+                assert os.path.getsize(seg.timeindex_path) // 12 == \
+                    len(rule.time_index) + last, (base, end)
+    assert merged
+
+
 @pytest.mark.parametrize("op", ["open", "write", "fsync", "rename", "unlink"])
 def test_an_io_error_at_any_step_of_a_pass_leaves_no_new_files(tmp_path, monkeypatch, op):
     """The nth ``op`` of a pass fails, for every n: new files not committed by a
