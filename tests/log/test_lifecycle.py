@@ -306,13 +306,16 @@ def test_threads_doing_everything_at_once(tmp_path):
     # close once every job ran (each beside the others) and the log holds a thousand
     # messages
     deadline = time.monotonic() + 120
-    while not (len(runs) == len(jobs) and log.end_offset > 1000):
-        assert not errors, errors
-        assert time.monotonic() < deadline, f"the jobs did not get going: {runs}"
-        time.sleep(0.01)
-    before_close.set()
-    log.close()
-    closed.set()
+    try:
+        while not (len(runs) == len(jobs) and log.end_offset > 1000):
+            assert not errors, errors
+            assert time.monotonic() < deadline, f"the jobs did not get going: {runs}"
+            time.sleep(0.01)
+    finally:
+        # also when the wait failed: no thread may go on working the log under later tests
+        before_close.set()
+        log.close()
+        closed.set()
     for t in threads:
         t.join(30)
     assert not any(t.is_alive() for t in threads), "a thread hung"
