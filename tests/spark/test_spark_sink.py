@@ -528,7 +528,9 @@ def test_bad_input_fails_with_a_clear_error_and_leaves_nothing(spark, tmp_path):
                 return {f.split(".")[1] for _, _, files in os.walk(os.path.join(root, "__spark"))
                         for f in files if f.endswith(".stage")}
             deadline = time.monotonic() + 120
-            while len(tasks_staged() - {"3"}) < 3 and time.monotonic() < deadline:
+            while len(tasks_staged() - {"3"}) < 3:
+                if time.monotonic() > deadline:     # (a message the test does not take)
+                    raise RuntimeError(f"only tasks {tasks_staged()} staged in 120 s")
                 time.sleep(0.01)        # ... once the three others staged rows
             raise RuntimeError("injected task failure")
         return v
