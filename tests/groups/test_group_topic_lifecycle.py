@@ -15,6 +15,7 @@ import traceback
 
 import pytest
 
+import seglog
 from consumers import delete_topic
 from helpers import wait_for
 from seglog import Consumer, Topic, describe_group
@@ -114,6 +115,39 @@ def test_a_deletion_whose_record_comes_late_is_not_a_log_removed_alone(tmp_path)
         make(root, "ev", 6, partitions=2, tag=b"new ")
         got = drain(c, {("ev", i % 2, i // 2) for i in range(6)})
         assert sorted(m.value for m in got) == sorted(b"new %d" % i for i in range(6))
+
+
+def test_a_claim_during_a_deletion_whose_record_comes_late_is_not_a_log_removed_alone(tmp_path):
+    """The same stall met by a member that joins (and claims the partitions) between
+    the two halves of the deletion: it cannot open the logs for a second (ten
+    looks), polls on, then reads the topic made again."""
+    root = str(tmp_path)
+    make(root, "ev", 20, partitions=2)
+    for p in (0, 1):
+        shutil.rmtree(os.path.join(root, f"ev-{p}"))
+    with Consumer(root, "g", topics=["ev"], auto_commit_ms=None) as c:
+        stalled = time.monotonic() + 1.0
+        while time.monotonic() < stalled:
+            assert c.poll(timeout_ms=20) == []
+        os.remove(os.path.join(root, "__topics", "ev.json"))
+        make(root, "ev", 6, partitions=2, tag=b"new ")
+        got = drain(c, {("ev", i % 2, i // 2) for i in range(6)})
+        assert sorted(m.value for m in got) == sorted(b"new %d" % i for i in range(6))
+
+
+def test_a_claimed_log_that_stays_gone_while_its_record_stays_is_an_error(tmp_path):
+    """A log removed alone, met by a claim: the poll raises once it stayed gone for
+    the session timeout (as for an owned partition's: test_groups.py)."""
+    root = str(tmp_path)
+    make(root, "ev", 4, partitions=2)
+    shutil.rmtree(os.path.join(root, "ev-1"))
+    with Consumer(root, "g", topics=["ev"], auto_commit_ms=None,
+                  session_timeout_ms=1000) as c:
+        t0 = time.monotonic()
+        with pytest.raises(seglog.LogClosedError):
+            while time.monotonic() - t0 < 30:
+                c.poll(timeout_ms=20)
+        assert time.monotonic() - t0 >= 1.0
 
 
 def test_a_deleted_topics_offsets_go_with_it_and_its_return_is_read_from_the_start(tmp_path):

@@ -24,7 +24,8 @@ from .assignors import TP
 from .topic_watch import TopicWatch
 from .files import (Flock, GroupFiles, MemberFile, State, clock, committed_offset, key, log_id,
                     topics_matching)
-from ..errors import CommitFailedError, GroupBusyError, InvalidConfigError, SeglogError
+from ..errors import (CommitFailedError, GroupBusyError, InvalidConfigError, LogClosedError,
+                      SeglogError)
 from ..log import Log
 from ..topic import partition_dir, read_partition_count
 
@@ -70,8 +71,7 @@ class Membership:
         # how long an owned partition's log directory may be gone while its topic's
         # record stays: the other half of a deletion in another process, which may be
         # stalled as long as a member may be silent; then an error (a log removed
-        # alone). A claim that cannot open a log still raises a look later
-        # (docs/GROUPS.md says both bounds)
+        # alone). The same bound for a claim that cannot open the log (docs/GROUPS.md)
         self._half_done_s = self._session_s
         self._assignor = assignor
         self._on_assign = on_assign
@@ -386,11 +386,12 @@ class Membership:
             try:
                 ident = log_id(path)
                 log = Log.open(path, readonly=True)
-            except (OSError, SeglogError):
+            except (OSError, SeglogError) as e:
                 # its topic being deleted (the next generation drops it) or made again:
-                # tried again at the next look; still so a look later, raised
-                if self._watch.unopened(tp, self.check_s):
-                    raise
+                # tried again at the next look; still so once the other half of a
+                # deletion would have come, raised
+                if self._watch.unopened(tp, self._half_done_s):
+                    self._raise_unopened(tp, path, e)
                 continue
             entry = offsets.get(key(tp))
             committed = committed_offset(entry, ident)
@@ -404,10 +405,20 @@ class Membership:
                 # its directory went while its offsets were read: as a log that could
                 # not be opened (nothing of it was taken)
                 log.close()
-                if self._watch.unopened(tp, self.check_s):
+                if self._watch.unopened(tp, self._half_done_s):
                     raise
                 continue
             self._watch.opened(tp)
+
+    @staticmethod
+    def _raise_unopened(tp: TP, path: str, e: BaseException) -> None:
+        """A claimed partition's log stayed unopenable while its topic's record stayed:
+        gone, a log removed alone (``LogClosedError``, as for an owned partition);
+        else what opening it raised."""
+        if not os.path.isdir(path):
+            raise LogClosedError(f"log directory {path} is gone, but topic {tp[0]!r} is "
+                                 f"still recorded (was a partition's log removed alone?)") from e
+        raise e
 
     def _revoke(self, tps: Iterable[TP], commit: bool) -> None:
         """Give partitions up: tell the user (who may still ``commit()`` them), stop
