@@ -95,37 +95,27 @@ def test_a_live_member_reads_a_topic_made_again_and_never_commits_the_old_positi
     assert committed_offsets(root, "g") == {("ev", 0): 10}
 
 
-def test_a_deletion_whose_record_comes_late_is_not_a_log_removed_alone(tmp_path):
+@pytest.mark.parametrize("member", ["reading", "joining"])
+def test_a_deletion_whose_record_comes_late_is_not_a_log_removed_alone(tmp_path, member):
     """Logs first, record second: the deleting process may stall between the two (a
-    loaded machine: the groups torture met it) for many looks at the group. Polls
-    go on meanwhile, the partitions set aside, and the topic made again is read;
-    only a log gone for the session timeout while its record stays is an error
-    (test_groups.py's removed-alone test)."""
+    loaded machine: the groups torture met it) for many looks at the group, under a
+    member reading the partitions or one joining (and claiming them) meanwhile.
+    Polls go on, the partitions set aside (or not opened yet), and the topic made
+    again is read; only a log gone for the session timeout while its record stays is
+    an error (below, and test_groups.py's removed-alone test)."""
     root = str(tmp_path)
     make(root, "ev", 20, partitions=2)
-    with Consumer(root, "g", topics=["ev"], auto_commit_ms=None) as c:
-        drain(c, {("ev", i % 2, i // 2) for i in range(20)})
+
+    def remove_the_logs() -> None:
         for p in (0, 1):
             shutil.rmtree(os.path.join(root, f"ev-{p}"))
-        # the deleter stalls a second (ten looks) before it removes the record
-        stalled = time.monotonic() + 1.0
-        while time.monotonic() < stalled:
-            assert c.poll(timeout_ms=20) == []
-        os.remove(os.path.join(root, "__topics", "ev.json"))
-        make(root, "ev", 6, partitions=2, tag=b"new ")
-        got = drain(c, {("ev", i % 2, i // 2) for i in range(6)})
-        assert sorted(m.value for m in got) == sorted(b"new %d" % i for i in range(6))
-
-
-def test_a_claim_during_a_deletion_whose_record_comes_late_is_not_a_log_removed_alone(tmp_path):
-    """The same stall met by a member that joins (and claims the partitions) between
-    the two halves of the deletion: it cannot open the logs for a second (ten
-    looks), polls on, then reads the topic made again."""
-    root = str(tmp_path)
-    make(root, "ev", 20, partitions=2)
-    for p in (0, 1):
-        shutil.rmtree(os.path.join(root, f"ev-{p}"))
+    if member == "joining":
+        remove_the_logs()
     with Consumer(root, "g", topics=["ev"], auto_commit_ms=None) as c:
+        if member == "reading":
+            drain(c, {("ev", i % 2, i // 2) for i in range(20)})
+            remove_the_logs()
+        # the deleter stalls a second (ten looks) before it removes the record
         stalled = time.monotonic() + 1.0
         while time.monotonic() < stalled:
             assert c.poll(timeout_ms=20) == []
