@@ -21,11 +21,10 @@ from typing import Callable, Iterable, TypeVar
 from . import ops
 from .assignment import Assignment
 from .assignors import TP
-from .topic_watch import TopicWatch
+from .topic_watch import TopicWatch, removed_alone
 from .files import (Flock, GroupFiles, MemberFile, State, clock, committed_offset, key, log_id,
                     topics_matching)
-from ..errors import (CommitFailedError, GroupBusyError, InvalidConfigError, LogClosedError,
-                      SeglogError)
+from ..errors import CommitFailedError, GroupBusyError, InvalidConfigError, SeglogError
 from ..log import Log
 from ..topic import partition_dir, read_partition_count
 
@@ -391,7 +390,9 @@ class Membership:
                 # tried again at the next look; still so once the other half of a
                 # deletion would have come, raised
                 if self._watch.unopened(tp, self._half_done_s):
-                    self._raise_unopened(tp, path, e)
+                    if not os.path.isdir(path):
+                        raise removed_alone(path, tp[0]) from e
+                    raise
                 continue
             entry = offsets.get(key(tp))
             committed = committed_offset(entry, ident)
@@ -409,16 +410,6 @@ class Membership:
                     raise
                 continue
             self._watch.opened(tp)
-
-    @staticmethod
-    def _raise_unopened(tp: TP, path: str, e: BaseException) -> None:
-        """A claimed partition's log stayed unopenable while its topic's record stayed:
-        gone, a log removed alone (``LogClosedError``, as for an owned partition);
-        else what opening it raised."""
-        if not os.path.isdir(path):
-            raise LogClosedError(f"log directory {path} is gone, but topic {tp[0]!r} is "
-                                 f"still recorded (was a partition's log removed alone?)") from e
-        raise e
 
     def _revoke(self, tps: Iterable[TP], commit: bool) -> None:
         """Give partitions up: tell the user (who may still ``commit()`` them), stop

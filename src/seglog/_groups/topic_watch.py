@@ -22,6 +22,13 @@ from ..errors import LogClosedError
 from ..topic import read_partition_count
 
 
+def removed_alone(path: str, topic: str) -> LogClosedError:
+    """What a member raises for a partition's log gone while its topic stays recorded
+    (past the time a deletion's other half may take)."""
+    return LogClosedError(f"log directory {path} is gone, but topic {topic!r} is still "
+                          f"recorded (was a partition's log removed alone?)")
+
+
 class TopicWatch:
     """The subscribed topics of one member, whose partitions it owns in ``parts``."""
 
@@ -83,9 +90,7 @@ class TopicWatch:
         for tp, since in self._vanished.items():
             if tp not in again and self._records.get(tp[0]) is not None \
                     and now - since >= after:
-                raise LogClosedError(f"log directory {parts.log(tp).path} is gone, but topic "
-                                     f"{tp[0]!r} is still recorded (was a partition's log "
-                                     f"removed alone?)")
+                raise removed_alone(parts.log(tp).path, tp[0])
         return again
 
     def unopened(self, tp: TP, after: float) -> bool:
