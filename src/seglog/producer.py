@@ -140,17 +140,21 @@ class Producer:
         self._logs = logs
         self._max_msg = [log.config.max_message_bytes for log in logs]
         self._parts = [_Part() for _ in logs]
+        # the largest plain value ``send`` queues without the checks of ``_prepared``:
+        # none with a value serializer (it makes the value), else what fits every
+        # partition's batch and the buffer
+        self._plain_max = (-1 if value_serializer is not None
+                           else min(min(self._max_msg), self._max_buffer))
         self._sticky = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)    # the writer: records wait
         self._space = threading.Condition(self._lock)   # senders: buffer space freed
         self._done = threading.Condition(self._lock)    # flush(): a round completed
         self._buffered = 0          # queued and in-flight record bytes
-        self._waiting = 0           # records queued, not yet taken by the writer
         self._full = False          # a partition holds batch_size bytes: write at once
         self._oldest = 0.0          # monotonic time the oldest waiting record was queued
         self._sent = 0              # records queued since the start
-        self._taken = 0             # of them, taken by the writer
+        self._taken = 0             # of them, taken by the writer (the rest wait)
         self._completed = 0         # of them, written (or failed) with futures resolved
         self._flush_to = 0          # flush() asks the writer to take records up to here
         self._starved = 0           # senders waiting for buffer space: write at once
@@ -179,6 +183,46 @@ class Producer:
         whatever a serializer raises, ``ProducerClosedError`` after ``close()``,
         ``ProducerTimeoutError`` when the buffer stayed full ``max_block_ms``.
         """
+        item: bytes | Record
+        if (type(value) is bytes and key is None and timestamp is None and not headers
+                and partition is None and len(value) <= self._plain_max):
+            # the common record, plain bytes to the sticky partition: every check of
+            # the way below holds by construction (no serializer applies, it fits a
+            # batch and the buffer), and a closed producer is refused under the lock
+            p, item, size, plain = self._sticky, value, len(value), True
+        else:
+            p, item, size = self._prepared(value, key, timestamp, headers, partition)
+            plain = type(item) is bytes
+        fut = new_future()
+        with self._lock:
+            # each new int costs an allocation: a sum made once, and no count kept
+            # that the others give (records waiting: ``_sent - _taken``)
+            buffered = self._buffered + size
+            if buffered > self._max_buffer:
+                self._wait_for_space(size)
+                buffered = self._buffered + size
+            if self._closing:
+                raise self._closed_error()
+            part = self._parts[p]
+            part.items.append(item)
+            part.futures.append(fut)
+            part.nbytes += size
+            if not plain:
+                part.plain = False
+            self._buffered = buffered
+            if self._sent == self._taken:       # the first record to wait
+                self._oldest = time.monotonic()
+                self._wake.notify()
+            elif part.nbytes >= self._batch_size and not self._full:
+                self._full = True       # one wake-up, not one per send until taken
+                self._wake.notify()
+            self._sent += 1
+        return fut
+
+    def _prepared(self, value: Any, key: Any, timestamp: int | None, headers: Headers,
+                  partition: int | None) -> tuple[int, bytes | Record, int]:
+        """(``send``) Any record: serialized, placed and checked; its partition, what
+        is queued for it and its size."""
         if self._closing:       # closed, or a forked child's copy
             raise self._closed_error()
         if self._value_ser is not None and value is not None:
@@ -201,37 +245,12 @@ class Producer:
             if size > self._max_msg[p]:
                 prepare_batch((value,), 0, self._max_msg[p])    # raises the log's error
             item = value
-            plain = True
         else:
             item, size = self._checked(p, value, key, timestamp, headers)
-            plain = False
         if size > self._max_buffer:
             raise MessageTooLargeError(
                 f"record of {size} bytes exceeds max_buffer_bytes={self._max_buffer}")
-        fut = new_future()
-        with self._lock:
-            if self._buffered + size > self._max_buffer:
-                self._wait_for_space(size)
-            if self._closing:
-                raise self._closed_error()
-            part = self._parts[p]
-            part.items.append(item)
-            part.futures.append(fut)
-            part.nbytes += size
-            if not plain:
-                part.plain = False
-            self._buffered += size
-            self._sent += 1
-            if not self._waiting:
-                self._oldest = time.monotonic()
-                self._waiting = 1
-                self._wake.notify()
-            else:
-                self._waiting += 1
-                if part.nbytes >= self._batch_size and not self._full:
-                    self._full = True       # one wake-up, not one per send until taken
-                    self._wake.notify()
-        return fut
+        return p, item, size
 
     def _checked(self, p: int, value: Any, key: Any, timestamp: int | None,
                  headers: Headers) -> tuple[Record, int]:
@@ -362,7 +381,7 @@ class Producer:
             fresh = [_Part() for _ in range(nparts)]
             with self._lock:
                 while True:
-                    if self._waiting:
+                    if self._sent != self._taken:      # records wait
                         if (self._closing or self._flush_to > self._taken or self._starved
                                 or self._full):
                             break
@@ -386,7 +405,6 @@ class Producer:
                     self._sticky = (sticky + 1) % nparts
                 upto = self._sent
                 self._taken = upto
-                self._waiting = 0
                 self._full = False
             taken = [(p, part) for p, part in enumerate(parts) if part.items]
             freed = 0

@@ -239,6 +239,41 @@ def test_serializers_apply_and_none_stays_a_tombstone(logdir):
         assert got == {(a.result(), b"k", b'{"n": 1}'), (b.result(), b"k", None)}
 
 
+def test_plain_values_meet_every_check_other_records_do(tmp_path):
+    # a plain bytes value with nothing else is queued without the general checks: it
+    # must meet the same limits, serializers and closed state all the same
+    log = Log.open(tmp_path / "log", max_message_bytes=1000)
+    topic = Topic.open(tmp_path, "t", partitions=3)
+    with log, topic:
+        with Producer(log, linger_ms=0, max_buffer_bytes=5000) as p:
+            at_limit = p.send(b"m" * 1000)
+            with pytest.raises(MessageTooLargeError):
+                p.send(b"m" * 1001)
+            p.flush()
+            assert at_limit.result() == 0
+        with Producer(log, linger_ms=0, max_buffer_bytes=500) as p:
+            at_buffer = p.send(b"b" * 500)
+            with pytest.raises(MessageTooLargeError):
+                p.send(b"b" * 501)
+            p.flush()
+            assert at_buffer.result() == 1
+        # a value serializer is applied to bytes values too
+        with Producer(log, linger_ms=0, value_serializer=lambda v: b"<" + v + b">") as p:
+            wrapped = p.send(b"raw")
+            p.flush()
+            assert next(log.iter(wrapped.result())).value == b"<raw>"
+        closed = Producer(log)
+        closed.close()
+        with pytest.raises(ProducerClosedError):
+            closed.send(b"late")
+        # on a topic, plain values stick to one partition per round, as keyed ones do not
+        with Producer(topic, linger_ms=60_000) as tp:
+            futs = [tp.send(b"v%d" % i) for i in range(20)]
+            tp.flush()
+            assert len({f.result()[0] for f in futs}) == 1
+        assert [m.value for m in log.iter()] == [b"m" * 1000, b"b" * 500, b"<raw>"]
+
+
 def test_a_failed_append_fails_exactly_its_records(logdir, monkeypatch):
     # max_message_bytes 1000 and 100-byte values: about nine records per append call;
     # the second call is refused, the others go on
