@@ -153,8 +153,8 @@ class Producer:
         self._buffered = 0          # queued and in-flight record bytes
         self._full = False          # a partition holds batch_size bytes: write at once
         self._oldest = 0.0          # monotonic time the oldest waiting record was queued
-        self._sent = 0              # records queued since the start
-        self._taken = 0             # of them, taken by the writer (the rest wait)
+        self._any = False           # records wait in ``_parts`` (to be taken)
+        self._taken = 0             # records taken by the writer since the start
         self._completed = 0         # of them, written (or failed) with futures resolved
         self._flush_to = 0          # flush() asks the writer to take records up to here
         self._starved = 0           # senders waiting for buffer space: write at once
@@ -185,18 +185,20 @@ class Producer:
         """
         item: bytes | Record
         if (type(value) is bytes and key is None and timestamp is None and not headers
-                and partition is None and len(value) <= self._plain_max):
+                and partition is None and (size := len(value)) <= self._plain_max):
             # the common record, plain bytes to the sticky partition: every check of
             # the way below holds by construction (no serializer applies, it fits a
             # batch and the buffer), and a closed producer is refused under the lock
-            p, item, size, plain = self._sticky, value, len(value), True
+            p = self._sticky        # (one statement each: no tuple made)
+            item = value
+            plain = True
         else:
             p, item, size = self._prepared(value, key, timestamp, headers, partition)
             plain = type(item) is bytes
         fut = new_future()
         with self._lock:
-            # each new int costs an allocation: a sum made once, and no count kept
-            # that the others give (records waiting: ``_sent - _taken``)
+            # each new int costs an allocation: a sum made once, and no count of
+            # records (the parts' lists are, when one is asked for: ``_sent``)
             buffered = self._buffered + size
             if buffered > self._max_buffer:
                 self._wait_for_space(size)
@@ -210,14 +212,18 @@ class Producer:
             if not plain:
                 part.plain = False
             self._buffered = buffered
-            if self._sent == self._taken:       # the first record to wait
+            if not self._any:       # the first record to wait
+                self._any = True
                 self._oldest = time.monotonic()
                 self._wake.notify()
             elif part.nbytes >= self._batch_size and not self._full:
                 self._full = True       # one wake-up, not one per send until taken
                 self._wake.notify()
-            self._sent += 1
         return fut
+
+    def _sent(self) -> int:
+        """(lock held) Records sent since the start: those taken and those waiting."""
+        return self._taken + sum(len(part.futures) for part in self._parts)
 
     def _prepared(self, value: Any, key: Any, timestamp: int | None, headers: Headers,
                   partition: int | None) -> tuple[int, bytes | Record, int]:
@@ -303,7 +309,7 @@ class Producer:
             raise ProducerClosedError("flush() from a future's callback would wait for itself")
         deadline = _deadline(timeout)
         with self._lock:
-            target = self._sent
+            target = self._sent()
             if target > self._flush_to:
                 self._flush_to = target
                 self._wake.notify()
@@ -381,7 +387,7 @@ class Producer:
             fresh = [_Part() for _ in range(nparts)]
             with self._lock:
                 while True:
-                    if self._sent != self._taken:      # records wait
+                    if self._any:
                         if (self._closing or self._flush_to > self._taken or self._starved
                                 or self._full):
                             break
@@ -399,12 +405,12 @@ class Producer:
                         break
                     else:
                         self._wake.wait()
+                upto = self._taken = self._sent()     # counted before the swap
                 parts, self._parts = self._parts, fresh
                 sticky = self._sticky
                 if parts[sticky].items:
                     self._sticky = (sticky + 1) % nparts
-                upto = self._sent
-                self._taken = upto
+                self._any = False
                 self._full = False
             taken = [(p, part) for p, part in enumerate(parts) if part.items]
             freed = 0
@@ -535,14 +541,21 @@ class Producer:
 
     def _chunks(self, p: int, items: Sequence[bytes | Record], plain: bool
                 ) -> list[tuple[int, int]]:
-        """Index ranges of ``items``, each within ``max_message_bytes`` when plain
-        bytes (found by C-level sums and bisection, not a loop per record); other
-        records in one range, which ``encode_batches`` cuts into batches itself."""
+        """Index ranges of ``items``, as long as they can be within
+        ``max_message_bytes`` (with ``_CUT_OVERHEAD`` a record), or of one record,
+        when plain bytes; other records in one range, which ``encode_batches`` cuts
+        into batches itself. C-level passes, no loop per record: values of one size
+        are cut by count; others by bisection of their running sums."""
         n = len(items)
         if not plain or n == 1:
             return [(0, n)]
-        ends = list(accumulate(map(add, map(len, items), repeat(_CUT_OVERHEAD))))
         limit = self._max_msg[p]
+        lengths = list(map(len, items))
+        low = min(lengths)
+        if low == max(lengths):
+            k = max(1, limit // (low + _CUT_OVERHEAD))
+            return [(a, min(n, a + k)) for a in range(0, n, k)]
+        ends = list(accumulate(map(add, lengths, repeat(_CUT_OVERHEAD))))
         if ends[-1] <= limit:
             return [(0, n)]
         out = []

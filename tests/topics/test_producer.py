@@ -97,6 +97,22 @@ def test_batches_stay_atomic_within_max_message_bytes(logdir):
         assert log.metrics()["batches_appended"] >= 300 * 100 // 2000
 
 
+def test_a_round_of_uneven_values_is_cut_into_few_batches_within_the_limit(logdir):
+    # values of many sizes up to the limit in one round: each batch within
+    # max_message_bytes (the log refuses larger ones), and not many more batches
+    # than the bytes need (a cut that gave up filling ranges would fail here)
+    rng = random.Random(SEED)
+    print("seed", SEED)
+    sizes = [rng.choice((1, 10, 100, 1000, 1900)) for _ in range(2000)]
+    with Log.open(logdir, max_message_bytes=2000) as log:
+        with Producer(log, linger_ms=60_000, batch_size=1 << 30) as producer:
+            futs = {producer.send(b"%d." % i + b"x" * s): b"%d." % i + b"x" * s
+                    for i, s in enumerate(sizes)}
+        assert resolved(futs) == contents(log)
+        need = sum(len(v) + 32 for v in futs.values()) // 2000 + 1
+        assert need <= log.metrics()["batches_appended"] <= 2 * need
+
+
 def test_topic_keyed_placement_and_sticky_keyless(tmp_path):
     keys = [b"user-%d" % i for i in range(200)]
     with Topic.open(tmp_path, "a", partitions=4) as a, Topic.open(tmp_path, "b", partitions=4) as b:
