@@ -261,18 +261,14 @@ def test_plain_values_meet_every_check_other_records_do(tmp_path):
     log = Log.open(tmp_path / "log", max_message_bytes=1000)
     topic = Topic.open(tmp_path, "t", partitions=3)
     with log, topic:
-        with Producer(log, linger_ms=0, max_buffer_bytes=5000) as p:
-            at_limit = p.send(b"m" * 1000)
-            with pytest.raises(MessageTooLargeError):
-                p.send(b"m" * 1001)
-            p.flush()
-            assert at_limit.result() == 0
-        with Producer(log, linger_ms=0, max_buffer_bytes=500) as p:
-            at_buffer = p.send(b"b" * 500)
-            with pytest.raises(MessageTooLargeError):
-                p.send(b"b" * 501)
-            p.flush()
-            assert at_buffer.result() == 1
+        # the largest that fits: max_message_bytes, then a smaller buffer
+        for offset, (buffer, largest) in enumerate(((5000, 1000), (500, 500))):
+            with Producer(log, linger_ms=0, max_buffer_bytes=buffer) as p:
+                fits = p.send(b"v" * largest)
+                with pytest.raises(MessageTooLargeError):
+                    p.send(b"v" * (largest + 1))
+                p.flush()
+                assert fits.result() == offset
         # a value serializer is applied to bytes values too
         with Producer(log, linger_ms=0, value_serializer=lambda v: b"<" + v + b">") as p:
             wrapped = p.send(b"raw")
@@ -287,7 +283,7 @@ def test_plain_values_meet_every_check_other_records_do(tmp_path):
             futs = [tp.send(b"v%d" % i) for i in range(20)]
             tp.flush()
             assert len({f.result()[0] for f in futs}) == 1
-        assert [m.value for m in log.iter()] == [b"m" * 1000, b"b" * 500, b"<raw>"]
+        assert [m.value for m in log.iter()] == [b"v" * 1000, b"v" * 500, b"<raw>"]
 
 
 def test_a_failed_append_fails_exactly_its_records(logdir, monkeypatch):
