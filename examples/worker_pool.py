@@ -102,6 +102,8 @@ def main() -> int:
     root, out_dir = os.path.join(base, "topics"), os.path.join(base, "results")
     os.makedirs(root, exist_ok=True)
     os.makedirs(out_dir, exist_ok=True)
+    stop: "mp.synchronize.Event | None" = None
+    procs: "dict[str, mp.process.BaseProcess]" = {}
     try:
         # with --kill-one, half the orders now and half after the kill, so that the
         # survivors are seen taking the killed worker's partitions over
@@ -113,8 +115,9 @@ def main() -> int:
 
         ctx = mp.get_context("spawn")       # a fresh interpreter per worker
         stop = ctx.Event()
-        procs = {f"worker-{i}": ctx.Process(target=worker, args=(root, out_dir, f"worker-{i}", stop))
-                 for i in range(args.workers)}
+        procs.update({f"worker-{i}": ctx.Process(target=worker,
+                                                 args=(root, out_dir, f"worker-{i}", stop))
+                      for i in range(args.workers)})
         t0 = time.perf_counter()
         for p in procs.values():
             p.start()
@@ -143,10 +146,11 @@ def main() -> int:
             time.sleep(0.02)
         elapsed = time.perf_counter() - t0
         d = seglog.describe_group(root, GROUP)
-        owners = sorted({v["owner"] for v in d["partitions"].values()})
-        stop.set()
-        for p in procs.values():
-            p.join(timeout=30)
+        # a partition may have no owner at this instant (a rebalance under way: the
+        # killed member expelled late, or one that stalled past its session rejoining):
+        # name the members that own one
+        owners = sorted({v["owner"] for v in d["partitions"].values()} - {None})
+        stop_workers(stop, procs)
         print(f"{len(procs) - (killed is not None)} live workers ({', '.join(owners)}) "
               f"processed the topic in {elapsed:.2f} s "
               f"({args.orders / elapsed:,.0f} orders/s), generation {d['generation']}")
@@ -167,8 +171,23 @@ def main() -> int:
               f"{len(missing)} missing, {twice} processed twice")
         return 1 if missing or set(seen) - want else 0
     finally:
+        stop_workers(stop, procs)       # on an error too: else the exit waits for them
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def stop_workers(stop: "mp.synchronize.Event | None",
+                 procs: "dict[str, mp.process.BaseProcess]") -> None:
+    """Ask the workers to leave, wait for them (30 s each), SIGKILL what is left."""
+    if stop is not None:
+        stop.set()
+    for p in procs.values():
+        if p.pid is None:           # never started
+            continue
+        p.join(timeout=30)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=30)
 
 
 if __name__ == "__main__":
