@@ -246,6 +246,41 @@ def test_a_writer_closing_beside_others_makes_its_appends_survive_power_loss(tmp
     assert {o: got.get(o) for o in offs} == {o: b"a%d" % i for i, o in enumerate(offs)}
 
 
+def test_a_closing_writer_makes_its_appends_durable_without_holding_the_others_up(tmp_path):
+    # the fsync of everything a closing writer appended runs before it takes the
+    # append lock: another writer appends while it runs (the close's fsync under the
+    # lock then writes only what came since)
+    src = str(tmp_path / "src")
+    cfg = {**OPTS, "segment_bytes": 1 << 20, "max_message_bytes": 4096}
+    with FaultyFS(src) as fs:
+        a = Log.open(src, multi_writer=True, **cfg)
+        b = Log.open(src, multi_writer=True, **{**cfg, "lock_timeout_ms": 50})
+        b.append(b"b0")
+        offs = [a.append(b"a%d" % i + b"." * 1000) for i in range(200)]
+        seen: list[tuple[str, object]] = []
+
+        def on_event(op: str, path: str) -> None:
+            if op == "fsync" and path.endswith(".log") and not seen:
+                seen.append(("busy", None))          # b's own events come back here
+                try:
+                    seen[0] = ("appended", b.append(b"during a's fsync"))
+                except LogLockedError as e:
+                    seen[0] = ("locked", e)
+        fs.on_event = on_event
+        a.close()
+        fs.on_event = None
+        state = fs.capture()
+        abandon(b)
+    assert seen and seen[0][0] == "appended", seen
+    dest = str(tmp_path / "after-power-loss")
+    import random
+    state.materialize(dest, random.Random(1), "lose")
+    with Log.open(dest, readonly=True) as r:
+        got = {m.offset: m.value for m in r.iter()}
+    assert {o: got.get(o) for o in offs} == {o: b"a%d" % i + b"." * 1000
+                                             for i, o in enumerate(offs)}
+
+
 # -- 7. compaction by a stale writer after another's -------------------------------
 def test_a_writer_reads_its_compacted_segment_after_another_writer_compacted_it(tmp_path):
     path = str(tmp_path / "log")

@@ -670,13 +670,13 @@ class LocalLog:
         self._reads.freeze()
 
     # -- flushing and the recovery point --------------------------------------------------
-    def flush(self) -> int:
+    def flush(self, what: str = _NOT_FLUSHED) -> int:
         """fsync the active segment (as it is now: with several writers, every writer's
         appends are in it) with its indexes, then move the recovery point; the flushed
-        offset. ``LogLockedError`` when another writer held the append lock for
-        ``lock_timeout_ms``; ``OSError`` or ``ValueError`` propagate (the caller
-        poisons the log)."""
-        self._begin_writing(_NOT_FLUSHED)
+        offset. ``LogLockedError`` (ending with ``what``) when another writer held the
+        append lock for ``lock_timeout_ms``; ``OSError`` or ``ValueError`` propagate
+        (the caller poisons the log). The fsync runs outside the append lock."""
+        self._begin_writing(what)
         target, seg = self._end, self._active
         self._done_writing()
         if target <= self._marks.flushed:
@@ -696,7 +696,7 @@ class LocalLog:
         if self._w is None:
             self._flushed_to(target)
             return self._marks.flushed
-        self._begin_writing(_NOT_FLUSHED)
+        self._begin_writing(what)
         try:
             self._flushed_to(target)
         except BaseException:
@@ -734,6 +734,13 @@ class LocalLog:
         the holder stays for the next writer's repair. Idempotent."""
         if self._closed:
             return
+        if clean and self._w is not None:
+            # one of several writers fsyncs its appends before it lets go: the bulk of
+            # it here, outside the append lock (the others go on appending), so that
+            # the fsync the close makes under the lock writes only what came since and
+            # holds nobody up for long. A lock held past lock_timeout_ms: the error
+            # the close would give, having changed nothing
+            self.flush(_NOT_CLOSED)
         begin = self._begin
         with self._gate.shut(begin) as self._begin:
             try:
