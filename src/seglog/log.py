@@ -200,8 +200,16 @@ class Log:
         with self._flush_lock:
             if local.closed:
                 return
+            clean = not self.readonly and local.failed is None
             try:
-                local.close(not self.readonly and local.failed is None, self._dir_lock)
+                if clean and self._view is not local:
+                    # one of several writers fsyncs its appends as it closes: the bulk
+                    # of it here, outside the append lock (the others go on appending),
+                    # so that the close's fsync under the lock writes only what came
+                    # since. A lock held past lock_timeout_ms: the close's error, with
+                    # nothing changed
+                    local.flush("the log is still open")
+                local.close(clean, self._dir_lock)
             except OSError as e:
                 # no clean-shutdown marker: the next open recovers what reached the disk
                 local.poison(e)

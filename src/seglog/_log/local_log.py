@@ -672,10 +672,9 @@ class LocalLog:
     # -- flushing and the recovery point --------------------------------------------------
     def flush(self, what: str = _NOT_FLUSHED) -> int:
         """fsync the active segment (as it is now: with several writers, every writer's
-        appends are in it) with its indexes, then move the recovery point; the flushed
-        offset. ``LogLockedError`` (ending with ``what``) when another writer held the
-        append lock for ``lock_timeout_ms``; ``OSError`` or ``ValueError`` propagate
-        (the caller poisons the log). The fsync runs outside the append lock."""
+        appends are in it) with its indexes, outside the append lock, then move the
+        recovery point; the flushed offset. ``LogLockedError`` (ending with ``what``)
+        after ``lock_timeout_ms``; ``OSError``, ``ValueError`` propagate (to poison)."""
         self._begin_writing(what)
         target, seg = self._end, self._active
         self._done_writing()
@@ -734,13 +733,6 @@ class LocalLog:
         the holder stays for the next writer's repair. Idempotent."""
         if self._closed:
             return
-        if clean and self._w is not None:
-            # one of several writers fsyncs its appends before it lets go: the bulk of
-            # it here, outside the append lock (the others go on appending), so that
-            # the fsync the close makes under the lock writes only what came since and
-            # holds nobody up for long. A lock held past lock_timeout_ms: the error
-            # the close would give, having changed nothing
-            self.flush(_NOT_CLOSED)
         begin = self._begin
         with self._gate.shut(begin) as self._begin:
             try:
