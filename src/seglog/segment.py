@@ -600,6 +600,10 @@ class ActiveSegment:
         inside the bytes it claims, which prove nothing (``_storage.scan.survey``). Once
         every byte is in, one 4-byte store of its true length makes the group
         whole. Index entries and the tail state follow, as for ``append``.
+
+        The bytes go in through the file (``WritableMap.write``), not the map: a
+        group is large (a Spark task's rows), and a copy into fresh pages of the map
+        faults on each of them.
         """
         mm = self._mm
         assert mm is not None and batches
@@ -611,7 +615,9 @@ class ActiveSegment:
             return -1
         end = pos + total
         if end > self._alloc_end:
-            self._allocate(end)
+            self._allocate(end, populate=False)
+        wmap = self._map
+        assert wmap is not None
         p, off = pos, base_offset
         for i, (data, n, _, size) in enumerate(batches):
             with memoryview(b"".join(data) if type(data) is list else data) as view:
@@ -620,8 +626,7 @@ class ActiveSegment:
                 if not i:
                     _LENGTH.pack_into(head, _format.FRAMING_AT, total - _format.LENGTH_END)
                 # each header whole before its records (as ``append``'s)
-                mm[p:p + _format.HEADER_SIZE] = head
-                mm[p + _format.HEADER_SIZE:p + size] = view[_format.HEADER_SIZE:size]
+                wmap.write(p, (head, view[_format.HEADER_SIZE:size]))
             p += size
             off += n
         # the commit point: one store (a single instruction) of the first batch's length
@@ -693,12 +698,12 @@ class ActiveSegment:
         if len(ix) >= ix.slots or len(tix) >= tix.slots - 1:
             self._roll_size = 0         # an index filled: roll at the next append
 
-    def _allocate(self, end: int) -> None:
+    def _allocate(self, end: int, populate: bool = True) -> None:
         """Reserve room up to ``end`` (``WritableMap.grow``): the rare append that
         passes ``_alloc_end``."""
         wmap = self._map
         assert wmap is not None
-        self._alloc_end = wmap.grow(end)
+        self._alloc_end = wmap.grow(end, populate)
 
     @property
     def index_full(self) -> bool:

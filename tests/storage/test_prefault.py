@@ -11,6 +11,7 @@ import weakref
 import pytest
 
 from seglog import Log
+from seglog.log import append_encoded, encode_batches
 from seglog._runtime import prefault as _prefault
 
 from helpers import wait_for
@@ -61,6 +62,34 @@ def test_reserved_pages_are_faulted_in_ahead_of_the_writer(logdir):
         # 4 MB in, the chunks have grown: the writer keeps half of one ahead
         assert _reserved(seg.path) - seg.size >= 2 << 20
         assert wait_for(lambda: _faulted_in(seg.path), 5.0, "the reserved pages faulted in")
+
+
+def test_a_group_goes_in_through_the_file_and_its_pages_are_never_faulted_in(logdir):
+    """An atomic group (a Spark commit's) is written through the file, not copied
+    into the map page by page; the pages it filled are not faulted in afterwards,
+    the reserved pages past it are, and appends through the map go on after it."""
+    with Log.open(logdir, flush_ms=None, max_message_bytes=64 << 10) as log:
+        log.append(b"first")
+        seg = log.segments[-1]
+        values = [os.urandom(1000) for _ in range(4000)]
+        batches = encode_batches(log, values, 1)
+        assert len(batches) > 40
+        r = append_encoded(log, batches, atomic=True)
+        group_end = seg.size
+        assert group_end > 4_000_000
+        log.append(b"after")                    # through the map, reserving further
+        assert wait_for(lambda: _reserved(seg.path) - seg.size >= 1 << 20, 5.0,
+                        "room reserved past the group")
+        page = os.sysconf("SC_PAGE_SIZE")
+        assert wait_for(lambda: (_resident(seg.path) or 0)
+                        >= _reserved(seg.path) - group_end - page, 5.0,
+                        "the reserved pages past the group faulted in")
+        # the group's own pages: in the page cache, never in this process's map
+        assert (_resident(seg.path) or 0) < _reserved(seg.path) - group_end + (1 << 20)
+        assert [m.value for m in log.iter(r.start, r.stop)] == values
+        assert [m.value for m in log.iter(r.stop)] == [b"after"]
+    with Log.open(logdir, readonly=True) as reader:
+        assert [m.value for m in reader.iter(1, r.stop)] == values
 
 
 def test_rolling_and_closing_while_the_thread_works(logdir):

@@ -18,9 +18,12 @@ import errno
 import mmap
 import os
 import threading
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from .._runtime import platform as _platform, prefault as _prefault
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 # blocks are reserved in chunks that grow with the segment: as much again as it has
 # reserved, from 64 KiB up to 8 MiB, so a small log reserves little disk and a busy
@@ -73,17 +76,22 @@ class WritableMap:
         if length < size:
             os.ftruncate(fd, size)      # never shorter than its data
             length = size
-        # blocks are reserved up to ``reserved`` and pages faulted in up to ``populated``
+        # blocks are reserved up to ``reserved`` and pages faulted in (or written
+        # through the file: ``write``) up to ``populated``
         self.reserved = size
         self.populated = size - size % mmap.PAGESIZE
         self.address = 0
         self.lock = threading.Lock()   # the prefaulter works only while mapped
         self.mm: mmap.mmap | None = _map_whole(fd, self.capacity, length)
 
-    def grow(self, end: int) -> int:
+    def grow(self, end: int, populate: bool = True) -> int:
         """Reserve disk blocks up to ``end`` and a chunk beyond (as much again as is
         reserved, 64 KiB to 8 MiB), and fault the pages in; returns the end below
-        which appends need not call again.
+        which appends need not call again. Without ``populate`` (the bytes up to
+        ``end`` are about to go in through ``write``) those pages count as faulted
+        in, so that the thread leaves them alone, and ``end`` is returned: the next
+        append through the map calls again, and the pages past it are faulted in
+        then.
 
         Reserving first makes a full disk an OSError here rather than a SIGBUS in a
         later page fault. Faulting pages in ahead in bulk costs a fraction of a
@@ -94,6 +102,11 @@ class WritableMap:
         if end > self.capacity:
             raise OSError(errno.EFBIG, f"a batch ending at {end} does not fit the segment's "
                                        f"capacity {self.capacity}")
+        if not populate:
+            top = end - end % mmap.PAGESIZE
+            if top > self.populated:
+                with self.lock:         # after the thread's work in progress, if any
+                    self.populated = max(self.populated, top)
         reserved = self.reserved
         chunk = min(_ALLOC_CHUNK, max(_MIN_CHUNK, reserved))
         lead = min(_LEAD, chunk >> 1)
@@ -110,6 +123,8 @@ class WritableMap:
                     _platform.reserve(self._fd, reserved, new_end - reserved)
                 self._reserve_more(new_end)
                 self.reserved = reserved = new_end
+        if not populate:
+            return end
         mm = self.mm
         # the platform's answer is read here, not copied: a test may take the fallbacks
         if mm is None or _POPULATE is None or _platform.POPULATE is None:
@@ -131,6 +146,20 @@ class WritableMap:
             _disable_populate()
         return reserved
 
+    def write(self, pos: int, parts: Sequence[ReadableBuffer]) -> None:
+        """Write ``parts`` one after another from ``pos`` through the file, not the map
+        (the same page cache, so readers of either see the same bytes): a large copy
+        takes one system call per part instead of a page fault per 4 KiB, and
+        several times less time (a Spark commit's groups). The blocks were reserved
+        and the pages claimed (``grow`` without ``populate``)."""
+        fd = self._fd
+        for part in parts:
+            with memoryview(part) as view:
+                done, size = 0, len(view)
+                while done < size:      # a short write: the rest, or the error
+                    done += os.pwrite(fd, view[done:], pos + done)
+            pos += size
+
     def zero(self, start: int, end: int) -> None:
         """Zero ``[start, end)`` (within the file: past its end nothing was written, and
         touching the map there would fault), writing only pages not zero."""
@@ -151,7 +180,7 @@ class WritableMap:
                 return
             lo -= lo % mmap.PAGESIZE
             if prefaulter.populate(self.address + lo, hi - lo):
-                self.populated = hi
+                self.populated = max(self.populated, hi)
 
     def close(self) -> None:
         """Unmap, once the prefaulter is not using the mapping."""
