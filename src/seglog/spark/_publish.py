@@ -246,16 +246,20 @@ def make_manifest(wd: WriteDir, batch: int, groups: list[tuple[str, StagedGroup]
 def publish(wd: WriteDir, m: Manifest, resumed: bool, timeout_ms: int) -> dict[TP, range]:
     """Append each group of ``m`` as one atomic append, partition by partition; with
     ``resumed`` (a committer died inside), only the groups not found published after
-    the recorded end offsets. Every partition is fsynced (side by side, in threads)
-    before this returns. Returns per partition the offsets appended now."""
+    the recorded end offsets. Every partition is fsynced (in threads: each as soon as
+    its groups are in, while the next partition's go in) before this returns.
+    Returns per partition the offsets appended now."""
     out: dict[TP, range] = {}
-    with ExitStack() as opened:
-        logs = []
-        for tp, items in groupby(m.groups, key=lambda x: (x[1].topic, x[1].partition)):
-            todo = list(items)
-            log = opened.enter_context(Log.open(partition_dir(wd.root, *tp), multi_writer=True,
-                                                lock_timeout_ms=timeout_ms))
-            logs.append(log)
+    parts = [(tp, list(items))
+             for tp, items in groupby(m.groups, key=lambda x: (x[1].topic, x[1].partition))]
+    # the fsyncs wait for the disk, not for Python: side by side, and beside the copies
+    with ExitStack() as opened, ThreadPoolExecutor(max_workers=min(8, len(parts) or 1)) as pool:
+        # every log opened before any is written (an open's own fsyncs would wait
+        # behind the flush of a partition written before it)
+        logs = [opened.enter_context(Log.open(partition_dir(wd.root, *tp), multi_writer=True,
+                                              lock_timeout_ms=timeout_ms)) for tp, _ in parts]
+        flushed = []
+        for (tp, todo), log in zip(parts, logs):
             skip: set[int] = set()
             if resumed:
                 skip = published(log, m.ends[tp], [_checksums(wd, d, g) for d, g in todo])
@@ -269,9 +273,9 @@ def publish(wd: WriteDir, m: Manifest, resumed: bool, timeout_ms: int) -> dict[T
                 last = r.stop
             if first is not None and last is not None:
                 out[tp] = range(first, last)
-        # the fsyncs wait for the disk, not for Python: side by side
-        with ThreadPoolExecutor(max_workers=min(8, len(logs) or 1)) as pool:
-            list(pool.map(Log.flush, logs))
+            flushed.append(pool.submit(log.flush))
+        for f in flushed:
+            f.result()
     return out
 
 
