@@ -244,39 +244,42 @@ def make_manifest(wd: WriteDir, batch: int, groups: list[tuple[str, StagedGroup]
 
 
 def publish(wd: WriteDir, m: Manifest, resumed: bool, timeout_ms: int) -> dict[TP, range]:
-    """Append each group of ``m`` as one atomic append, partition by partition; with
-    ``resumed`` (a committer died inside), only the groups not found published after
-    the recorded end offsets. Every partition is fsynced (in threads: each as soon as
-    its groups are in, while the next partition's go in) before this returns.
-    Returns per partition the offsets appended now."""
-    out: dict[TP, range] = {}
+    """Append each group of ``m`` as one atomic append, the partitions side by side
+    (a thread each), each fsynced once its groups are in; with ``resumed`` (a
+    committer died inside), only the groups not found published after the recorded
+    end offsets. Returns when every partition is fsynced (an error: the first
+    partition's that failed, once the others are done), per partition the offsets
+    appended now."""
     parts = [(tp, list(items))
              for tp, items in groupby(m.groups, key=lambda x: (x[1].topic, x[1].partition))]
-    # the fsyncs wait for the disk, not for Python: side by side, and beside the copies
-    with ExitStack() as opened, ThreadPoolExecutor(max_workers=min(8, len(parts) or 1)) as pool:
-        # every log opened before any is written (an open's own fsyncs would wait
-        # behind the flush of a partition written before it)
+    with ExitStack() as opened:
         logs = [opened.enter_context(Log.open(partition_dir(wd.root, *tp), multi_writer=True,
                                               lock_timeout_ms=timeout_ms)) for tp, _ in parts]
-        flushed = []
-        for (tp, todo), log in zip(parts, logs):
-            skip: set[int] = set()
-            if resumed:
-                skip = published(log, m.ends[tp], [_checksums(wd, d, g) for d, g in todo])
-            first = last = None
-            for i, (d, g) in enumerate(todo):
-                if i in skip:
-                    continue
-                with staged_batches(os.path.join(wd.path, d, g.name), g) as batches:
-                    r = append_encoded(log, batches, atomic=True)
-                first = r.start if first is None else first
-                last = r.stop
-            if first is not None and last is not None:
-                out[tp] = range(first, last)
-            flushed.append(pool.submit(log.flush))
-        for f in flushed:
-            f.result()
-    return out
+        # partitions side by side: the copies and fsyncs wait for the kernel and the
+        # disk, not for Python
+        with ThreadPoolExecutor(max_workers=min(8, len(parts) or 1)) as pool:
+            done = list(pool.map(lambda p: _publish_partition(wd, m, resumed, *p),
+                                 [(tp, todo, log) for (tp, todo), log in zip(parts, logs)]))
+    return {tp: r for (tp, _), r in zip(parts, done) if r is not None}
+
+
+def _publish_partition(wd: WriteDir, m: Manifest, resumed: bool, tp: TP,
+                       todo: list[tuple[str, StagedGroup]], log: Log) -> range | None:
+    """``publish`` in one partition: its groups appended (those not found published,
+    ``resumed``), then fsynced; the offsets appended."""
+    skip: set[int] = set()
+    if resumed:
+        skip = published(log, m.ends[tp], [_checksums(wd, d, g) for d, g in todo])
+    first = last = None
+    for i, (d, g) in enumerate(todo):
+        if i in skip:
+            continue
+        with staged_batches(os.path.join(wd.path, d, g.name), g) as batches:
+            r = append_encoded(log, batches, atomic=True)
+        first = r.start if first is None else first
+        last = r.stop
+    log.flush()
+    return None if first is None or last is None else range(first, last)
 
 
 @contextmanager
