@@ -390,6 +390,13 @@ class Segment:
     _repr_html_ = _notebook.segment_html
 
 
+# a batch this large goes in through the file, not the map (``_write_batch``): the
+# copy runs without the interpreter lock, so threads sending to a Producer go on
+# meanwhile, and no page of the map is faulted in, or again after an fsync made it
+# clean (bench/bench_threads.py: a Producer's rounds, durable or not)
+THROUGH_FILE = 64 << 10
+
+
 class ActiveSegment:
     """The active role of one segment: its writable map, its roll limits (given at
     creation: ``ActiveSettings``) and its tail (``size``, ``next_offset``, the index
@@ -551,7 +558,8 @@ class ActiveSegment:
         roll first (its ``ActiveSettings``).
 
         Stamps the batch's base offset field: the checksum does not cover it, so a batch
-        can be encoded before its offset is known (outside the log's lock).
+        can be encoded before its offset is known (outside the log's lock). A batch
+        of ``THROUGH_FILE`` bytes or more goes in through the file (``_write_batch``).
         """
         mm = self._mm
         assert mm is not None
@@ -561,7 +569,12 @@ class ActiveSegment:
         if (pos + size > self._roll_size or max_timestamp > self._roll_ts
                 or next_offset - 1 > self._roll_off):
             return -1
-        if type(data) is list:
+        if size >= THROUGH_FILE:
+            end = pos + size
+            if end > self._alloc_end:
+                self._allocate(end, populate=False)
+            self._write_batch(pos, data, base_offset)
+        elif type(data) is list:
             end = pos + size
             if end > self._alloc_end:
                 self._allocate(end)
@@ -601,9 +614,9 @@ class ActiveSegment:
         every byte is in, one 4-byte store of its true length makes the group
         whole. Index entries and the tail state follow, as for ``append``.
 
-        The bytes go in through the file (``WritableMap.write``), not the map: a
-        group is large (a Spark task's rows), and a copy into fresh pages of the map
-        faults on each of them.
+        The bytes go in through the file (``_write_batch``), not the map: a group is
+        large (a Spark task's rows), and a copy into fresh pages of the map faults on
+        each of them.
         """
         mm = self._mm
         assert mm is not None and batches
@@ -616,17 +629,9 @@ class ActiveSegment:
         end = pos + total
         if end > self._alloc_end:
             self._allocate(end, populate=False)
-        wmap = self._map
-        assert wmap is not None
         p, off = pos, base_offset
         for i, (data, n, _, size) in enumerate(batches):
-            with memoryview(b"".join(data) if type(data) is list else data) as view:
-                head = bytearray(view[:_format.HEADER_SIZE])
-                _OFFSET.pack_into(head, 0, off)
-                if not i:
-                    _LENGTH.pack_into(head, _format.FRAMING_AT, total - _format.LENGTH_END)
-                # each header whole before its records (as ``append``'s)
-                wmap.write(p, (head, view[_format.HEADER_SIZE:size]))
+            self._write_batch(p, data, off, total if not i else None)
             p += size
             off += n
         # the commit point: one store (a single instruction) of the first batch's length
@@ -637,6 +642,25 @@ class ActiveSegment:
             p += size
             off += n
         return pos
+
+    def _write_batch(self, pos: int, data: bytes | memoryview | list[bytes], base_offset: int,
+                     claim: int | None = None) -> None:
+        """Write one batch (a buffer, or its parts: header, records) at ``pos`` through
+        the file (``WritableMap.write``; its blocks reserved), its header first and
+        whole, with the base offset stamped (and, ``claim``, the length of a group
+        ending ``claim`` bytes on: ``append_group``'s), then its records: what a
+        reader or a recovery may find after a kill is what ``append``'s copies
+        leave. The copy runs without the interpreter lock and faults on no page of
+        the map (nor does an fsync make the writer fault on them again)."""
+        wmap = self._map
+        assert wmap is not None
+        head, body = (data[0], data[1]) if isinstance(data, list) else (data, b"")
+        with memoryview(head) as view:
+            header = bytearray(view[:_format.HEADER_SIZE])
+            _OFFSET.pack_into(header, 0, base_offset)
+            if claim is not None:
+                _LENGTH.pack_into(header, _format.FRAMING_AT, claim - _format.LENGTH_END)
+            wmap.write(pos, (header, view[_format.HEADER_SIZE:], body))
 
     def append_one(self, offset: int, timestamp: int, check: int, body: bytes) -> int:
         """``Log.append``'s hot path: one short keyless record. ``body`` is the batch

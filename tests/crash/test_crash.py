@@ -156,6 +156,16 @@ def test_power_loss_states(tmp_path):
     assert checked >= 1000 * SCALE
 
 
+def test_power_loss_states_with_batches_through_the_file(tmp_path, monkeypatch):
+    """The same with every batch copied in through the file (``pwrite``), as batches
+    of ``segment.THROUGH_FILE`` bytes or more are, not through the segment's map."""
+    monkeypatch.setattr(seglog.segment, "THROUGH_FILE", 0)
+    seed = seed_for("power loss, through the file")
+    checked, instants = _power_loss_round(str(tmp_path / "r"), seed)
+    print(f"power loss through the file: {checked} crash states from {instants} instants")
+    assert checked >= 1000
+
+
 def _power_loss_round(root: str, seed: int) -> tuple[int, int]:
     rnd = random.Random(seed)
     src = os.path.join(root, "src")
@@ -432,6 +442,14 @@ def test_io_error_loop(tmp_path, op, times):
         check_prefix(log, acked, "final reopen")
     after = _open_fds()
     assert after == fds, f"leaked file descriptors: {sorted(after - fds)}, closed: {sorted(fds - after)}"
+
+
+@pytest.mark.parametrize("times", [1, None])
+def test_io_error_loop_with_batches_through_the_file(tmp_path, monkeypatch, times):
+    """A failed ``pwrite`` of a batch (``segment.THROUGH_FILE``) poisons the log as any
+    I/O error does; what was flushed stays."""
+    monkeypatch.setattr(seglog.segment, "THROUGH_FILE", 0)
+    test_io_error_loop(tmp_path, "write", times)
 
 
 # -- damaged indexes ---------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 
 from seglog import Log
 from seglog.log import append_encoded, encode_batches
+from seglog.segment import THROUGH_FILE
 from seglog._runtime import prefault as _prefault
 
 from helpers import wait_for
@@ -64,17 +65,20 @@ def test_reserved_pages_are_faulted_in_ahead_of_the_writer(logdir):
         assert wait_for(lambda: _faulted_in(seg.path), 5.0, "the reserved pages faulted in")
 
 
-def test_a_group_goes_in_through_the_file_and_its_pages_are_never_faulted_in(logdir):
-    """An atomic group (a Spark commit's) is written through the file, not copied
-    into the map page by page; the pages it filled are not faulted in afterwards,
-    the reserved pages past it are, and appends through the map go on after it."""
-    with Log.open(logdir, flush_ms=None, max_message_bytes=64 << 10) as log:
+@pytest.mark.parametrize("atomic", [True, False])
+def test_large_batches_go_in_through_the_file_and_their_pages_are_never_faulted_in(
+        logdir, atomic):
+    """Batches of ``THROUGH_FILE`` bytes and more (a Producer's rounds) and atomic
+    groups (a Spark commit's) are written through the file, not copied into the map
+    page by page; the pages they filled are not faulted in afterwards, the reserved
+    pages past them are, and appends through the map go on after them."""
+    with Log.open(logdir, flush_ms=None, max_message_bytes=256 << 10) as log:
         log.append(b"first")
         seg = log.segments[-1]
         values = [os.urandom(1000) for _ in range(4000)]
         batches = encode_batches(log, values, 1)
-        assert len(batches) > 40
-        r = append_encoded(log, batches, atomic=True)
+        assert len(batches) > 10 and min(b[3] for b in batches[:-1]) >= THROUGH_FILE
+        r = append_encoded(log, batches, atomic=atomic)
         group_end = seg.size
         assert group_end > 4_000_000
         log.append(b"after")                    # through the map, reserving further
