@@ -5,13 +5,16 @@ one background thread per producer writes what accumulated, one batch per
 partition, when ``linger_ms`` has passed since the oldest waiting record or when
 ``batch_size`` bytes wait. Each write is one encoded batch appended atomically
 (``log.encode_batches`` cuts, ``log.append_encoded`` appends one batch per call): a failed
-write fails exactly its records' futures. docs/PRODUCER.md has the contract.
+write fails exactly its records' futures. A durable producer has a second thread
+that fsyncs what the writer appended (every round waiting then, together) and
+resolves it, while the writer goes on appending. docs/PRODUCER.md has the contract.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import queue
 import threading
 import time
 import weakref
@@ -35,6 +38,12 @@ from .topic import Topic
 # encoder counts: a chunk then always encodes as one batch by the single-join path
 _CUT_OVERHEAD = 32
 _FOREVER = float("inf")
+# written records: the futures of each batch, and the batch's offsets
+_Written = list[tuple[list[Future[Any]], range]]
+# a round the writer appended, for a durable producer's syncer: the records taken
+# through it (a count), its bytes (in the buffer until made durable), and what it
+# wrote, by partition
+_Round = tuple[int, int, list[tuple[int, _Written]]]
 # a durable producer whose fsync failed (another writer held the lock, say) tries
 # again this often while records wait to be made durable
 _RETRY_S = 0.05
@@ -166,6 +175,14 @@ class Producer:
         self._stopped = False
         self._pid = os.getpid()
         self._thread = threading.Thread(target=self._run, name="seglog-producer", daemon=True)
+        # durable: the rounds the writer appended, (records taken through them, their
+        # written records by partition), for the syncer thread; None: the writer ended
+        self._appended: queue.SimpleQueue[_Round | None] = queue.SimpleQueue()
+        self._syncer: threading.Thread | None = None
+        if durable:
+            self._syncer = threading.Thread(target=self._sync_rounds, name="seglog-producer-sync",
+                                            daemon=True)
+            self._syncer.start()
         self._thread.start()
         _LIVE.add(self)
 
@@ -279,8 +296,9 @@ class Producer:
 
     def _wait_for_space(self, size: int) -> None:
         """(lock held) Wait until ``size`` more bytes fit in the buffer."""
-        if threading.current_thread() is self._thread:
-            # a future's callback runs on the writer: waiting for it would never end
+        if self._background():
+            # a future's callback runs on the writer (or the syncer): waiting for
+            # them would never end
             raise ProducerTimeoutError("the producer's buffer is full; a send() from a "
                                        "future's callback cannot wait for it")
         deadline = time.monotonic() + self._max_block
@@ -305,7 +323,7 @@ class Producer:
         ``timeout`` seconds (None: no bound)."""
         if self._pid != os.getpid():
             raise self._closed_error()
-        if threading.current_thread() is self._thread:
+        if self._background():
             raise ProducerClosedError("flush() from a future's callback would wait for itself")
         deadline = _deadline(timeout)
         with self._lock:
@@ -337,7 +355,7 @@ class Producer:
             self._closing = True
             self._space.notify_all()
             self._wake.notify()
-            if threading.current_thread() is self._thread:
+            if self._background():
                 self._stopped = True    # from a future's callback: the writer ends its work
                 return
         left = None if deadline == _FOREVER else deadline - time.monotonic()
@@ -345,9 +363,14 @@ class Producer:
         with self._lock:
             self._stopped = True
             self._wake.notify()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(None if deadline == _FOREVER else max(0.0, deadline - time.monotonic()))
+        for t in (self._thread, self._syncer):
+            if t is not None and t is not threading.current_thread():
+                t.join(None if deadline == _FOREVER else max(0.0, deadline - time.monotonic()))
         _LIVE.discard(self)
+
+    def _background(self) -> bool:
+        """True on the producer's own threads (a future's callback runs there)."""
+        return threading.current_thread() in (self._thread, self._syncer)
 
     @property
     def closed(self) -> bool:
@@ -394,14 +417,9 @@ class Producer:
                         left = self._oldest + self._linger - time.monotonic()
                         if left <= 0:
                             break
-                        self._wake.wait(min(left, _RETRY_S) if self._owed else left)
-                        if self._owed:
-                            break
+                        self._wake.wait(left)
                     elif self._stopped:
                         stopping = True
-                        break
-                    elif self._owed:
-                        self._wake.wait(_RETRY_S)
                         break
                     else:
                         self._wake.wait()
@@ -414,27 +432,79 @@ class Producer:
                 self._full = False
             taken = [(p, part) for p, part in enumerate(parts) if part.items]
             freed = 0
+            written: list[tuple[int, _Written]] = []
             for p, part in taken:
                 freed += part.nbytes
                 try:
-                    self._write(p, part)
+                    w = self._write(p, part)
                 except BaseException as e:      # never lose the thread: fail the futures
                     _fail(part.futures, e)
-            if self._owed and not taken:
+                    continue
+                if w:
+                    written.append((p, w))
+            if self._syncer is not None:
+                # the syncer makes the round durable, frees its bytes and completes
+                # it, in order
+                self._appended.put((upto, freed, written))
+                if stopping:
+                    self._appended.put(None)
+            else:
+                with self._lock:
+                    self._buffered -= freed
+                    self._completed = upto
+                    self._space.notify_all()
+                    self._done.notify_all()
+            if stopping:
+                return
+
+    def _sync_rounds(self) -> None:
+        """(the syncer thread of a durable producer) Make the rounds the writer
+        appended durable, every round waiting at once (one fsync per partition for
+        all of them: group commit), resolve their futures and complete them in
+        order; while written records whose fsync failed wait, try them again
+        every ``_RETRY_S`` the writer leaves it idle. Ends after the writer."""
+        while True:
+            try:
+                first = self._appended.get(timeout=_RETRY_S if self._owed else None)
+            except queue.Empty:
                 self._make_owed_durable()
+                with self._lock:
+                    self._owed_n = sum(len(f) for _, f, _, _ in self._owed)
+                    self._done.notify_all()
+                continue
+            rounds = [first]
+            while True:
+                try:
+                    rounds.append(self._appended.get_nowait())
+                except queue.Empty:
+                    break
+            stopping = rounds[-1] is None        # the writer's last word
+            done = [r for r in rounds if r is not None]
+            by_part: dict[int, _Written] = {}
+            for _, _, appended in done:
+                for p, w in appended:
+                    by_part.setdefault(p, []).extend(w)
+            for p in sorted(by_part):
+                try:
+                    self._make_durable(p, by_part[p])
+                except BaseException as e:      # never lose the thread: fail the futures
+                    for futs, _ in by_part[p]:
+                        _fail(futs, e)
             if stopping:
                 self._give_up_owed()
             with self._lock:
-                self._buffered -= freed
-                self._completed = upto
+                if done:
+                    self._completed = done[-1][0]
+                    self._buffered -= sum(r[1] for r in done)
+                    self._space.notify_all()
                 self._owed_n = sum(len(f) for _, f, _, _ in self._owed)
-                self._space.notify_all()
                 self._done.notify_all()
             if stopping:
                 return
 
-    def _write(self, p: int, part: _Part) -> None:
-        """Write one partition's records, one atomic batch per append; resolve futures."""
+    def _write(self, p: int, part: _Part) -> _Written:
+        """Write one partition's records, one atomic batch per append; resolve their
+        futures, or (durable) return them for the syncer (``_make_durable``)."""
         keep = start_all(part.futures)
         items: Sequence[bytes | Record] = part.items
         futures = part.futures
@@ -442,9 +512,9 @@ class Producer:
             items = list(compress(items, keep))
             futures = list(compress(futures, keep))
             if not items:
-                return
+                return []
         log = self._logs[p]
-        written: list[tuple[list[Future[Any]], range]] = []
+        written: _Written = []
         for a, b in self._chunks(p, items, part.plain):
             chunk = items[a:b]
             try:
@@ -464,8 +534,17 @@ class Producer:
                     written.append((futs, append_encoded(log, [batch])))
                 except Exception as e:
                     _fail(futs, e)
-        if self.durable and written:
-            # one fsync for every thread's records of this round (group commit)
+        if self.durable:
+            return written
+        self._resolve(p, written)
+        return []
+
+    def _make_durable(self, p: int, written: _Written) -> None:
+        """(the syncer) fsync partition ``p`` and resolve the ``written`` records it
+        covers; those it does not are owed (``_owe``)."""
+        log = self._logs[p]
+        if written:
+            # one fsync for every thread's records of these rounds (group commit)
             try:
                 flushed = log.flush()
             except Exception as e:
@@ -481,7 +560,7 @@ class Producer:
             written = [w for w in written if w[1].stop <= flushed]
         self._resolve(p, written)
 
-    def _owe(self, p: int, written: list[tuple[list[Future[Any]], range]], flushed: int,
+    def _owe(self, p: int, written: _Written, flushed: int,
              why: BaseException) -> None:
         """Written records a flush did not make durable: those ``flushed`` covers
         resolve; while only the lock stood in the way (another writer held it) and the
@@ -497,7 +576,7 @@ class Producer:
                 _fail(futs, _not_durable(log, p if self._topic is not None else None,
                                          offsets, why))
 
-    def _resolve(self, p: int, written: list[tuple[list[Future[Any]], range]]) -> None:
+    def _resolve(self, p: int, written: _Written) -> None:
         for futs, offsets in written:
             finish_all(futs, offsets if self._topic is None else zip(repeat(p), offsets))
 

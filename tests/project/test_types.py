@@ -50,7 +50,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "kafka._reads": (1, "the caller's message type (as _codec.decode)"),
     "kafka._uniform": (1, "a column cutter giving a run or a tuple starting with one"),
     "log": (2, "Log.open's **options and what append takes: user values"),
-    "producer": (12, "user values and keys, their serializers, and Futures of them"),
+    "producer": (10, "user values and keys, their serializers, and Futures of them"),
     "recovery": (3, _JSON + ": seglog.json"),
     "segment": (1, "an encoded batch: bytes or a list of bytes pieces"),
     "spark._arrow": (2, _ARROW),

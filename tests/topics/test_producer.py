@@ -359,6 +359,32 @@ def test_durable_futures_never_run_ahead_of_the_fsync(logdir):
         assert log.metrics()["flushes"] < 2000 // 4
 
 
+def test_a_durable_producer_appends_while_its_fsync_runs_and_resolves_after_it(logdir):
+    """The fsync of a durable producer's round runs beside the writer (its syncer
+    thread): the next rounds are appended meanwhile, and no future resolves before
+    an fsync covers it."""
+    with Log.open(logdir, flush_ms=None) as log:
+        inside, release = threading.Event(), threading.Event()
+        real = log.flush
+
+        def held_flush() -> int:
+            inside.set()
+            assert release.wait(30), "the test never let the fsync go on"
+            return real()
+        log.flush = held_flush                     # type: ignore[method-assign]
+        with Producer(log, linger_ms=1, durable=True) as p:
+            first = p.send(b"first")
+            assert inside.wait(30), "the first round was never fsynced"
+            more = [p.send(b"more%d" % i) for i in range(100)]
+            # appended while the fsync waits
+            assert log.wait(100, timeout=30), f"only {log.end_offset} appended"
+            assert log.flushed_offset == 0
+            assert not first.done() and not any(f.done() for f in more)
+            release.set()
+            assert [f.result(30) for f in [first, *more]] == list(range(101))
+            assert log.flushed_offset == 101
+
+
 def test_durable_fsync_failure_fails_the_unflushed_records(logdir):
     log = Log.open(logdir, flush_ms=None, retention_check_ms=None, segment_bytes=1 << 16)
     with FaultyFS(logdir) as fs, Producer(log, linger_ms=60_000, durable=True) as p:
