@@ -104,8 +104,8 @@ class Producer:
     write that fails (closed log, ``StorageError``, ``LogLockedError``...) fails
     exactly its records' futures with that exception; the other writes go on; a
     future never fails for a record that was written. With ``durable=True``, written
-    records whose fsync failed wait (``flush`` waits for them too) while the writer
-    tries again; those a flush of the log covered meanwhile resolve; what is still
+    records whose fsync failed wait (``flush`` waits for them too) while the
+    producer tries again; those a flush of the log covered meanwhile resolve; what is still
     not durable when the producer closes fails with ``NotDurableError``, which
     carries the records' offsets.
 
@@ -168,7 +168,7 @@ class Producer:
         self._flush_to = 0          # flush() asks the writer to take records up to here
         self._starved = 0           # senders waiting for buffer space: write at once
         # durable: written records whose fsync failed, (partition, futures, offsets,
-        # why), kept by the writer thread until a flush covers them; their count
+        # why), kept by the syncer thread until a flush covers them; their count
         self._owed: list[tuple[int, list[Future[Any]], range, BaseException]] = []
         self._owed_n = 0
         self._closing = False
@@ -340,7 +340,7 @@ class Producer:
                             f"written after {timeout} s")
                     raise ProducerTimeoutError(
                         f"flush: {self._owed_n} record(s) written, not yet made durable "
-                        f"after {timeout} s (the writer goes on trying)")
+                        f"after {timeout} s (the producer goes on trying)")
                 self._done.wait(None if left == _FOREVER else left)
 
     def close(self, timeout: float | None = None) -> None:
@@ -581,7 +581,7 @@ class Producer:
             finish_all(futs, offsets if self._topic is None else zip(repeat(p), offsets))
 
     def _make_owed_durable(self) -> None:
-        """(the writer thread) Try again to make the written records whose fsync failed
+        """(the syncer thread) Try again to make the written records whose fsync failed
         durable: one flush per log (``_owe`` says what becomes of them)."""
         owed, self._owed = self._owed, []
         for p in sorted({p for p, _, _, _ in owed}):
@@ -596,7 +596,7 @@ class Producer:
             self._owe(p, mine, flushed, why)
 
     def _give_up_owed(self) -> None:
-        """(the writer thread, stopping) A last try (the producer is closing: what it
+        """(the syncer thread, stopping) A last try (the producer is closing: what it
         does not cover fails with its offsets)."""
         if self._owed:
             self._make_owed_durable()
