@@ -490,6 +490,7 @@ class Producer:
                 except BaseException as e:      # never lose the thread: fail the futures
                     for futs, _ in by_part[p]:
                         _fail(futs, e)
+            self._settle_owed()
             if stopping:
                 self._give_up_owed()
             with self._lock:
@@ -579,6 +580,21 @@ class Producer:
     def _resolve(self, p: int, written: _Written) -> None:
         for futs, offsets in written:
             finish_all(futs, offsets if self._topic is None else zip(repeat(p), offsets))
+
+    def _settle_owed(self) -> None:
+        """(the syncer) Resolve the owed records a flush covered meanwhile (a later
+        round's, another writer's, the timed one): with rounds coming steadily, the
+        retry after ``_RETRY_S`` idle may never come."""
+        if not self._owed:
+            return
+        keep = []
+        for item in self._owed:
+            p, futs, offsets, _ = item
+            if offsets.stop <= self._logs[p].flushed_offset:
+                self._resolve(p, [(futs, offsets)])
+            else:
+                keep.append(item)
+        self._owed = keep
 
     def _make_owed_durable(self) -> None:
         """(the syncer thread) Try again to make the written records whose fsync failed

@@ -654,13 +654,13 @@ class ActiveSegment:
         the map (nor does an fsync make the writer fault on them again)."""
         wmap = self._map
         assert wmap is not None
-        head, body = (data[0], data[1]) if isinstance(data, list) else (data, b"")
-        with memoryview(head) as view:
+        parts = data if isinstance(data, list) else [data]
+        with memoryview(parts[0]) as view:
             header = bytearray(view[:_format.HEADER_SIZE])
             _OFFSET.pack_into(header, 0, base_offset)
             if claim is not None:
                 _LENGTH.pack_into(header, _format.FRAMING_AT, claim - _format.LENGTH_END)
-            wmap.write(pos, (header, view[_format.HEADER_SIZE:], body))
+            wmap.write(pos, (header, view[_format.HEADER_SIZE:], *parts[1:]))
 
     def append_one(self, offset: int, timestamp: int, check: int, body: bytes) -> int:
         """``Log.append``'s hot path: one short keyless record. ``body`` is the batch

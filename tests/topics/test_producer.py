@@ -385,6 +385,35 @@ def test_a_durable_producer_appends_while_its_fsync_runs_and_resolves_after_it(l
             assert log.flushed_offset == 101
 
 
+def test_records_an_fsync_failed_for_resolve_once_a_later_flush_covers_them(logdir,
+                                                                          monkeypatch):
+    """An fsync that another writer's lock stood in the way of leaves its records
+    owed; the next round's fsync covers them and they resolve then, without
+    waiting for the syncer's retry (which comes only after ``_RETRY_S`` without a
+    round: with rounds coming steadily, never; here an hour)."""
+    monkeypatch.setattr(seglog.producer, "_RETRY_S", 3600.0)
+    with Log.open(logdir, flush_ms=None) as log:
+        real, calls, refused = log.flush, [], threading.Event()
+
+        def flaky_flush() -> int:
+            calls.append(1)
+            if len(calls) == 1:
+                refused.set()
+                raise LogLockedError("another writer held the lock (injected)")
+            return real()
+        log.flush = flaky_flush                    # type: ignore[method-assign]
+        p = Producer(log, linger_ms=1, durable=True)
+        try:
+            first = p.send(b"first")
+            assert refused.wait(30), "the first round was never fsynced"
+            second = p.send(b"second")
+            p.flush(timeout=10)
+            assert (first.result(0), second.result(0)) == (0, 1)
+            assert log.flushed_offset == 2
+        finally:
+            p.close(timeout=10)
+
+
 def test_durable_fsync_failure_fails_the_unflushed_records(logdir):
     log = Log.open(logdir, flush_ms=None, retention_check_ms=None, segment_bytes=1 << 16)
     with FaultyFS(logdir) as fs, Producer(log, linger_ms=60_000, durable=True) as p:
