@@ -464,21 +464,17 @@ class Producer:
         order; while written records whose fsync failed wait, try them again
         every ``_RETRY_S`` the writer leaves it idle. Ends after the writer."""
         while True:
+            rounds: list[_Round | None] = []
             try:
-                first = self._appended.get(timeout=_RETRY_S if self._owed else None)
+                rounds.append(self._appended.get(timeout=_RETRY_S if self._owed else None))
             except queue.Empty:
-                self._make_owed_durable()
-                with self._lock:
-                    self._owed_n = sum(len(f) for _, f, _, _ in self._owed)
-                    self._done.notify_all()
-                continue
-            rounds = [first]
-            while True:
+                self._make_owed_durable()       # idle for _RETRY_S: the retry
+            while rounds:
                 try:
                     rounds.append(self._appended.get_nowait())
                 except queue.Empty:
                     break
-            stopping = rounds[-1] is None        # the writer's last word
+            stopping = bool(rounds) and rounds[-1] is None     # the writer's last word
             done = [r for r in rounds if r is not None]
             by_part: dict[int, _Written] = {}
             for _, _, appended in done:
