@@ -383,6 +383,45 @@ def test_batch_writes_whose_drivers_died_are_finished_or_removed_by_the_next(tmp
         st.finish()
 
 
+def test_a_task_and_the_commit_hand_their_pages_to_the_disk_as_they_write(
+        tmp_path, monkeypatch):
+    """Both of the sink's writes of a large task start their writeback as they go (the
+    fsyncs after them then wait for the last pages): every whole page of the staging
+    file but the last ``HAND_ON`` bytes, and of the group in its segment, advised once
+    in order (``posix_fadvise(DONTNEED)``); the rows arrive whole."""
+    if not hasattr(os, "posix_fadvise"):
+        pytest.skip("no posix_fadvise")
+    from seglog._runtime.files import HAND_ON
+    calls = []
+    real = os.posix_fadvise
+
+    def advise(fd, offset, length, advice):
+        calls.append((os.fstat(fd).st_ino, offset, length, advice))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    root = str(tmp_path)
+    Topic.open(root, "t", partitions=1).close()
+    values = [os.urandom(2000) for _ in range(12_000)]      # 24 MB, one partition
+    wd, groups = stage(root, [batch(6000, values=values[:6000]),
+                              batch(6000, values=values[6000:])])
+    (d, g), = groups
+    staged = os.stat(os.path.join(wd.path, d, g.name)).st_ino
+    publish(wd, make_manifest(wd, 0, groups, 10_000), resumed=False, timeout_ms=10_000)
+    with Log.open(os.path.join(root, "t-0"), readonly=True) as log:
+        segment = os.stat(log.segments[-1].path).st_ino
+        assert [m.value for m in log.iter(0)] == values
+        size = log.segments[-1].size
+    page = os.sysconf("SC_PAGE_SIZE")
+    for ino, length in ((staged, g.size), (segment, size)):
+        mine = [(o, n, a) for i, o, n, a in calls if i == ino]
+        assert mine and all(a == os.POSIX_FADV_DONTNEED and o % page == 0 and n % page == 0
+                            for o, n, a in mine), mine
+        assert all(a + n <= b for (a, n, _), (b, _, _) in zip(mine, mine[1:]))
+        covered = sum(n for _, n, _ in mine)
+        assert length - HAND_ON - 2 * page <= covered <= length
+
+
 def test_a_damaged_staging_file_is_refused_before_anything_is_published(tmp_path):
     root = str(tmp_path)
     Topic.open(root, "t", partitions=1).close()

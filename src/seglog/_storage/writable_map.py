@@ -21,6 +21,7 @@ import threading
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from .._runtime import platform as _platform, prefault as _prefault
+from .._runtime.files import hand_on
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -65,12 +66,15 @@ class WritableMap:
     segment reserves index room for them there."""
 
     __slots__ = ("mm", "capacity", "reserved", "populated", "address", "lock",
-                 "_fd", "_reserve_more")
+                 "_fd", "_reserve_more", "_run")
 
     def __init__(self, fd: int, size: int, capacity: int,
                  reserve_more: Callable[[int], None]) -> None:
         self._fd = fd
         self._reserve_more = reserve_more
+        # the run of writes through the file (``write``) not yet handed to the disk:
+        # (its start, its end)
+        self._run = (size, size)
         self.capacity = max(capacity, size)
         length = os.fstat(fd).st_size
         if length < size:
@@ -152,14 +156,24 @@ class WritableMap:
         takes one system call per part instead of a page fault per 4 KiB, runs
         without the interpreter lock and takes several times less time (an atomic
         group, a batch of ``segment.THROUGH_FILE`` bytes or more). The blocks were
-        reserved and the pages claimed (``grow`` without ``populate``)."""
+        reserved and the pages claimed (``grow`` without ``populate``).
+
+        Back-to-back writes through the file are a run, handed to the disk every
+        ``HAND_ON`` bytes (``hand_on``) so that the fsync after a large group waits for
+        its last pages, not all; a write elsewhere (after copies into the map, or
+        another writer's appends) starts a new run: pages this writer did not just
+        write are never advised."""
         fd = self._fd
+        start, end = self._run
+        if pos != end:
+            start = pos
         for part in parts:
             with memoryview(part) as view:
                 done, size = 0, len(view)
                 while done < size:      # a short write: the rest, or the error
                     done += os.pwrite(fd, view[done:], pos + done)
             pos += size
+        self._run = (hand_on(fd, start, pos), pos)
 
     def zero(self, start: int, end: int) -> None:
         """Zero ``[start, end)`` (within the file: past its end nothing was written, and

@@ -13,7 +13,7 @@ import uuid
 from typing import Any, Callable, Iterator, NamedTuple, Protocol
 
 from .._codec import format as _format
-from .._runtime.files import fsync_dir, remove
+from .._runtime.files import fsync_dir, hand_on, remove
 from ..config import LogConfig
 from ..errors import InvalidConfigError, MessageTooLargeError
 from ..log import Log
@@ -23,12 +23,6 @@ from ._encode import Rows, compute, encode_rows
 from ._sink_options import ColumnSpec, SinkOptions
 
 STAGE_SUFFIX = ".stage"
-# a staging file's pages are handed to the disk every 8 MiB written, so that the
-# fsync at the task's end waits for the last few, not all: POSIX_FADV_DONTNEED on
-# pages just written starts their writeback and drops none of them (they are dirty;
-# PostgreSQL asks the same where sync_file_range is missing); None where absent
-_HAND_ON = 8 << 20
-_ADVISE = getattr(os, "posix_fadvise", None)
 
 
 class StagedGroup(NamedTuple):
@@ -115,7 +109,7 @@ class _File:
         self.path = os.path.join(directory, self.name)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self.size = self.batches = self.records = 0
-        self.handed_on = 0               # bytes whose writeback was started
+        self.handed_on = 0               # the bytes before it are on their way to disk
         self.limit = group_limit(config)
         self.compress = _format.CODEC_LZ4 if config.compression == "lz4" else _format.CODEC_NONE
 
@@ -139,9 +133,8 @@ class _File:
         self.size += size
         self.batches += 1
         self.records += n
-        if _ADVISE is not None and self.size - self.handed_on >= _HAND_ON:
-            _ADVISE(self.fd, self.handed_on, self.size - self.handed_on, os.POSIX_FADV_DONTNEED)
-            self.handed_on = self.size
+        # the fsync at the task's end then waits for the last pages only
+        self.handed_on = hand_on(self.fd, self.handed_on, self.size)
 
     def finish(self) -> StagedGroup:
         os.fsync(self.fd)
