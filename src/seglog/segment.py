@@ -629,11 +629,17 @@ class ActiveSegment:
         end = pos + total
         if end > self._alloc_end:
             self._allocate(end, populate=False)
+        wmap = self._map
+        assert wmap is not None
         p, off = pos, base_offset
+        handed = pos
         for i, (data, n, _, size) in enumerate(batches):
             self._write_batch(p, data, off, total if not i else None)
             p += size
             off += n
+            # the sink fsyncs a group next: its writeback starts as it goes in, so
+            # that fsync waits for the last pages only
+            handed = wmap.hand_on(handed, p)
         # the commit point: one store (a single instruction) of the first batch's length
         _NATIVE_U32.pack_into(mm, pos + 8, _native_u32(batches[0][3] - _format.LENGTH_END))
         p, off = pos, base_offset

@@ -1,8 +1,8 @@
-"""Long runs of writes through the file hand their pages to the disk as they go
-(``posix_fadvise(POSIX_FADV_DONTNEED)`` on pages just written starts their
-writeback), so that the fsync after them waits for the last few: only whole pages
-this writer just wrote through the file, each once, in order; nothing a reader sees
-changes."""
+"""Long writes that an fsync follows (a Spark task's staging file, a commit's atomic
+group) hand their pages to the disk as they go (``posix_fadvise(POSIX_FADV_DONTNEED)``
+on pages just written starts their writeback), so that the fsync waits for the
+last few: only whole pages just written, each once, in order; nothing a reader
+sees changes. Other appends are left to the kernel."""
 
 from __future__ import annotations
 
@@ -64,12 +64,11 @@ def _runs_cover(calls, ino, runs):
     return sum(n for _, n in mine)
 
 
-@pytest.mark.parametrize("atomic", [True, False])
-def test_large_batches_hand_their_pages_on_as_they_are_written(logdir, advised, atomic):
-    """A Spark commit's atomic group, a Producer's large rounds: all but the last
-    ``HAND_ON`` bytes of the run are handed on while it is written; a small append
-    (through the map) between two runs starts a new run, and its page is never
-    advised; every record reads back, in this process and in a new reader."""
+def test_an_atomic_group_hands_its_pages_on_as_it_is_written(logdir, advised):
+    """A Spark commit's atomic group (an fsync follows it): all but its last
+    ``HAND_ON`` bytes are handed on while it goes in, each page once, in order, none
+    outside it (an append through the map just before it shares its first page);
+    every record reads back, in this process and in a new reader."""
     with Log.open(logdir, flush_ms=None, max_message_bytes=256 << 10) as log:
         log.append(b"first")
         seg = log.segments[-1]
@@ -78,7 +77,7 @@ def test_large_batches_hand_their_pages_on_as_they_are_written(logdir, advised, 
         runs, ranges = [], []
         for part in (values[:10_000], values[10_000:]):
             start = seg.size
-            ranges.append(append_encoded(log, encode_batches(log, part, 1), atomic=atomic))
+            ranges.append(append_encoded(log, encode_batches(log, part, 1), atomic=True))
             runs.append((start, seg.size))
             log.append(b"between")                 # through the map
         covered = _runs_cover(advised, ino, runs)
@@ -91,12 +90,16 @@ def test_large_batches_hand_their_pages_on_as_they_are_written(logdir, advised, 
         assert [m.value for m in reader.iter(ranges[1].stop)] == [b"between"]
 
 
-def test_small_appends_are_never_advised(logdir, advised):
-    """Appends through the map (batches under ``THROUGH_FILE``) are left to the
-    kernel and the fsync: no advice at all."""
-    with Log.open(logdir, flush_ms=None) as log:
+def test_appends_outside_a_group_are_never_advised(logdir, advised):
+    """Batches appended one by one, through the map or (``THROUGH_FILE`` bytes and
+    more: a Producer's rounds) through the file, are left to the kernel and to the
+    fsync, if any: no advice at all."""
+    with Log.open(logdir, flush_ms=None, max_message_bytes=256 << 10) as log:
         vals = [os.urandom(200) for _ in range(100)]
         for _ in range(600):                      # 12 MB in 20 KB batches
             log.append_batch(vals)
+        big = [os.urandom(1000) for _ in range(12_000)]
+        r = append_encoded(log, encode_batches(log, big, 1))     # 12 MB, 256 KB batches
         ino = os.stat(log.segments[-1].path).st_ino
         assert [c for c in advised if c[0] == ino] == []
+        assert [m.value for m in log.iter(r.start)] == big

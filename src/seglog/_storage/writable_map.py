@@ -66,15 +66,12 @@ class WritableMap:
     segment reserves index room for them there."""
 
     __slots__ = ("mm", "capacity", "reserved", "populated", "address", "lock",
-                 "_fd", "_reserve_more", "_run")
+                 "_fd", "_reserve_more")
 
     def __init__(self, fd: int, size: int, capacity: int,
                  reserve_more: Callable[[int], None]) -> None:
         self._fd = fd
         self._reserve_more = reserve_more
-        # the run of writes through the file (``write``) not yet handed to the disk:
-        # (its start, its end)
-        self._run = (size, size)
         self.capacity = max(capacity, size)
         length = os.fstat(fd).st_size
         if length < size:
@@ -156,24 +153,20 @@ class WritableMap:
         takes one system call per part instead of a page fault per 4 KiB, runs
         without the interpreter lock and takes several times less time (an atomic
         group, a batch of ``segment.THROUGH_FILE`` bytes or more). The blocks were
-        reserved and the pages claimed (``grow`` without ``populate``).
-
-        Back-to-back writes through the file are a run, handed to the disk every
-        ``HAND_ON`` bytes (``hand_on``) so that the fsync after a large group waits for
-        its last pages, not all; a write elsewhere (after copies into the map, or
-        another writer's appends) starts a new run: pages this writer did not just
-        write are never advised."""
+        reserved and the pages claimed (``grow`` without ``populate``)."""
         fd = self._fd
-        start, end = self._run
-        if pos != end:
-            start = pos
         for part in parts:
             with memoryview(part) as view:
                 done, size = 0, len(view)
                 while done < size:      # a short write: the rest, or the error
                     done += os.pwrite(fd, view[done:], pos + done)
             pos += size
-        self._run = (hand_on(fd, start, pos), pos)
+
+    def hand_on(self, start: int, end: int) -> int:
+        """Start the writeback of ``[start, end)``, bytes just written through the file,
+        once they are ``HAND_ON`` or more (``_runtime.files.hand_on``): returns where
+        the bytes not yet handed on start."""
+        return hand_on(self._fd, start, end)
 
     def zero(self, start: int, end: int) -> None:
         """Zero ``[start, end)`` (within the file: past its end nothing was written, and
