@@ -6,6 +6,7 @@ sees changes. Other appends are left to the kernel."""
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 
@@ -103,3 +104,22 @@ def test_appends_outside_a_group_are_never_advised(logdir, advised):
         ino = os.stat(log.segments[-1].path).st_ino
         assert [c for c in advised if c[0] == ino] == []
         assert [m.value for m in log.iter(r.start)] == big
+
+
+def test_a_refused_advice_changes_nothing(logdir, monkeypatch):
+    """The advice is a hint: a file system that refuses it (an ``OSError``) fails no
+    append; the group goes in whole and the fsync after it does all the work."""
+    refused = []
+
+    def refuse(fd: int, offset: int, length: int, advice: int) -> None:
+        refused.append(offset)
+        raise OSError(errno.EINVAL, "refused")
+
+    monkeypatch.setattr(os, "posix_fadvise", refuse)
+    with Log.open(logdir, flush_ms=None, max_message_bytes=256 << 10) as log:
+        values = [os.urandom(1000) for _ in range(20_000)]
+        r = append_encoded(log, encode_batches(log, values, 1), atomic=True)
+        log.flush()
+        assert refused and [m.value for m in log.iter(r.start)] == values
+    with Log.open(logdir, readonly=True) as reader:
+        assert [m.value for m in reader.iter(0)] == values

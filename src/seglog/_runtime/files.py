@@ -177,7 +177,10 @@ def hand_on(fd: int, start: int, end: int) -> int:
         return end
     lo = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
     hi = end - end % mmap.PAGESIZE
-    advise(fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
+    try:
+        advise(fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass        # a hint: refused, the fsync after does all the work, as without it
     return hi
 
 
