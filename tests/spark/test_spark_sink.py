@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -381,6 +382,95 @@ def test_batch_writes_whose_drivers_died_are_finished_or_removed_by_the_next(tmp
     os.remove(os.path.join(alive.path, _publish.DRIVER))     # the job is aborted meanwhile
     with pytest.raises(SeglogError, match="has ended"):
         st.finish()
+
+
+def make_batch_writer(root: str, **opts):
+    """The batch writer Spark is given (a new job), driven by hand (no session)."""
+    o = parse_sink_options({"path": root, "topic": "t", **opts})
+    return _sink.sink_classes()["SeglogWriter"](o, ColumnSpec(value="value", partition="partition"),
+                                                _Msg)
+
+
+def job_messages(root: str, writer, tag: bytes, n: int = 40) -> list:
+    """Two tasks of ``writer``'s job staging ``n`` rows each, spread over partitions
+    0 and 1; the messages their ``write`` returns."""
+    o = parse_sink_options({"path": root, "topic": "t"})
+    wd = WriteDir(root, "job", writer.job)
+    out = []
+    for task in range(2):
+        rb = batch(n, partition=[i % 2 for i in range(n)],
+                   values=[tag + b"-%d.%d" % (task, i) for i in range(n)])
+        groups = stage_task(o, spec(rb), wd, 0, task, iter([rb]))
+        out.append(_Msg(("job", writer.job), 0, task, groups))
+    return out
+
+
+def test_a_batch_commit_behind_a_stopped_writer_fails_and_leaves_nothing(tmp_path):
+    """Another writer of a partition is stopped (SIGSTOP) inside an append, holding the
+    append lock: the job's commit fails with ``LogLockedError`` after
+    ``lockTimeoutMs`` having published nothing, and the job is over: nothing of it
+    is visible, then or ever (the next write under the root publishes only its own
+    rows), and nothing of it is left on disk."""
+    from mw_child import stopped_values
+    from mw_harness import gone, readline, spawn, wait_exit, wait_stopped
+    from seglog import LogLockedError
+    from seglog.topic import partition_dir
+    root = str(tmp_path)
+    Topic.open(root, "t", partitions=2).close()
+    child = spawn("stop", partition_dir(root, "t", 1), "{}", stdout=subprocess.PIPE)
+    try:
+        assert readline(child, "its first append") == "0"
+        wait_stopped(child.pid)
+        writer = make_batch_writer(root, lockTimeoutMs=700)
+        msgs = job_messages(root, writer, b"failed")
+        with pytest.raises(LogLockedError):
+            writer.commit(msgs)
+        writer.abort(msgs)                       # Spark aborts a job whose commit failed
+        assert read_values(root, "t")[0] == []
+        assert not os.path.exists(WriteDir(root, "job", writer.job).path)
+        os.kill(child.pid, signal.SIGCONT)
+        assert readline(child, "its stopped call") == f"1 {1 + len(stopped_values())}"
+        assert wait_exit(child, "the continued writer") == 0
+    finally:
+        gone(child)
+    after = make_batch_writer(root)              # its open sweeps what jobs left
+    after.commit(job_messages(root, after, b"after"))
+    got = read_values(root, "t")
+    assert sorted(got[0] + got[1]) == sorted(
+        [b"before", *stopped_values()]
+        + [b"after-%d.%d" % (t, i) for t in range(2) for i in range(40)])
+    assert os.listdir(os.path.join(root, "__spark", "jobs")) == []
+
+
+def test_a_batch_commit_that_failed_after_publishing_part_is_finished_by_the_next_write(
+        tmp_path, monkeypatch):
+    """A commit that fails after one partition's groups went in (they are visible:
+    they cannot be taken back) says so in its error, and the next write under the
+    root publishes the rest: every row of the job once."""
+    from seglog import LogLockedError
+    root = str(tmp_path)
+    Topic.open(root, "t", partitions=2).close()
+    writer = make_batch_writer(root)
+    msgs = job_messages(root, writer, b"part")
+    real = _publish.append_encoded
+
+    def locked_out_of_1(log, batches, atomic=False):
+        if log.path.endswith("t-1"):
+            raise LogLockedError("another writer held the append lock")
+        return real(log, batches, atomic)
+    monkeypatch.setattr(_publish, "append_encoded", locked_out_of_1)
+    with pytest.raises(LogLockedError) as err:
+        writer.commit(msgs)
+    monkeypatch.undo()
+    assert "do not run the job again" in " ".join(getattr(err.value, "__notes__", []))
+    writer.abort(msgs)
+    assert read_values(root, "t")[1] == [] and len(read_values(root, "t")[0]) == 40
+    after = make_batch_writer(root)
+    got = read_values(root, "t")
+    assert sorted(got[0] + got[1]) == sorted(b"part-%d.%d" % (t, i)
+                                             for t in range(2) for i in range(40))
+    after.abort([])
+    assert os.listdir(os.path.join(root, "__spark", "jobs")) == []
 
 
 def test_a_task_and_the_commit_hand_their_pages_to_the_disk_as_they_write(

@@ -364,6 +364,19 @@ def published(log: Log, start: int, groups: list[list[int]]) -> set[int]:
     return out
 
 
+def anything_published(wd: WriteDir, m: Manifest) -> bool:
+    """Whether any group of ``m`` is in its partition, looked for as a resumed
+    commit looks (``published``), by readers (a stopped writer blocks nothing): after
+    a commit that failed. A partition whose offsets after the recorded end were
+    deleted meanwhile cannot be looked at, and counts as published."""
+    for tp, items in groupby(m.groups, key=lambda x: (x[1].topic, x[1].partition)):
+        with Log.open(partition_dir(wd.root, *tp), readonly=True) as log:
+            if log.start_offset > m.ends[tp] or published(
+                    log, m.ends[tp], [_checksums(wd, d, g) for d, g in items]):
+                return True
+    return False
+
+
 # -- a batch write's driver, and the writes whose drivers died ---------------------------
 def _process_start(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks since boot), None if it is gone or

@@ -9,6 +9,7 @@ Tasks stage their rows (``_stage.stage_task``), the driver's commit publishes th
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
 # Any: pyspark's DataSource objects: rows as Arrow batches, commit messages, the options map
@@ -17,12 +18,15 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 from .._runtime.files import SPARK_DIR, make_dirs
 from .._storage.marker import check_root
 from ..errors import InvalidConfigError, SeglogError
-from ._publish import WriteDir, make_manifest, publish, start_job, sweep_jobs
+from ._publish import (Manifest, WriteDir, anything_published, make_manifest, publish,
+                       start_job, sweep_jobs)
 from ._sink_options import ColumnSpec, SinkOptions, check_columns, parse_sink_options
 from ._stage import StagedGroup, ensure_topic, stage_task
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
+
+_log = logging.getLogger("seglog")
 
 
 class _Message:
@@ -92,15 +96,42 @@ class _Writer:
         return self._message(("job", self.job), 0, task, groups)
 
     def commit(self, messages: list[Any]) -> None:
-        """All tasks succeeded: publish every group (manifest first), fsynced."""
+        """All tasks succeeded: publish every group (manifest first), fsynced. A
+        commit that fails (another writer held a partition past ``lockTimeoutMs``, a
+        full disk) ends the job with nothing visible if it published nothing; else
+        its manifest stays for the next write under the root to finish, and its
+        error says so."""
         wd = self._dir()
         with wd.locked(self.o.lock_timeout_ms / 1000):
             groups = _groups(messages)
             if groups:
                 m = make_manifest(wd, 0, groups, self.o.lock_timeout_ms)
                 wd.write_manifest(m)
-                publish(wd, m, resumed=False, timeout_ms=self.o.lock_timeout_ms)
+                try:
+                    publish(wd, m, resumed=False, timeout_ms=self.o.lock_timeout_ms)
+                except Exception as e:      # (not an interrupt: the process is going)
+                    self._failed(wd, m, e)
+                    raise
             wd.finish(0)
+
+    def _failed(self, wd: WriteDir, m: Manifest, e: Exception) -> None:
+        """The commit of ``m`` failed with ``e``: Spark reports the job failed, so
+        a job that published nothing is removed whole (a later write must never
+        publish its manifest: all or nothing). Rows already published cannot be
+        taken back; the job's manifest stays, and the next write finishes it."""
+        try:
+            some = anything_published(wd, m)
+        except Exception as look:
+            _log.warning("seglog: cannot tell what the failed commit of Spark write %s "
+                         "published (%s): its manifest is kept", self.job, look)
+            some = True
+        if not some:
+            wd.remove()
+            return
+        e.add_note(f"seglog: the commit of Spark write {self.job} failed after publishing "
+                   f"part of its rows (they stay: published rows are never taken back); "
+                   f"the next seglog write under {self.o.root} publishes the rest, each row "
+                   f"once: do not run the job again")
 
     def abort(self, messages: list[Any]) -> None:
         """A task failed: nothing was published; the staging files go."""
