@@ -329,9 +329,9 @@ def test_a_commit_killed_at_any_group_is_finished_once_by_the_next(tmp_path, mon
     assert groups_total >= 4
 
 
-def make_stream_writer(root: str):
+def make_stream_writer(root: str, **opts):
     """The stream writer Spark is given, driven by hand (no session)."""
-    o = parse_sink_options({"path": root, "topic": "t"})
+    o = parse_sink_options({"path": root, "topic": "t", **opts})
     return _sink.sink_classes()["SeglogStreamWriter"](o, ColumnSpec(value="value"), _Msg)
 
 
@@ -440,6 +440,42 @@ def test_a_batch_commit_behind_a_stopped_writer_fails_and_leaves_nothing(tmp_pat
         [b"before", *stopped_values()]
         + [b"after-%d.%d" % (t, i) for t in range(2) for i in range(40)])
     assert os.listdir(os.path.join(root, "__spark", "jobs")) == []
+
+
+def test_a_micro_batch_behind_a_stopped_writer_fails_then_appears_once_when_run_again(
+        tmp_path):
+    """A micro-batch's commit behind a writer stopped (SIGSTOP) holding a partition's
+    append lock fails with ``LogLockedError`` having published nothing; Spark runs
+    the micro-batch again once the query restarts (new staging files), and its rows
+    appear once, the first attempt's manifest finished, nothing staged left."""
+    from mw_child import stopped_values
+    from mw_harness import gone, readline, spawn, wait_exit, wait_stopped
+    from seglog import LogLockedError
+    from seglog.topic import partition_dir
+    root = str(tmp_path)
+    Topic.open(root, "t", partitions=2).close()
+    rows = batch(40, partition=[i % 2 for i in range(40)],
+                 values=[b"m-%d" % i for i in range(40)])
+    child = spawn("stop", partition_dir(root, "t", 1), "{}", stdout=subprocess.PIPE)
+    try:
+        assert readline(child, "its first append") == "0"
+        wait_stopped(child.pid)
+        wd, groups = stage(root, [rows], task=0, batch_no=0)
+        with pytest.raises(LogLockedError):
+            make_stream_writer(root, lockTimeoutMs=700).commit([message("q1", 0, groups)], 0)
+        assert read_values(root, "t")[0] == [] and wd.committed() is None
+        os.kill(child.pid, signal.SIGCONT)
+        assert readline(child, "its stopped call") == f"1 {1 + len(stopped_values())}"
+        assert wait_exit(child, "the continued writer") == 0
+    finally:
+        gone(child)
+    _, again = stage(root, [rows], task=0, batch_no=0)        # the query restarted
+    make_stream_writer(root).commit([message("q1", 0, again)], 0)
+    got = read_values(root, "t")
+    assert sorted(got[0] + got[1]) == sorted([b"before", *stopped_values()]
+                                             + [b"m-%d" % i for i in range(40)])
+    assert wd.manifest() is None and wd.committed() == 0
+    assert not os.path.exists(wd.stage_dir(0))
 
 
 def test_a_batch_commit_that_failed_after_publishing_part_is_finished_by_the_next_write(
