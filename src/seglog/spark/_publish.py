@@ -155,12 +155,22 @@ class WriteDir:
         if self.kind == "query":
             atomic_write(os.path.join(self.path, COMMITTED),
                          json.dumps({"version": 1, "batch": batch}).encode())
-        if remove(os.path.join(self.path, MANIFEST)):
-            fsync_dir(self.path)
+        self._drop_manifest()
         if self.kind == "query":
             self.clean_stages(batch)
         else:
             self.remove()
+
+    def abandon(self) -> None:
+        """A batch write whose commit failed having published nothing ends: its
+        manifest removed durably first (one a power loss brought back would be
+        published by the next write's sweep), then the rest (``remove``)."""
+        self._drop_manifest()
+        self.remove()
+
+    def _drop_manifest(self) -> None:
+        if remove(os.path.join(self.path, MANIFEST)):
+            fsync_dir(self.path)
 
     def clean_stages(self, upto: int, keep: Iterable[str] = ()) -> None:
         """Remove the staging files of batches up to ``upto`` (but ``keep``), of every
@@ -367,10 +377,14 @@ def published(log: Log, start: int, groups: list[list[int]]) -> set[int]:
 def anything_published(wd: WriteDir, m: Manifest) -> bool:
     """Whether any group of ``m`` is in its partition, looked for as a resumed
     commit looks (``published``), by readers (a stopped writer blocks nothing): after
-    a commit that failed. A partition whose offsets after the recorded end were
-    deleted meanwhile cannot be looked at, and counts as published."""
+    a commit that failed. A partition that did not grow past its recorded end holds
+    none (its staging files are not read: they may be what failed); one whose
+    offsets after the recorded end were deleted meanwhile cannot be looked at, and
+    counts as published."""
     for tp, items in groupby(m.groups, key=lambda x: (x[1].topic, x[1].partition)):
         with Log.open(partition_dir(wd.root, *tp), readonly=True) as log:
+            if log.end_offset == m.ends[tp]:
+                continue
             if log.start_offset > m.ends[tp] or published(
                     log, m.ends[tp], [_checksums(wd, d, g) for d, g in items]):
                 return True

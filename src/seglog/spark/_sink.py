@@ -106,8 +106,8 @@ class _Writer:
             groups = _groups(messages)
             if groups:
                 m = make_manifest(wd, 0, groups, self.o.lock_timeout_ms)
-                wd.write_manifest(m)
                 try:
+                    wd.write_manifest(m)    # in place even if its directory's fsync failed
                     publish(wd, m, resumed=False, timeout_ms=self.o.lock_timeout_ms)
                 except Exception as e:      # (not an interrupt: the process is going)
                     self._failed(wd, m, e)
@@ -124,9 +124,13 @@ class _Writer:
         except Exception as look:
             _log.warning("seglog: cannot tell what the failed commit of Spark write %s "
                          "published (%s): its manifest is kept", self.job, look)
-            some = True
+            e.add_note(f"seglog: the commit of Spark write {self.job} failed, and what it "
+                       f"published cannot be told ({look}); its manifest is kept: the next "
+                       f"seglog write under {self.o.root} publishes what is missing, each "
+                       f"row once: do not run the job again")
+            return
         if not some:
-            wd.remove()
+            wd.abandon()
             return
         e.add_note(f"seglog: the commit of Spark write {self.job} failed after publishing "
                    f"part of its rows (they stay: published rows are never taken back); "
