@@ -492,6 +492,49 @@ def test_a_batch_commit_that_published_nothing_ends_the_job_durably(tmp_path, mo
                                              for t in range(2) for i in range(40))
 
 
+def test_an_unfinished_commit_that_cannot_be_finished_names_itself_and_the_way_out(
+        tmp_path, monkeypatch):
+    """A job's commit failed after publishing part, and a staging file of the rest is
+    damaged since: the next write's sweep cannot finish it, fails (nothing more
+    published), and says which write and what to do; with that write moved away, the
+    next write goes through."""
+    from seglog import LogLockedError
+    from seglog.errors import CorruptRecordError
+    root = str(tmp_path / "root")
+    Topic.open(root, "t", partitions=2).close()
+    writer = make_batch_writer(root)
+    msgs = job_messages(root, writer, b"part")
+    real = _publish.append_encoded
+
+    def locked_out_of_1(log, batches, atomic=False):
+        if log.path.endswith("t-1"):
+            raise LogLockedError("another writer held the append lock")
+        return real(log, batches, atomic)
+    monkeypatch.setattr(_publish, "append_encoded", locked_out_of_1)
+    with pytest.raises(LogLockedError):
+        writer.commit(msgs)
+    monkeypatch.undo()
+    wd = WriteDir(root, "job", writer.job)
+    for m in msgs:
+        for d, g in m.groups:
+            if g.partition == 1:
+                with open(os.path.join(wd.path, d, g.name), "r+b") as f:
+                    f.seek(60)
+                    f.write(b"\xff")
+    before = read_values(root, "t")
+    with pytest.raises(CorruptRecordError) as err:
+        make_batch_writer(root)
+    notes = " ".join(getattr(err.value, "__notes__", []))
+    assert writer.job in notes and "move " + wd.path in notes
+    assert read_values(root, "t") == before
+    os.rename(wd.path, str(tmp_path / "moved-away"))
+    after = make_batch_writer(root)
+    after.commit(job_messages(root, after, b"after"))
+    got = read_values(root, "t")
+    assert sorted(got[0] + got[1]) == sorted(before[0] + [b"after-%d.%d" % (t, i)
+                                                           for t in range(2) for i in range(40)])
+
+
 def test_a_micro_batch_behind_a_stopped_writer_fails_then_appears_once_when_run_again(
         tmp_path):
     """A micro-batch's commit behind a writer stopped (SIGSTOP) holding a partition's

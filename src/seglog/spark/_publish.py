@@ -463,10 +463,12 @@ def driver_alive(wd: WriteDir) -> bool:
 
 
 def sweep_jobs(root: str, timeout_ms: int, mine: str | None = None) -> None:
-    """Batch writes whose drivers died: one that died inside its commit (its manifest
-    there, its lock free) is finished, so it is all there; one that died before (no
-    manifest) had published nothing, and its staging files are removed, once its
-    driver is proven gone (``driver_alive``); what tasks of ended writes left goes."""
+    """Batch writes whose drivers died: one that died inside its commit, or whose
+    commit failed after publishing part (its manifest there, its lock free), is
+    finished, so it is all there (a failure says which write it was); one that died
+    before (no manifest) had published nothing, and its staging files are removed,
+    once its driver is proven gone (``driver_alive``); what tasks of ended writes
+    left goes."""
     top = os.path.join(root, SPARK_DIR, "jobs")
     try:
         names = sorted(os.listdir(top))
@@ -481,9 +483,19 @@ def sweep_jobs(root: str, timeout_ms: int, mine: str | None = None) -> None:
                 continue                 # its commit is running
             m = wd.manifest()
             if m is not None:
-                _log.warning("seglog: finishing the commit of Spark write %s, whose driver "
-                             "died inside it", name)
-                publish(wd, m, resumed=True, timeout_ms=timeout_ms)
+                _log.warning("seglog: finishing the commit of Spark write %s, which did not "
+                             "finish (its driver died inside it, or it failed after "
+                             "publishing part)", name)
+                try:
+                    publish(wd, m, resumed=True, timeout_ms=timeout_ms)
+                except Exception as e:
+                    e.add_note(
+                        f"seglog: a sink write under {root} first finishes Spark write "
+                        f"{name}, whose commit did not finish, and that failed. If the cause "
+                        f"lasts (a damaged or missing staging file), that write's rows stay "
+                        f"part published and the rest cannot be: move {wd.path} out of the "
+                        f"way to write again")
+                    raise
                 wd.finish(m.batch)
             elif not driver_alive(wd):
                 wd.remove()
