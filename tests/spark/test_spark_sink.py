@@ -405,6 +405,19 @@ def job_messages(root: str, writer, tag: bytes, n: int = 40) -> list:
     return out
 
 
+def lock_out_of_partition_1(monkeypatch) -> None:
+    """The commit's appends to partition 1 fail as behind a writer holding its lock
+    (partition 0's go in): a commit that fails after publishing part."""
+    from seglog import LogLockedError
+    real = _publish.append_encoded
+
+    def locked_out_of_1(log, batches, atomic=False):
+        if log.path.endswith("t-1"):
+            raise LogLockedError("another writer held the append lock")
+        return real(log, batches, atomic)
+    monkeypatch.setattr(_publish, "append_encoded", locked_out_of_1)
+
+
 def test_a_batch_commit_behind_a_stopped_writer_fails_and_leaves_nothing(tmp_path):
     """Another writer of a partition is stopped (SIGSTOP) inside an append, holding the
     append lock: the job's commit fails with ``LogLockedError`` after
@@ -504,13 +517,7 @@ def test_an_unfinished_commit_that_cannot_be_finished_names_itself_and_the_way_o
     Topic.open(root, "t", partitions=2).close()
     writer = make_batch_writer(root)
     msgs = job_messages(root, writer, b"part")
-    real = _publish.append_encoded
-
-    def locked_out_of_1(log, batches, atomic=False):
-        if log.path.endswith("t-1"):
-            raise LogLockedError("another writer held the append lock")
-        return real(log, batches, atomic)
-    monkeypatch.setattr(_publish, "append_encoded", locked_out_of_1)
+    lock_out_of_partition_1(monkeypatch)
     with pytest.raises(LogLockedError):
         writer.commit(msgs)
     monkeypatch.undo()
@@ -581,13 +588,7 @@ def test_a_batch_commit_that_failed_after_publishing_part_is_finished_by_the_nex
     Topic.open(root, "t", partitions=2).close()
     writer = make_batch_writer(root)
     msgs = job_messages(root, writer, b"part")
-    real = _publish.append_encoded
-
-    def locked_out_of_1(log, batches, atomic=False):
-        if log.path.endswith("t-1"):
-            raise LogLockedError("another writer held the append lock")
-        return real(log, batches, atomic)
-    monkeypatch.setattr(_publish, "append_encoded", locked_out_of_1)
+    lock_out_of_partition_1(monkeypatch)
     with pytest.raises(LogLockedError) as err:
         writer.commit(msgs)
     monkeypatch.undo()
