@@ -240,6 +240,11 @@ class Manifest:
     def files(self) -> set[str]:
         return {g.name for _, g in self.groups}
 
+    def by_partition(self) -> list[tuple[TP, list[tuple[str, StagedGroup]]]]:
+        """The groups partition by partition (they are sorted so)."""
+        return [(tp, list(items)) for tp, items in
+                groupby(self.groups, key=lambda x: (x[1].topic, x[1].partition))]
+
 
 def make_manifest(wd: WriteDir, batch: int, groups: list[tuple[str, StagedGroup]],
                   timeout_ms: int) -> Manifest:
@@ -260,8 +265,7 @@ def publish(wd: WriteDir, m: Manifest, resumed: bool, timeout_ms: int) -> dict[T
     end offsets. Returns when every partition is fsynced (an error: the first
     partition's that failed, once the others are done), per partition the offsets
     appended now."""
-    parts = [(tp, list(items))
-             for tp, items in groupby(m.groups, key=lambda x: (x[1].topic, x[1].partition))]
+    parts = m.by_partition()
     with ExitStack() as opened:
         logs = [opened.enter_context(Log.open(partition_dir(wd.root, *tp), multi_writer=True,
                                               lock_timeout_ms=timeout_ms)) for tp, _ in parts]
@@ -381,7 +385,7 @@ def anything_published(wd: WriteDir, m: Manifest) -> bool:
     none (its staging files are not read: they may be what failed); one whose
     offsets after the recorded end were deleted meanwhile cannot be looked at, and
     counts as published."""
-    for tp, items in groupby(m.groups, key=lambda x: (x[1].topic, x[1].partition)):
+    for tp, items in m.by_partition():
         with Log.open(partition_dir(wd.root, *tp), readonly=True) as log:
             if log.end_offset == m.ends[tp]:
                 continue

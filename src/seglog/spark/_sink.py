@@ -124,18 +124,16 @@ class _Writer:
         except Exception as look:
             _log.warning("seglog: cannot tell what the failed commit of Spark write %s "
                          "published (%s): its manifest is kept", self.job, look)
-            e.add_note(f"seglog: the commit of Spark write {self.job} failed, and what it "
-                       f"published cannot be told ({look}); its manifest is kept: the next "
-                       f"seglog write under {self.o.root} publishes what is missing, each "
-                       f"row once: do not run the job again")
-            return
-        if not some:
-            wd.abandon()
-            return
-        e.add_note(f"seglog: the commit of Spark write {self.job} failed after publishing "
-                   f"part of its rows (they stay: published rows are never taken back); "
-                   f"the next seglog write under {self.o.root} publishes the rest, each row "
-                   f"once: do not run the job again")
+            what = f"and what it published cannot be told ({look})"
+        else:
+            if not some:
+                wd.abandon()
+                return
+            what = ("after publishing part of its rows (they stay: published rows are "
+                    "never taken back)")
+        e.add_note(f"seglog: the commit of Spark write {self.job} failed {what}; its "
+                   f"manifest is kept: the next seglog write under {self.o.root} publishes "
+                   f"what is missing, each row once: do not run the job again")
 
     def abort(self, messages: list[Any]) -> None:
         """A task failed: nothing was published; the staging files go."""
