@@ -538,11 +538,13 @@ class Log:
 # -- the seams of Topic, Producer, the Spark sink and seglog.testing -------------------
 # Functions of this module, not methods: a user's Log shows none of them (nor does the
 # API reference), while the modules that build on a Log call them by a public name.
-def encode_batches(log: Log, items: Sequence[Any], now: int) -> Batches:
+def encode_batches(log: Log, items: Sequence[Any], now: int,
+                   lengths: list[int] | None = None) -> Batches:
     """Every input check of ``log.append_batch(items)`` (``now``: the writer's clock in
     ms) and its batches, encoded for ``append_encoded``; writes nothing (a topic
-    encodes every partition's part before writing any)."""
-    return encode(items, now, log.config, log._compress)
+    encodes every partition's part before writing any). ``lengths``: the items'
+    lengths, when the caller knows each is exactly ``bytes``."""
+    return encode(items, now, log.config, log._compress, lengths)
 
 
 def append_encoded(log: Log, batches: Batches, atomic: bool = False) -> range:

@@ -17,10 +17,12 @@ from .._codec.records import HEADER_FRAMING, PreparedBatch, prepare_batch
 _RECORD_OVERHEAD = 24
 
 
-def encode(items: Sequence[Any], now: int, config: LogConfig, compress: int
-           ) -> list[tuple[Any, int, int, int]]:
+def encode(items: Sequence[Any], now: int, config: LogConfig, compress: int,
+           lengths: list[int] | None = None) -> list[tuple[Any, int, int, int]]:
     """Every input check of ``Log.append_batch(items)`` (``now``: the writer's clock in
-    ms) and its batches, encoded with ``compress`` (a codec id); writes nothing."""
+    ms) and its batches, encoded with ``compress`` (a codec id); writes nothing.
+    ``lengths``: the items' lengths, from a caller that knows each item is exactly
+    ``bytes`` (the producer's checked sends): no pass over them here."""
     batches = None
     try:
         # bytes-like values only (Records, str, None make join raise): the join is
@@ -30,11 +32,14 @@ def encode(items: Sequence[Any], now: int, config: LogConfig, compress: int
         body = None
     # the whole batch within max_message_bytes: so is every value in it
     if body is not None and len(body) + _RECORD_OVERHEAD * len(items) <= config.max_message_bytes:
-        lens = list(map(len, items))
-        # len() is the byte size of bytes only (a memoryview, array or ctypes array
-        # counts items): other buffers take the careful path
-        if sum(lens) == len(body) and list(map(type, items)).count(bytes) == len(lens):
-            size, parts = encode_values_parts(body, lens, now, compress)
+        if lengths is None:
+            lens = list(map(len, items))
+            # len() is the byte size of bytes only (a memoryview, array or ctypes
+            # array counts items): other buffers take the careful path
+            if sum(lens) == len(body) and list(map(type, items)).count(bytes) == len(lens):
+                lengths = lens
+        if lengths is not None:
+            size, parts = encode_values_parts(body, lengths, now, compress)
             batches = [(parts, len(items), now, size)]
     if batches is None:
         values, keys, stamps, headers = _prepared(items, now, config)
