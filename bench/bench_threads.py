@@ -17,7 +17,7 @@ its release to the last thread's return (for a Producer: the last ``flush()``).
    default), then ``flush()``; ``durable=True`` the same with 8 threads (each batch
    fsynced before its futures resolve). Beside it the floor of any producer of
    futures in CPython (``_send_floor``: a call, a future and a queue entry per send,
-   one thread appending batches and resolving them, nothing else).
+   one thread appending batches and resolving each in one step, nothing else).
 4. Several processes, several threads: 4 processes, each ``Log.open(multi_writer=True)``
    on one log and 4 threads calling ``append()``; beside it lmdb, 4 processes with 4
    threads each, one ``put`` per write transaction (sync=False, metasync=False).
@@ -148,22 +148,23 @@ def one_process(kind: str, path: str, n: int, nthreads: int, src: str) -> tuple[
 def _send_floor(seglog: Any, log: Any, vals: list[bytes], per: int,
                 nthreads: int) -> tuple[float, list[list[int]]]:
     """The least a producer of futures does in CPython: per send, one Python call that
-    makes a future (seglog's lazy one) and queues it with its value under a lock; one
-    thread that takes what is queued every 5 ms, appends it as batches of 1,000 and
-    resolves the futures with their offsets (seglog's one-pass helpers). No checks,
-    no buffer bound, no serializers, no partitions, no linger logic."""
-    try:
-        from seglog._runtime.future import finish_all, new_future, start_all
-    except ImportError:   # --compare with a tree from before the subsystem folders
-        from seglog._future import finish_all, new_future, start_all  # type: ignore
+    makes a future of the round now waiting (seglog's ``FutureRound``: started and
+    resolved a batch at a time) and queues it with its value under a lock; one
+    thread that takes the round every 5 ms, appends it as batches of 1,000 and
+    resolves each batch's futures with their offsets in one step. No checks, no
+    buffer bound, no serializers, no partitions, no linger logic."""
+    from seglog._runtime.future import FutureRound
     lock = threading.Lock()
-    q: list[tuple[list[bytes], list[Any]]] = [([], [])]
+    q: list[tuple[list[bytes], list[Any], Any]] = [([], [], FutureRound())]
     stop = threading.Event()
 
     def send(v: bytes) -> Any:
-        f = new_future()
+        box = q[0]
+        f = box[2].new()
         with lock:
-            box = q[0]
+            if q[0] is not box:         # the round was taken meanwhile
+                box = q[0]
+                f = box[2].new()
             box[0].append(v)
             box[1].append(f)
         return f
@@ -172,10 +173,10 @@ def _send_floor(seglog: Any, log: Any, vals: list[bytes], per: int,
         while True:
             stopping = stop.wait(0.005)
             with lock:
-                (vs, fs), q[0] = q[0], ([], [])
-            start_all(fs)
+                (vs, fs, rnd), q[0] = q[0], ([], [], FutureRound())
+            rnd.start(fs)
             for i in range(0, len(vs), 1000):
-                finish_all(fs[i:i + 1000], log.append_batch(vs[i:i + 1000]))
+                rnd.resolve(i, log.append_batch(vs[i:i + 1000]))
             if stopping:
                 return
     writer = threading.Thread(target=drain)

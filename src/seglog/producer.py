@@ -25,7 +25,7 @@ from operator import add
 # Any: user values and keys, their serializers, and Futures of them
 from typing import Any, Callable, Iterable, Sequence
 
-from ._runtime.future import finish_all, new_future, start_all
+from ._runtime.future import FutureRound, finish_all
 from .errors import (InvalidConfigError, LogLockedError, MessageTooLargeError,
                      NotDurableError, ProducerClosedError, ProducerTimeoutError, ReadOnlyError,
                      StorageError)
@@ -38,8 +38,9 @@ from .topic import Topic
 # encoder counts: a chunk then always encodes as one batch by the single-join path
 _CUT_OVERHEAD = 32
 _FOREVER = float("inf")
-# written records: the futures of each batch, and the batch's offsets
-_Written = list[tuple[list[Future[Any]], range]]
+# written records: the futures of each batch, the batch's offsets, and where the
+# futures are in their round (None: they are finished one by one)
+_Written = list[tuple[list[Future[Any]], range, tuple[FutureRound, int] | None]]
 # a round the writer appended, for a durable producer's syncer: the records taken
 # through it (a count), its bytes (in the buffer until made durable), and what it
 # wrote, by partition
@@ -70,13 +71,15 @@ def _deadline(timeout: float | None) -> float:
 
 
 class _Part:
-    """What waits for one partition: items (bytes or Record), their futures, bytes."""
+    """What waits for one partition: items (bytes or Record), their futures (of one
+    round: started and resolved a batch at a time), bytes."""
 
-    __slots__ = ("items", "futures", "nbytes", "plain")
+    __slots__ = ("items", "futures", "round", "nbytes", "plain")
 
-    def __init__(self) -> None:
+    def __init__(self, tag: int | None) -> None:
         self.items: list[bytes | Record] = []
         self.futures: list[Future[Any]] = []
+        self.round = FutureRound(tag)
         self.nbytes = 0
         self.plain = True       # every item is bytes: the writer's C-level cut applies
 
@@ -148,7 +151,10 @@ class Producer:
         self._value_ser = value_serializer
         self._logs = logs
         self._max_msg = [log.config.max_message_bytes for log in logs]
-        self._parts = [_Part() for _ in logs]
+        # a Topic's futures resolve to (partition, offset): their rounds' tag
+        self._tags: list[int | None] = ([None] if self._topic is None
+                                        else list(range(len(logs))))
+        self._parts = [_Part(t) for t in self._tags]
         # the largest plain value ``send`` queues without the checks of ``_prepared``:
         # none with a value serializer (it makes the value), else what fits every
         # partition's batch and the buffer
@@ -159,7 +165,15 @@ class Producer:
         self._wake = threading.Condition(self._lock)    # the writer: records wait
         self._space = threading.Condition(self._lock)   # senders: buffer space freed
         self._done = threading.Condition(self._lock)    # flush(): a round completed
-        self._buffered = 0          # queued and in-flight record bytes
+        self._queued = 0            # bytes of the records waiting (to be taken)
+        self._inflight = 0          # bytes of the records taken, not yet completed
+        # ``send``'s common way (plain bytes to the sticky partition) takes only the
+        # records' lists and ``_queued`` while ``_queued`` stays within ``_limit``
+        # (-1: no send goes that way), which the other way sets; the bytes it adds
+        # above ``_fast_from`` are ``_fast_part``'s, counted in by the other way
+        self._limit = -1
+        self._fast_from = 0
+        self._fast_part = self._parts[0]
         self._full = False          # a partition holds batch_size bytes: write at once
         self._oldest = 0.0          # monotonic time the oldest waiting record was queued
         self._any = False           # records wait in ``_parts`` (to be taken)
@@ -208,27 +222,42 @@ class Producer:
             # batch and the buffer), and a closed producer is refused under the lock
             p = self._sticky        # (one statement each: no tuple made)
             item = value
-            plain = True
+            common = True
         else:
             p, item, size = self._prepared(value, key, timestamp, headers, partition)
-            plain = type(item) is bytes
-        fut = new_future()
+            common = False
+        # a future of the round now waiting; the writer may take that round before
+        # the lock is ours (then one of the next round is made)
+        part = self._parts[p]
+        fut = part.round.new()
         with self._lock:
             # each new int costs an allocation: a sum made once, and no count of
             # records (the parts' lists are, when one is asked for: ``_sent``)
-            buffered = self._buffered + size
-            if buffered > self._max_buffer:
+            queued = self._queued + size
+            if common and queued <= self._limit and part is self._parts[p]:
+                # within the bound the last send set (``_limit``): the buffer has
+                # room, the writer is awake, the batch is short of batch_size, the
+                # producer is open. Its bytes are the sticky part's (``_fast_part``)
+                part.items.append(item)
+                part.futures.append(fut)
+                self._queued = queued
+                return fut
+            if queued + self._inflight > self._max_buffer:
                 self._wait_for_space(size)
-                buffered = self._buffered + size
+                queued = self._queued + size
             if self._closing:
                 raise self._closed_error()
-            part = self._parts[p]
+            if part is not self._parts[p]:
+                part = self._parts[p]
+                fut = part.round.new()
+            # the bytes sent the common way since the bound was set
+            self._fast_part.nbytes += self._queued - self._fast_from
             part.items.append(item)
             part.futures.append(fut)
             part.nbytes += size
-            if not plain:
+            if type(item) is not bytes:
                 part.plain = False
-            self._buffered = buffered
+            self._queued = queued
             if not self._any:       # the first record to wait
                 self._any = True
                 self._oldest = time.monotonic()
@@ -236,6 +265,16 @@ class Producer:
             elif part.nbytes >= self._batch_size and not self._full:
                 self._full = True       # one wake-up, not one per send until taken
                 self._wake.notify()
+            # the bound of the common way until the next send that takes this one:
+            # the buffer's room, and (until the writer is told to write at once) one
+            # byte short of batch_size in the sticky partition
+            sticky = self._parts[self._sticky]
+            limit = self._max_buffer - self._inflight
+            if not self._full and queued + self._batch_size - 1 - sticky.nbytes < limit:
+                limit = queued + self._batch_size - 1 - sticky.nbytes
+            self._limit = limit
+            self._fast_from = queued
+            self._fast_part = sticky
         return fut
 
     def _sent(self) -> int:
@@ -306,7 +345,8 @@ class Producer:
         self._starved += 1
         self._wake.notify()
         try:
-            while self._buffered + size > self._max_buffer and not self._closing:
+            while (self._queued + self._inflight + size > self._max_buffer
+                   and not self._closing):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ProducerTimeoutError(
@@ -353,6 +393,7 @@ class Producer:
         deadline = _deadline(timeout)
         with self._lock:
             self._closing = True
+            self._limit = -1
             self._space.notify_all()
             self._wake.notify()
             if self._background():
@@ -398,16 +439,18 @@ class Producer:
         self._space = threading.Condition(self._lock)
         self._done = threading.Condition(self._lock)
         self._closing = True
+        self._limit = -1
 
     # -- the background thread -------------------------------------------------------
     def _run(self) -> None:
         nparts = len(self._parts)
+        tags = self._tags
         while True:
             stopping = False
             # made before the lock is taken: what runs while it is held has no Python
             # call in it, so the interpreter never switches threads there and senders
             # never queue on the lock behind a writer that is not running (a convoy)
-            fresh = [_Part() for _ in range(nparts)]
+            fresh = [_Part(t) for t in tags]
             with self._lock:
                 while True:
                     if self._any:
@@ -425,18 +468,29 @@ class Producer:
                         self._wake.wait()
                 upto = self._taken = self._sent()     # counted before the swap
                 parts, self._parts = self._parts, fresh
+                freed = self._queued
+                self._inflight += freed
+                self._queued = 0
                 sticky = self._sticky
                 if parts[sticky].items:
                     self._sticky = (sticky + 1) % nparts
+                self._limit = -1            # the next send sets the bound anew
+                self._fast_from = 0
+                self._fast_part = fresh[self._sticky]   # (the taken part is not kept)
                 self._any = False
                 self._full = False
-            taken = [(p, part) for p, part in enumerate(parts) if part.items]
-            freed = 0
+            # the round is taken whole: from here no record of it can be cancelled
+            taken = []
+            for p, part in enumerate(parts):
+                if part.items:
+                    try:
+                        taken.append((p, part, part.round.start(part.futures)))
+                    except BaseException as e:  # never lose the thread: fail the futures
+                        _fail(part.futures, e)
             written: list[tuple[int, _Written]] = []
-            for p, part in taken:
-                freed += part.nbytes
+            for p, part, keep in taken:
                 try:
-                    w = self._write(p, part)
+                    w = self._write(p, part, keep)
                 except BaseException as e:      # never lose the thread: fail the futures
                     _fail(part.futures, e)
                     continue
@@ -450,7 +504,7 @@ class Producer:
                     self._appended.put(None)
             else:
                 with self._lock:
-                    self._buffered -= freed
+                    self._inflight -= freed
                     self._completed = upto
                     self._space.notify_all()
                     self._done.notify_all()
@@ -484,7 +538,7 @@ class Producer:
                 try:
                     self._make_durable(p, by_part[p])
                 except BaseException as e:      # never lose the thread: fail the futures
-                    for futs, _ in by_part[p]:
+                    for futs, _, _ in by_part[p]:
                         _fail(futs, e)
             self._settle_owed()
             if stopping:
@@ -492,30 +546,35 @@ class Producer:
             with self._lock:
                 if done:
                     self._completed = done[-1][0]
-                    self._buffered -= sum(r[1] for r in done)
+                    self._inflight -= sum(r[1] for r in done)
                     self._space.notify_all()
                 self._owed_n = sum(len(f) for _, f, _, _ in self._owed)
                 self._done.notify_all()
             if stopping:
                 return
 
-    def _write(self, p: int, part: _Part) -> _Written:
-        """Write one partition's records, one atomic batch per append; resolve their
+    def _write(self, p: int, part: _Part, keep: list[bool] | None) -> _Written:
+        """Write one partition's records (its round started: ``keep`` as
+        ``FutureRound.start`` said), one atomic batch per append; resolve their
         futures, or (durable) return them for the syncer (``_make_durable``)."""
-        keep = start_all(part.futures)
+        rnd: FutureRound | None = part.round
         items: Sequence[bytes | Record] = part.items
         futures = part.futures
-        if keep.count(True) != len(keep):           # cancelled ones are not written
-            items = list(compress(items, keep))
-            futures = list(compress(futures, keep))
-            if not items:
-                return []
+        if keep is not None:        # some were cancelled: the others finish one by one
+            rnd = None
+            if keep.count(True) != len(keep):       # cancelled ones are not written
+                items = list(compress(items, keep))
+                futures = list(compress(futures, keep))
+                if not items:
+                    return []
         log = self._logs[p]
         written: _Written = []
-        for a, b in self._chunks(p, items, part.plain):
+        cuts, lengths = self._chunks(p, items, part.plain)
+        for a, b in cuts:
             chunk = items[a:b]
             try:
-                batches = encode_batches(log, chunk, _time_ms())
+                batches = encode_batches(log, chunk, _time_ms(),
+                                         None if lengths is None else lengths[a:b])
             except Exception:
                 # a check that passed in send() fails now (the timestamp window moved):
                 # fail the records it refuses, write the others
@@ -524,11 +583,12 @@ class Producer:
             for batch in batches:
                 n = batch[1]
                 futs = futures[i:i + n] if batch[0] is not None else []
+                span = None if rnd is None else (rnd, i)
                 i += n
                 if not futs:
                     continue
                 try:
-                    written.append((futs, append_encoded(log, [batch])))
+                    written.append((futs, append_encoded(log, [batch]), span))
                 except Exception as e:
                     _fail(futs, e)
         if self.durable:
@@ -550,9 +610,9 @@ class Producer:
                 # for a later flush, or fail with their offsets
                 self._owe(p, written, log.flushed_offset, e)
                 return
-            for futs, offsets in written:
+            for futs, offsets, _ in written:
                 if offsets.stop > flushed:      # never resolve ahead of the fsync
-                    self._owe(p, [(futs, offsets)], flushed, StorageError(
+                    self._owe(p, [(futs, offsets, None)], flushed, StorageError(
                         f"{log.path}: flushed to {flushed}, not past {offsets.stop - 1}"))
             written = [w for w in written if w[1].stop <= flushed]
         self._resolve(p, written)
@@ -564,9 +624,9 @@ class Producer:
         producer is not closing, the rest wait for the next try; else they fail with
         ``NotDurableError`` (the log is closed or poisoned: it flushes no more)."""
         log = self._logs[p]
-        for futs, offsets in written:
+        for futs, offsets, span in written:
             if offsets.stop <= flushed:
-                self._resolve(p, [(futs, offsets)])
+                self._resolve(p, [(futs, offsets, span)])
             elif isinstance(why, LogLockedError) and not self._closing and not log.closed:
                 self._owed.append((p, futs, offsets, why))
             else:
@@ -574,8 +634,11 @@ class Producer:
                                          offsets, why))
 
     def _resolve(self, p: int, written: _Written) -> None:
-        for futs, offsets in written:
-            finish_all(futs, offsets if self._topic is None else zip(repeat(p), offsets))
+        for futs, offsets, span in written:
+            if span is not None:
+                span[0].resolve(span[1], offsets)
+            else:
+                finish_all(futs, offsets if self._topic is None else zip(repeat(p), offsets))
 
     def _settle_owed(self) -> None:
         """(the syncer) Resolve the owed records a flush covered meanwhile (a later
@@ -587,7 +650,7 @@ class Producer:
         for item in self._owed:
             p, futs, offsets, _ = item
             if offsets.stop <= self._logs[p].flushed_offset:
-                self._resolve(p, [(futs, offsets)])
+                self._resolve(p, [(futs, offsets, None)])
             else:
                 keep.append(item)
         self._owed = keep
@@ -598,7 +661,7 @@ class Producer:
         owed, self._owed = self._owed, []
         for p in sorted({p for p, _, _, _ in owed}):
             log = self._logs[p]
-            mine = [(futs, offsets) for q, futs, offsets, _ in owed if q == p]
+            mine: _Written = [(futs, offsets, None) for q, futs, offsets, _ in owed if q == p]
             why: BaseException
             try:
                 flushed = log.flush()
@@ -631,24 +694,28 @@ class Producer:
         return out
 
     def _chunks(self, p: int, items: Sequence[bytes | Record], plain: bool
-                ) -> list[tuple[int, int]]:
+                ) -> tuple[list[tuple[int, int]], list[int] | None]:
         """Index ranges of ``items``, as long as they can be within
         ``max_message_bytes`` (with ``_CUT_OVERHEAD`` a record), or of one record,
-        when plain bytes; other records in one range, which ``encode_batches`` cuts
-        into batches itself. C-level passes, no loop per record: values of one size
-        are cut by count; others by bisection of their running sums."""
+        when plain bytes (exactly ``bytes``: then also their lengths, which the
+        encoder takes as they are); other records in one range, which
+        ``encode_batches`` cuts into batches itself. C-level passes, no loop per
+        record: values of one size are cut by count; others by bisection of their
+        running sums."""
         n = len(items)
-        if not plain or n == 1:
-            return [(0, n)]
-        limit = self._max_msg[p]
+        if not plain:
+            return [(0, n)], None
         lengths = list(map(len, items))
+        if n == 1:
+            return [(0, n)], lengths
+        limit = self._max_msg[p]
         low = min(lengths)
         if low == max(lengths):
             k = max(1, limit // (low + _CUT_OVERHEAD))
-            return [(a, min(n, a + k)) for a in range(0, n, k)]
+            return [(a, min(n, a + k)) for a in range(0, n, k)], lengths
         ends = list(accumulate(map(add, lengths, repeat(_CUT_OVERHEAD))))
         if ends[-1] <= limit:
-            return [(0, n)]
+            return [(0, n)], lengths
         out = []
         a, base = 0, 0
         while a < n:
@@ -656,7 +723,7 @@ class Producer:
             out.append((a, b))
             base = ends[b - 1]
             a = b
-        return out
+        return out, lengths
 
 
 def _not_durable(log: Log, partition: int | None, offsets: range,

@@ -7,6 +7,7 @@ a SIGKILL."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import os
 import random
 import select
@@ -83,6 +84,38 @@ def test_many_threads_futures_are_the_log_offsets(logdir):
             offsets = [f.result() for f in s]
             assert offsets == sorted(offsets)
         assert not log.closed             # the producer never closes its target
+
+
+def test_sends_racing_the_writers_swaps_are_each_written_once(logdir):
+    # linger 0: the writer takes what waits as soon as it can; a tiny switch interval
+    # makes threads switch between a send's first look at the round now waiting and
+    # its lock, where the writer takes that round: every record is written once, in
+    # its thread's order, and its future resolves to its offset
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with Log.open(logdir) as log:
+            sent: list[dict[cf.Future, bytes]] = [{} for _ in range(8)]
+            with Producer(log, linger_ms=0) as producer:
+                def work(t: int) -> None:
+                    for i in range(5000):
+                        v = b"%d:%d" % (t, i)
+                        sent[t][producer.send(v)] = v
+                threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join(120)
+                    assert not th.is_alive()
+                producer.flush(timeout=120)
+            every = {f: v for s in sent for f, v in s.items()}
+            assert all(f.done() for f in every)
+            assert resolved(every) == contents(log) and len(contents(log)) == len(every)
+            for s in sent:
+                offsets = [f.result() for f in s]
+                assert offsets == sorted(offsets)
+    finally:
+        sys.setswitchinterval(old)
 
 
 def test_batches_stay_atomic_within_max_message_bytes(logdir):
@@ -462,6 +495,33 @@ def test_a_blocked_sender_makes_the_writer_write_at_once(logdir):
         assert [f.result(timeout=30) for f in queued] == list(range(10))
         p.flush()
         assert later.result() == 10
+
+
+@pytest.mark.parametrize("target", ["log", "topic"])
+def test_batch_size_bytes_waiting_make_the_writer_write_at_once(tmp_path, target):
+    # linger is a minute: only batch_size bytes waiting in one partition make the
+    # writer write before a flush; plain values, keyed records and the first record
+    # of a round all count (they are queued three different ways)
+    with contextlib.ExitStack() as stack:
+        if target == "log":
+            log = stack.enter_context(Log.open(str(tmp_path / "log")))
+            p = stack.enter_context(Producer(log, linger_ms=60_000, batch_size=1000))
+            keyed = {"partition": 0}
+        else:
+            topic = stack.enter_context(Topic.open(tmp_path, "t", partitions=3))
+            p = stack.enter_context(Producer(topic, linger_ms=60_000, batch_size=1000))
+            # a key of the sticky partition (0 for a new producer's first round)
+            key = next(k for k in (b"k%d" % i for i in range(100))
+                       if topic.partition_for(k) == 0)
+            keyed = {"key": key}
+        futs = [p.send(b"a" * 100) for _ in range(4)]           # 400 bytes
+        futs.append(p.send(b"b" * 100, **keyed))                # 500 and more
+        futs += [p.send(b"c" * 100) for _ in range(2)]          # 700 and more, < 1000
+        assert not any(f.done() for f in futs)
+        # 300 more: 1000 only if every way counted its bytes
+        futs.append(p.send(b"d" * 300))
+        offsets = [f.result(timeout=30) for f in futs]
+        assert offsets == (list(range(8)) if target == "log" else [(0, i) for i in range(8)])
 
 
 def test_flush_and_close_with_a_stuck_writer(logdir, monkeypatch):

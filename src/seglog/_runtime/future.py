@@ -1,5 +1,6 @@
 """``LightFuture``: a ``concurrent.futures.Future`` that makes its condition variable,
-waiter list and callback list only when someone asks for them.
+waiter list and callback list only when someone asks for them; ``FutureRound``:
+futures made together, started together and resolved a batch at a time.
 
 A ``Future`` builds a ``threading.Condition`` (an RLock, a deque, bound methods) in
 its constructor: most of the cost of ``Producer.send`` and most of the garbage a
@@ -10,19 +11,29 @@ a condition of its own, as ``Future`` does (``concurrent.futures.wait`` takes th
 conditions of several futures in id order: sharing one between futures could
 deadlock it).
 
-The lazy attributes are made under one process-wide lock, which the three
-resolving calls take too: a resolve either finds no condition (then nobody can be
-waiting or have a callback: both need it) or goes the ``Future`` way. If this
-Python's ``Future`` keeps other fields than the ones below, ``new_future`` makes
-plain ``Future`` objects instead.
+A future of a round (``FutureRound.new``) keeps no state of its own at first: it is
+pending until its round starts, running after, and finished once the round resolves
+the span of the round's futures it is in (``resolve``: one step for a whole batch,
+whatever its size). Its state is copied onto it when first read finished, and
+when someone looks at it the ``Future`` way (it then joins the round's touched
+futures, which the round starts and resolves one by one, as ``Future`` does).
+
+The lazy attributes are made, and every state read off a round, under one
+process-wide lock, which the resolving calls take too: a resolve either finds a
+future untouched (then nobody can be waiting or have a callback: both need its
+condition) or goes the ``Future`` way. If this Python's ``Future`` keeps other
+fields than the ones below, a round makes plain ``Future`` objects instead and
+starts and resolves them one by one.
 """
 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from concurrent.futures import Future
+from itertools import count, repeat
 # Any: a Future's result: the user's value
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 _MAKE = threading.Lock()
 _LAZY: dict[str, Callable[[], Any]] = {
@@ -48,16 +59,21 @@ _PENDING, _RUNNING, _FINISHED = _STATES or ("", "", "")
 
 
 class LightFuture(Future[Any]):
-    """A ``Future`` whose condition and lists are made on first use (see the module)."""
+    """A ``Future`` whose condition and lists are made on first use, and whose state
+    a round may hold for it (see the module)."""
 
-    def __init__(self) -> None:     # no super().__init__(): that builds the condition
-        self._state = _PENDING
-        self._result = None
-        self._exception: BaseException | None = None
-        # True until someone asks for the condition or a list (then Future's way):
-        # an attribute, not a look into ``__dict__``, which would build the dict
-        # that CPython otherwise never makes for an instance
-        self._light = True
+    # Its fields start as these class attributes and ``__init__`` is ``object``'s:
+    # a new future is made by C alone, no Python frame (half of what one cost). A
+    # field set on the instance hides its default.
+    _state = _PENDING
+    _result: Any = None
+    _exception: BaseException | None = None
+    # True until someone asks for the condition or a list (then Future's way)
+    _light = True
+    # the round whose state this future has until it is copied onto it
+    _round: "FutureRound | None" = None
+    if not TYPE_CHECKING:       # (to mypy: Future's, which takes the same arguments)
+        __init__ = object.__init__
 
     def __getattr__(self, name: str) -> Any:
         make = _LAZY.get(name)
@@ -66,16 +82,26 @@ class LightFuture(Future[Any]):
         with _MAKE:
             value = self.__dict__.get(name)
             if value is None:
-                self._light = False
+                if self._light:
+                    self._light = False
+                    if self._round is not None:
+                        self._round._adopt(self)
                 value = self.__dict__[name] = make()
         return value
+
+    def _settled(self) -> bool:
+        """True if finished (a round's future: its outcome copied onto it)."""
+        if self._state is _FINISHED:
+            return True
+        rnd = self._round
+        return rnd is not None and rnd._settle(self)
 
     # A finished future never changes again (FINISHED is Future's last state, set
     # after its result under the lock): reading it needs neither the condition nor
     # the lock. Waiting for a batch's futures one by one (``[f.result() for f in
     # futs]``) otherwise built a condition per future, most of a producer's cost.
     def result(self, timeout: float | None = None) -> Any:
-        if self._state is _FINISHED:
+        if self._settled() and self._state is _FINISHED:
             if self._exception is not None:
                 try:
                     raise self._exception
@@ -85,23 +111,23 @@ class LightFuture(Future[Any]):
         return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        if self._state is _FINISHED:
+        if self._settled() and self._state is _FINISHED:
             return self._exception
         return super().exception(timeout)
 
     def done(self) -> bool:
-        return self._state is _FINISHED or super().done()
+        return self._settled() or super().done()
 
     def set_running_or_notify_cancel(self) -> bool:
         with _MAKE:
-            if self._light and self._state is _PENDING:
+            if self._light and self._round is None and self._state is _PENDING:
                 self._state = _RUNNING
                 return True
         return super().set_running_or_notify_cancel()
 
     def set_result(self, result: Any) -> None:
         with _MAKE:
-            if self._light and self._state in (_PENDING, _RUNNING):
+            if self._own_finish():
                 self._result = result
                 self._state = _FINISHED
                 return
@@ -109,40 +135,161 @@ class LightFuture(Future[Any]):
 
     def set_exception(self, exception: BaseException | None) -> None:
         with _MAKE:
-            if self._light and self._state in (_PENDING, _RUNNING):
+            if self._own_finish():
                 self._exception = exception
                 self._state = _FINISHED
                 return
         super().set_exception(exception)
 
+    def _own_finish(self) -> bool:
+        """(``_MAKE`` held) True if this future may be finished by setting its own
+        fields: untouched and not finished (a round's: not yet resolved by its round,
+        from which it is then detached)."""
+        if not self._light:
+            return False
+        rnd = self._round
+        if rnd is None:
+            return self._state is _PENDING or self._state is _RUNNING
+        if rnd._outcome(self) is not None:
+            return False            # resolved already: Future's way says so
+        self._round = None
+        return True
 
-# a LightFuture, or a plain Future where its fields are unknown (the class itself:
-# one call less per send)
-new_future: Callable[[], "Future[Any]"] = LightFuture if _STATES is not None else Future
 
+class FutureRound:
+    """Futures made together (``new``), started together (``start``) and resolved
+    by spans of them (``resolve``), each step one call whatever the number of
+    futures: none is touched unless someone looked at it. Results are the values
+    of the spans' sequences, paired with ``tag`` when it is not None. A round's
+    futures may still be finished one by one (``finish_all``, ``set_exception``):
+    those are detached from it. Thread-safe."""
 
-def start_all(futures: list["Future[Any]"]) -> list[bool]:
-    """``set_running_or_notify_cancel`` of each future (False: cancelled, not to be
-    run), the untouched ones in one pass under one lock."""
-    if _STATES is None:
-        return [f.set_running_or_notify_cancel() for f in futures]
-    out: list[bool] = []
-    touched: list[int] = []
-    with _MAKE:
-        for i, f in enumerate(futures):
-            if type(f) is LightFuture and f._light and f._state is _PENDING:
-                f._state = _RUNNING
-                out.append(True)
-            else:
-                touched.append(i)
-                out.append(False)
-    for i in touched:       # someone looked (or a plain Future): Future's own way
-        out[i] = futures[i].set_running_or_notify_cancel()
-    return out
+    __slots__ = ("_tag", "_started", "_ids", "_pos", "_starts", "_spans", "_touched",
+                 "_plain")
+
+    def __init__(self, tag: int | None = None) -> None:
+        self._tag = tag
+        self._started = False
+        self._ids: list[int] | None = None      # id of each future, in round order
+        self._pos: dict[int, int] | None = None  # id -> place, made on first need
+        self._starts: list[int] = []             # the spans resolved, by first place:
+        self._spans: list[tuple[int, Sequence[int]]] = []   # (first place, results)
+        self._touched: list[LightFuture] = []   # looked at the Future way, not finished
+        # where light futures are unknown: the round's plain ones, finished one by one
+        self._plain: list[Future[Any]] = []
+
+    def new(self) -> "Future[Any]":
+        """A new pending future of this round (a plain ``Future`` where light ones
+        are unknown)."""
+        if _STATES is None:
+            return Future()
+        f = LightFuture()
+        f._round = self
+        return f
+
+    def start(self, futures: list["Future[Any]"]) -> list[bool] | None:
+        """The round's futures, all of them, in the order of their work, start
+        running: ``cancel`` fails from now. None if every one runs; else a flag for
+        each (False: cancelled, not to be run; the round's ``resolve`` then does not
+        apply: finish them one by one)."""
+        if _STATES is None:
+            self._plain = futures
+            return [f.set_running_or_notify_cancel() for f in futures]
+        with _MAKE:
+            self._started = True
+            self._ids = list(map(id, futures))
+            early = self._touched[:]
+        if not early:
+            return None
+        cancelled = [f for f in early if not f.set_running_or_notify_cancel()]
+        if not cancelled:
+            return None
+        keep = [True] * len(futures)
+        with _MAKE:
+            pos = self._positions()
+            for f in cancelled:
+                keep[pos[id(f)]] = False
+        return keep
+
+    def resolve(self, first: int, results: Sequence[int]) -> None:
+        """The futures at places ``first``.. of the round finish with ``results``
+        (paired with the tag), in one step."""
+        tag = self._tag
+        stop = first + len(results)
+        if _STATES is None:
+            finish_all(self._plain[first:stop],
+                       results if tag is None else zip(repeat(tag), results))
+            return
+        with _MAKE:
+            at = bisect_right(self._starts, first)
+            self._starts.insert(at, first)
+            self._spans.insert(at, (first, results))
+            due: list[tuple[LightFuture, Any]] = []
+            if self._touched:
+                pos = self._positions()
+                keep = []
+                for f in self._touched:
+                    i = pos.get(id(f), -1)
+                    if first <= i < stop:
+                        r = results[i - first]
+                        due.append((f, r if tag is None else (tag, r)))
+                    else:
+                        keep.append(f)
+                self._touched = keep
+        for f, r in due:
+            if not f.done():        # failed one by one meanwhile
+                f.set_result(r)
+
+    def _positions(self) -> dict[int, int]:
+        """(``_MAKE`` held, after ``start``) Each future's place, by id."""
+        if self._pos is None:
+            assert self._ids is not None
+            self._pos = dict(zip(self._ids, count()))
+        return self._pos
+
+    def _outcome(self, f: LightFuture) -> tuple[Any] | None:
+        """(``_MAKE`` held) ``(result,)`` if a span resolved ``f``, else None."""
+        if not self._spans:
+            return None
+        i = self._positions().get(id(f), -1)     # -1: made, never in the round's work
+        at = bisect_right(self._starts, i) - 1
+        if at < 0:
+            return None
+        first, results = self._spans[at]
+        if i - first >= len(results):
+            return None
+        r = results[i - first]
+        return (r if self._tag is None else (self._tag, r),)
+
+    def _settle(self, f: LightFuture) -> bool:
+        """Copy ``f``'s outcome onto it if its span is resolved; True if so."""
+        with _MAKE:
+            if f._round is not self:        # settled or touched meanwhile
+                return f._state is _FINISHED
+            got = self._outcome(f)
+            if got is None:
+                return False
+            f._result = got[0]
+            f._state = _FINISHED
+            f._round = None
+            return True
+
+    def _adopt(self, f: LightFuture) -> None:
+        """(``_MAKE`` held) ``f`` is looked at the ``Future`` way: copy its state
+        onto it; unless finished, the round starts and resolves it one by one."""
+        got = self._outcome(f)
+        f._round = None
+        if got is not None:
+            f._result = got[0]
+            f._state = _FINISHED
+            return
+        f._state = _RUNNING if self._started else _PENDING
+        self._touched.append(f)
 
 
 def finish_all(futures: list["Future[Any]"], results: Iterable[Any]) -> None:
-    """``set_result`` of each running future, the untouched ones in one pass."""
+    """``set_result`` of each running future, the untouched ones in one pass (a
+    round's future is detached from its round)."""
     if _STATES is None:
         for f, r in zip(futures, results):
             f.set_result(r)
@@ -150,7 +297,8 @@ def finish_all(futures: list["Future[Any]"], results: Iterable[Any]) -> None:
     touched: list[tuple[Future[Any], Any]] = []
     with _MAKE:
         for f, r in zip(futures, results):
-            if type(f) is LightFuture and f._light and f._state is _RUNNING:
+            if type(f) is LightFuture and f._light and (
+                    f._state is _RUNNING if f._round is None else f._own_finish()):
                 f._result = r
                 f._state = _FINISHED
             else:
