@@ -59,30 +59,44 @@ class Flaky:
         monkeypatch.setattr(seglog.producer, "append_encoded", append_encoded)
 
 
+def send_from_threads(producer: Producer, threads: int, each: int,
+                      value) -> list[dict[cf.Future, bytes]]:
+    """``each`` sends of ``value(t, i)`` from each of ``threads`` threads at once, then
+    a flush: each thread's futures, in the order it sent."""
+    sent: list[dict[cf.Future, bytes]] = [{} for _ in range(threads)]
+
+    def work(t: int) -> None:
+        for i in range(each):
+            v = value(t, i)
+            sent[t][producer.send(v)] = v
+    started = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for th in started:
+        th.start()
+    for th in started:
+        th.join(120)
+        assert not th.is_alive()
+    producer.flush(timeout=120)
+    return sent
+
+
+def assert_each_written_once_in_order(log: Log, sent: list[dict[cf.Future, bytes]]) -> None:
+    every = {f: v for s in sent for f, v in s.items()}
+    assert all(f.done() for f in every)
+    assert resolved(every) == contents(log) and len(contents(log)) == len(every)
+    for s in sent:      # each thread's records in the order it sent them
+        offsets = [f.result() for f in s]
+        assert offsets == sorted(offsets)
+
+
 def test_many_threads_futures_are_the_log_offsets(logdir):
     print("seed", SEED)
     rng = random.Random(SEED)
     sizes = [rng.randrange(0, 3000) for _ in range(64)]
     with Log.open(logdir, max_message_bytes=20_000) as log:
-        sent: list[dict[cf.Future, bytes]] = [{} for _ in range(8)]
         with Producer(log, linger_ms=1, batch_size=50_000) as producer:
-            def work(t: int) -> None:
-                for i in range(1500):
-                    v = b"%d:%d:" % (t, i) + b"x" * sizes[(t + i) % 64]
-                    sent[t][producer.send(v)] = v
-            threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join(60)
-            producer.flush(timeout=60)
-        every = {f: v for s in sent for f, v in s.items()}
-        assert all(f.done() for f in every)
-        assert resolved(every) == contents(log)
-        # each thread's records in the order it sent them
-        for s in sent:
-            offsets = [f.result() for f in s]
-            assert offsets == sorted(offsets)
+            sent = send_from_threads(
+                producer, 8, 1500, lambda t, i: b"%d:%d:" % (t, i) + b"x" * sizes[(t + i) % 64])
+        assert_each_written_once_in_order(log, sent)
         assert not log.closed             # the producer never closes its target
 
 
@@ -95,25 +109,9 @@ def test_sends_racing_the_writers_swaps_are_each_written_once(logdir):
     sys.setswitchinterval(1e-6)
     try:
         with Log.open(logdir) as log:
-            sent: list[dict[cf.Future, bytes]] = [{} for _ in range(8)]
             with Producer(log, linger_ms=0) as producer:
-                def work(t: int) -> None:
-                    for i in range(5000):
-                        v = b"%d:%d" % (t, i)
-                        sent[t][producer.send(v)] = v
-                threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-                for th in threads:
-                    th.start()
-                for th in threads:
-                    th.join(120)
-                    assert not th.is_alive()
-                producer.flush(timeout=120)
-            every = {f: v for s in sent for f, v in s.items()}
-            assert all(f.done() for f in every)
-            assert resolved(every) == contents(log) and len(contents(log)) == len(every)
-            for s in sent:
-                offsets = [f.result() for f in s]
-                assert offsets == sorted(offsets)
+                sent = send_from_threads(producer, 8, 8000, lambda t, i: b"%d:%d" % (t, i))
+            assert_each_written_once_in_order(log, sent)
     finally:
         sys.setswitchinterval(old)
 
