@@ -28,14 +28,18 @@ starts and resolves them one by one.
 
 from __future__ import annotations
 
+import os
 import threading
 from bisect import bisect_right
 from concurrent.futures import Future
 from itertools import count, repeat
+from operator import itemgetter
 # Any: a Future's result: the user's value
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-_MAKE = threading.Lock()
+# Reentrant, as Future's own condition is: a finalizer the cyclic collector runs
+# while this thread holds it (an allocation under it) may look at a future too
+_MAKE = threading.RLock()
 _LAZY: dict[str, Callable[[], Any]] = {
     "_condition": threading.Condition, "_waiters": list, "_done_callbacks": list}
 
@@ -162,19 +166,27 @@ class FutureRound:
     futures: none is touched unless someone looked at it. Results are the values
     of the spans' sequences, paired with ``tag`` when it is not None. A round's
     futures may still be finished one by one (``finish_all``, ``set_exception``):
-    those are detached from it. Thread-safe."""
+    those are detached from it. Thread-safe.
 
-    __slots__ = ("_tag", "_started", "_ids", "_pos", "_starts", "_spans", "_touched",
+    It keeps the ids of its futures, never the futures (a future it refers to would
+    refer back: a cycle, freed only by the cyclic collector): a future not yet read
+    keeps its round's ids, 8 bytes and an int a future, and the map of places made
+    on the first read; the first read of a round costs about as much as setting
+    every future's state one by one did."""
+
+    __slots__ = ("_tag", "_started", "_ids", "_pos", "_spans", "_early", "_touched",
                  "_plain")
 
     def __init__(self, tag: int | None = None) -> None:
         self._tag = tag
         self._started = False
-        self._ids: list[int] | None = None      # id of each future, in round order
+        self._ids: list[int] = []                # id of each future, in round order
         self._pos: dict[int, int] | None = None  # id -> place, made on first need
-        self._starts: list[int] = []             # the spans resolved, by first place:
         self._spans: list[tuple[int, Sequence[int]]] = []   # (first place, results)
-        self._touched: list[LightFuture] = []   # looked at the Future way, not finished
+        # looked at the Future way, not finished: before the start (places unknown),
+        # and by place once started
+        self._early: list[LightFuture] = []
+        self._touched: dict[int, LightFuture] = {}
         # where light futures are unknown: the round's plain ones, finished one by one
         self._plain: list[Future[Any]] = []
 
@@ -195,67 +207,70 @@ class FutureRound:
         if _STATES is None:
             self._plain = futures
             return [f.set_running_or_notify_cancel() for f in futures]
+        ids = list(map(id, futures))        # made before the lock: O(n)
         with _MAKE:
             self._started = True
-            self._ids = list(map(id, futures))
-            early = self._touched[:]
+            self._ids = ids
+            early, self._early = self._early, []
         if not early:
             return None
+        pos = self._positions()
+        with _MAKE:
+            for f in early:
+                self._touched[pos.get(id(f), -1)] = f
         cancelled = [f for f in early if not f.set_running_or_notify_cancel()]
         if not cancelled:
             return None
         keep = [True] * len(futures)
-        with _MAKE:
-            pos = self._positions()
-            for f in cancelled:
-                keep[pos[id(f)]] = False
+        for f in cancelled:
+            keep[pos[id(f)]] = False
         return keep
 
     def resolve(self, first: int, results: Sequence[int]) -> None:
         """The futures at places ``first``.. of the round finish with ``results``
-        (paired with the tag), in one step."""
+        (paired with the tag), in one step (touched ones one by one)."""
         tag = self._tag
         stop = first + len(results)
         if _STATES is None:
             finish_all(self._plain[first:stop],
                        results if tag is None else zip(repeat(tag), results))
             return
+        due: list[tuple[LightFuture, Any]] = []
         with _MAKE:
-            at = bisect_right(self._starts, first)
-            self._starts.insert(at, first)
-            self._spans.insert(at, (first, results))
-            due: list[tuple[LightFuture, Any]] = []
-            if self._touched:
-                pos = self._positions()
-                keep = []
-                for f in self._touched:
-                    i = pos.get(id(f), -1)
-                    if first <= i < stop:
-                        r = results[i - first]
-                        due.append((f, r if tag is None else (tag, r)))
-                    else:
-                        keep.append(f)
-                self._touched = keep
+            spans = self._spans
+            spans.insert(bisect_right(spans, first, key=_FIRST), (first, results))
+            touched = self._touched
+            if touched:
+                # the smaller of the touched futures and the span: O(span) a round
+                if len(touched) < stop - first:
+                    places = [i for i in touched if first <= i < stop]
+                else:
+                    places = [i for i in range(first, stop) if i in touched]
+                for i in places:
+                    r = results[i - first]
+                    due.append((touched.pop(i), r if tag is None else (tag, r)))
         for f, r in due:
             if not f.done():        # failed one by one meanwhile
                 f.set_result(r)
 
     def _positions(self) -> dict[int, int]:
-        """(``_MAKE`` held, after ``start``) Each future's place, by id."""
-        if self._pos is None:
-            assert self._ids is not None
-            self._pos = dict(zip(self._ids, count()))
-        return self._pos
+        """Each future's place, by id (after ``start``; made once, O(n), on the first
+        need: outside the lock where the caller can)."""
+        pos = self._pos
+        if pos is None:
+            pos = self._pos = dict(zip(self._ids, count()))
+        return pos
 
     def _outcome(self, f: LightFuture) -> tuple[Any] | None:
         """(``_MAKE`` held) ``(result,)`` if a span resolved ``f``, else None."""
-        if not self._spans:
+        spans = self._spans
+        if not spans:
             return None
         i = self._positions().get(id(f), -1)     # -1: made, never in the round's work
-        at = bisect_right(self._starts, i) - 1
+        at = bisect_right(spans, i, key=_FIRST) - 1
         if at < 0:
             return None
-        first, results = self._spans[at]
+        first, results = spans[at]
         if i - first >= len(results):
             return None
         r = results[i - first]
@@ -263,8 +278,11 @@ class FutureRound:
 
     def _settle(self, f: LightFuture) -> bool:
         """Copy ``f``'s outcome onto it if its span is resolved; True if so."""
+        if not self._spans:
+            return False
+        self._positions()       # (the first read's O(n), not under the lock)
         with _MAKE:
-            if f._round is not self:        # settled or touched meanwhile
+            if f._round is not self:        # settled or looked at meanwhile
                 return f._state is _FINISHED
             got = self._outcome(f)
             if got is None:
@@ -282,9 +300,26 @@ class FutureRound:
         if got is not None:
             f._result = got[0]
             f._state = _FINISHED
-            return
-        f._state = _RUNNING if self._started else _PENDING
-        self._touched.append(f)
+        elif not self._started:
+            f._state = _PENDING
+            self._early.append(f)
+        else:
+            f._state = _RUNNING
+            self._touched[self._positions().get(id(f), -1)] = f
+
+
+_FIRST = itemgetter(0)
+
+
+def _after_fork_in_child() -> None:
+    # a thread of the parent may have held the lock when it forked: in the child it
+    # would be held for ever (futures resolved before the fork are read under it)
+    global _MAKE
+    _MAKE = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def finish_all(futures: list["Future[Any]"], results: Iterable[Any]) -> None:
