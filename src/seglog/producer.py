@@ -709,8 +709,8 @@ class Producer:
         if n == 1:
             return [(0, n)], lengths
         limit = self._max_msg[p]
-        low = min(lengths)
-        if low == max(lengths):
+        low = lengths[0]
+        if lengths.count(low) == n:     # (one pass; min and max were two)
             k = max(1, limit // (low + _CUT_OVERHEAD))
             return [(a, min(n, a + k)) for a in range(0, n, k)], lengths
         ends = list(accumulate(map(add, lengths, repeat(_CUT_OVERHEAD))))

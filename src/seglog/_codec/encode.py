@@ -2,7 +2,8 @@
 
 The layout is columnar so that a batch of N records encodes with a handful of
 C-level calls: the lengths of all values are one ``array``, the values are one
-``b"".join``, the checksum is one XXH3 call (``CHECKSUM``). Keys, per-record
+``b"".join``, the checksum is one XXH3 pass (``CHECKSUM``; ``checksum_two`` over the
+header's tail and the values apart, never copied together). Keys, per-record
 timestamps and headers cost nothing when a batch has none of them.
 """
 
@@ -19,7 +20,7 @@ import lz4.block
 
 from .format import (BIG_ENDIAN_HOST, CHECKSUM, CODEC_LZ4, CODEC_NONE, F_HEADERS, F_HORIZON,
                      F_KEYS, F_NULL_VALUES, F_OFFSETS, F_TIMESTAMPS, F_WIDE, F_WIDE_TS, I64,
-                     LENGTH_END, LZ4_MIN_RECORDS, MAGIC, NULL_16, NULL_32, U32)
+                     LENGTH_END, LZ4_MIN_RECORDS, MAGIC, NULL_16, NULL_32, U32, checksum_two)
 
 # a header in two parts: the fields outside the checksum and the checksum, then the
 # checksummed rest
@@ -63,7 +64,7 @@ def encode_values_parts(body: bytes, lengths: list[int], timestamp: int,
             lens, body = b"", packed
     tail = _TAIL.pack(attrs, n - 1, n, timestamp, timestamp) + lens
     size = _HEAD.size + len(tail) + len(body)
-    return size, [_HEAD.pack(0, size - LENGTH_END, MAGIC, CHECKSUM(tail + body)) + tail, body]
+    return size, [_HEAD.pack(0, size - LENGTH_END, MAGIC, checksum_two(tail, body)) + tail, body]
 
 
 @lru_cache(maxsize=256)

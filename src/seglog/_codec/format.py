@@ -11,7 +11,7 @@ import sys
 from struct import Struct
 from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
-from xxhash import xxh3_64_intdigest
+from xxhash import xxh3_64, xxh3_64_intdigest
 
 from ..errors import CorruptRecordError
 
@@ -82,6 +82,14 @@ MessageTuple = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, byte
 # one definition every writer and checker calls is a C function (a Python function
 # keeping 32 of the bits costs ~0.1 us per batch: docs/FORMAT.md)
 CHECKSUM: Callable[[ReadableBuffer], int] = xxh3_64_intdigest
+
+
+def checksum_two(head: bytes, body: ReadableBuffer) -> int:
+    """``CHECKSUM(head + body)`` without joining them: a batch's body of a megabyte is
+    not copied to be checked (the same XXH3-64, fed in two parts)."""
+    h = xxh3_64(head)
+    h.update(body)
+    return h.intdigest()
 
 # a header as ``HEADER`` unpacks it: the read path's loops unpack it into names at
 # once (making a ``BatchHeader`` of it costs more than unpacking it: 0.3 us a batch)
