@@ -72,7 +72,9 @@ def _deadline(timeout: float | None) -> float:
 
 class _Part:
     """What waits for one partition: items (bytes or Record), their futures (of one
-    round: started and resolved a batch at a time), bytes."""
+    round: started and resolved a batch at a time), bytes (those ``send`` queued the
+    common way are counted in by the next send that takes the full way: the
+    producer's ``_fast_part``)."""
 
     __slots__ = ("items", "futures", "round", "nbytes", "plain")
 
@@ -560,7 +562,8 @@ class Producer:
         rnd: FutureRound | None = part.round
         items: Sequence[bytes | Record] = part.items
         futures = part.futures
-        if keep is not None:        # some were cancelled: the others finish one by one
+        if keep is not None:        # some were cancelled (or the futures are plain
+            # ones): the others finish one by one
             rnd = None
             if keep.count(True) != len(keep):       # cancelled ones are not written
                 items = list(compress(items, keep))

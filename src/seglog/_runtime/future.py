@@ -101,9 +101,10 @@ class LightFuture(Future[Any]):
         return rnd is not None and rnd._settle(self)
 
     # A finished future never changes again (FINISHED is Future's last state, set
-    # after its result under the lock): reading it needs neither the condition nor
-    # the lock. Waiting for a batch's futures one by one (``[f.result() for f in
-    # futs]``) otherwise built a condition per future, most of a producer's cost.
+    # after its result under the lock): reading it needs no condition, and once its
+    # outcome is on it (a round's: copied at the first read, under the lock) no lock.
+    # Waiting for a batch's futures one by one (``[f.result() for f in futs]``)
+    # otherwise built a condition per future, most of a producer's cost.
     def result(self, timeout: float | None = None) -> Any:
         if self._settled() and self._state is _FINISHED:
             if self._exception is not None:
