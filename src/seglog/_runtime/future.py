@@ -88,17 +88,39 @@ class LightFuture(Future[Any]):
             if value is None:
                 if self._light:
                     self._light = False
-                    if self._round is not None:
-                        self._round._adopt(self)
+                    rnd = self._round
+                    if rnd is not None:
+                        # looked at the Future way: its state copied onto it;
+                        # unless finished, its round starts and resolves it alone
+                        self._round = None
+                        got = rnd._outcome(self)
+                        if got is not None:
+                            self._result = got[0]
+                            self._state = _FINISHED
+                        else:
+                            self._state = rnd._touch(self)
                 value = self.__dict__[name] = make()
         return value
 
     def _settled(self) -> bool:
-        """True if finished (a round's future: its outcome copied onto it)."""
+        """True if finished (a round's future: its outcome copied onto it, once its
+        span is resolved)."""
         if self._state is _FINISHED:
             return True
         rnd = self._round
-        return rnd is not None and rnd._settle(self)
+        if rnd is None or not rnd.resolved_any():
+            return False
+        rnd.place(self)         # (a round's first read: O(n), not under the lock)
+        with _MAKE:
+            if self._round is not rnd:      # settled or looked at meanwhile
+                return self._state is _FINISHED
+            got = rnd._outcome(self)
+            if got is None:
+                return False
+            self._result = got[0]
+            self._state = _FINISHED
+            self._round = None
+            return True
 
     # A finished future never changes again (FINISHED is Future's last state, set
     # after its result under the lock): reading it needs no condition, and once its
@@ -267,7 +289,7 @@ class FutureRound:
         spans = self._spans
         if not spans:
             return None
-        i = self._positions().get(id(f), -1)     # -1: made, never in the round's work
+        i = self.place(f)
         at = bisect_right(spans, i, key=_FIRST) - 1
         if at < 0:
             return None
@@ -277,36 +299,22 @@ class FutureRound:
         r = results[i - first]
         return (r if self._tag is None else (self._tag, r),)
 
-    def _settle(self, f: LightFuture) -> bool:
-        """Copy ``f``'s outcome onto it if its span is resolved; True if so."""
-        if not self._spans:
-            return False
-        self._positions()       # (the first read's O(n), not under the lock)
-        with _MAKE:
-            if f._round is not self:        # settled or looked at meanwhile
-                return f._state is _FINISHED
-            got = self._outcome(f)
-            if got is None:
-                return False
-            f._result = got[0]
-            f._state = _FINISHED
-            f._round = None
-            return True
+    def resolved_any(self) -> bool:
+        """True once a span is resolved (read without the lock: spans only grow)."""
+        return bool(self._spans)
 
-    def _adopt(self, f: LightFuture) -> None:
-        """(``_MAKE`` held) ``f`` is looked at the ``Future`` way: copy its state
-        onto it; unless finished, the round starts and resolves it one by one."""
-        got = self._outcome(f)
-        f._round = None
-        if got is not None:
-            f._result = got[0]
-            f._state = _FINISHED
-        elif not self._started:
-            f._state = _PENDING
+    def place(self, f: LightFuture) -> int:
+        """``f``'s place in the round (-1: not in its work), after ``start``."""
+        return self._positions().get(id(f), -1)
+
+    def _touch(self, f: LightFuture) -> str:
+        """(``_MAKE`` held) ``f``, not finished, is looked at the ``Future`` way: the
+        round starts (if it has not yet) and resolves it one by one; its state now."""
+        if not self._started:
             self._early.append(f)
-        else:
-            f._state = _RUNNING
-            self._touched[self._positions().get(id(f), -1)] = f
+            return _PENDING
+        self._touched[self.place(f)] = f
+        return _RUNNING
 
 
 _FIRST = itemgetter(0)
