@@ -531,3 +531,33 @@ def test_exit_without_close_while_background_threads_work(tmp_path):
     with seglog.Log.open(tmp_path / "l") as log:
         assert log.end_offset == end == 20_000
         assert [m.offset for m in log.iter()] == list(range(end))
+
+
+def test_a_loop_of_compactions_does_not_starve_retention(tmp_path):
+    # a thread calling compact() in a loop let go of the maintenance lock and took it
+    # again before a waiting enforce_retention() was woken, for minutes (a plain lock
+    # is not fair): the lock is taken in turn, so retention waits one pass at most
+    log = seglog.Log.open(tmp_path / "l", segment_bytes=4096, cleanup_policy="compact,delete",
+                          retention_bytes=1 << 30, min_cleanable_dirty_ratio=0.0,
+                          retention_check_ms=None, flush_ms=None, file_delete_delay_ms=0)
+    for i in range(600):
+        log.append(b"v%d" % i + b"." * 100, key=b"k%d" % (i % 50))
+    stop = threading.Event()
+    passes = [0]
+
+    def loop() -> None:
+        while not stop.is_set():
+            log.compact()
+            passes[0] += 1
+    t = threading.Thread(target=loop)
+    t.start()
+    try:
+        wait_for(lambda: passes[0] >= 2, 60, "the compactions did not get going")
+        before = passes[0]
+        log.enforce_retention()
+        assert passes[0] - before <= 2, f"retention waited {passes[0] - before} passes"
+    finally:
+        stop.set()
+        t.join(60)
+        assert not t.is_alive()
+        log.close()

@@ -51,6 +51,62 @@ class _Measured:
             return self._seg.max_timestamp
 
 
+class _TurnLock:
+    """A reentrant lock taken in turn, first come first served. A thread calling
+    ``compact()`` in a loop otherwise took a plain lock again before a waiting
+    ``enforce_retention()`` (or ``close()``) was woken, for minutes: locks are not
+    fair. Each pass is long, so a turn costs nothing that shows."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._owner: int | None = None
+        self._depth = 0
+        self._next = 0          # the next ticket given
+        self._serving = 0       # the ticket whose turn it is
+        self._gone: set[int] = set()    # tickets whose waiter gave up (interrupted)
+
+    def __enter__(self) -> None:
+        me = threading.get_ident()
+        with self._cond:
+            if self._owner == me:
+                self._depth += 1
+                return
+            ticket = self._next
+            self._next += 1
+            try:
+                while self._serving != ticket:
+                    self._cond.wait()
+            except BaseException:
+                # interrupted while waiting: its turn, when it comes, is passed on
+                self._skip(ticket)
+                raise
+            self._owner = me
+            self._depth = 1
+
+    def _skip(self, ticket: int) -> None:
+        """(``_cond`` held) Give up ``ticket``: served now, the next turn goes on."""
+        if self._serving == ticket:
+            self._advance()
+        else:
+            self._gone.add(ticket)
+
+    def _advance(self) -> None:
+        """(``_cond`` held) The next waiting ticket's turn."""
+        self._serving += 1
+        while self._serving in self._gone:     # tickets given up meanwhile
+            self._gone.discard(self._serving)
+            self._serving += 1
+        self._cond.notify_all()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._depth -= 1
+            if self._depth:
+                return
+            self._owner = None
+            self._advance()
+
+
 class Maintenance:
     """The retention and compaction passes over one writer's ``LocalLog``. Each pass
     is given the log's ``check`` (raises what an append would) and ``fail`` (poisons
@@ -62,14 +118,14 @@ class Maintenance:
         self._shared = shared       # one of several writer processes
         # retention and compaction, one at a time, never holding the append lock long
         # (lock 1: close() takes it too, to wait for a running pass)
-        self.lock = threading.RLock()
+        self.lock = _TurnLock()
         self._deletes = DelayedDeletes(local.path)
         # a failure of the background pass, raised by the next call of either
         self.background_error: BaseException | None = None
 
     def after_fork(self) -> None:
         """In a forked child: a new lock (another thread may have held it at the fork)."""
-        self.lock = threading.RLock()
+        self.lock = _TurnLock()
 
     @staticmethod
     @contextmanager
